@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs every build, test and peer-benchmark dependency from Debian bookworm packages.
+# Idempotent: packages already present are skipped, so re-running costs one dpkg query.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git clang-format
+  libtorch-dev python3-torch                     # training core; Python peer benchmarks
+  libopenblas0-pthread                           # fast BLAS for LibTorch (else netlib reference BLAS)
+  libgloo-dev                                    # c10d Gloo backend headers
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libspdlog-dev libfmt-dev prometheus-cpp-dev libsqlite3-dev libcli11-dev
+  nlohmann-json3-dev libgtest-dev libgmock-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all dependencies present"
+fi

@@ -1,0 +1,95 @@
+// Collectives over a c10d process group, each with a timeout and a recorded time span.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace ddpd {
+
+// One collective from launch to completion, in seconds on the communicator's clock.
+struct CommSpan {
+  std::string name;
+  double launch_s = 0;
+  double complete_s = 0;
+  int64_t bytes = 0;
+};
+
+// An asynchronous collective. wait() blocks until it completes or the communicator's timeout
+// passes, and throws std::runtime_error (with the collective's name) on timeout or failure.
+class PendingCollective {
+ public:
+  PendingCollective() = default;
+  PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string name,
+                    std::chrono::milliseconds timeout);
+  ~PendingCollective();
+  PendingCollective(PendingCollective&&) noexcept;
+  PendingCollective& operator=(PendingCollective&&) noexcept;
+
+  void wait();
+  bool valid() const;
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::string name_;
+  std::chrono::milliseconds timeout_{0};
+};
+
+// Thread contract: collectives may be launched from the training thread and from autograd
+// hooks; launches are serialised by an internal mutex, and every rank must launch the same
+// collectives in the same order (c10d matches them by order). Span recording is thread-safe
+// (completion is recorded on the backend's threads). With world_size 1 and no process group,
+// every collective is the identity and completes at once.
+class Communicator {
+ public:
+  Communicator(c10::intrusive_ptr<c10d::ProcessGroup> group, int rank, int world_size,
+               std::chrono::milliseconds timeout);
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  // In-place sum across ranks.
+  PendingCollective all_reduce_sum(at::Tensor& tensor, const std::string& name);
+  // In-place element-wise max / min (used for the param spread).
+  void all_reduce_max(at::Tensor& tensor);
+  void all_reduce_min(at::Tensor& tensor);
+  // Rank `root`'s tensor is copied into every rank's.
+  PendingCollective broadcast(at::Tensor& tensor, int root, const std::string& name);
+  // output (world_size * input.numel(), contiguous 1-D) gets every rank's input in rank order.
+  PendingCollective all_gather(at::Tensor& output, const at::Tensor& input,
+                               const std::string& name);
+  // input is 1-D with world_size * output.numel() elements; output gets the sum over ranks of
+  // this rank's chunk. Blocking. Gloo in LibTorch 1.13 lacks reduce_scatter, so it runs as a
+  // ring of send/recv (bandwidth-optimal: each rank sends (N-1)/N of the input).
+  void reduce_scatter_sum(at::Tensor& output, const at::Tensor& input, const std::string& name);
+  void barrier();
+
+  // Spans completed since the last call, oldest first.
+  std::vector<CommSpan> take_spans();
+  // Seconds since this communicator was created (the clock of CommSpan).
+  double now() const;
+
+ private:
+  PendingCollective track(c10::intrusive_ptr<c10d::Work> work, const std::string& name,
+                          int64_t bytes);
+  void record(CommSpan span);
+
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  int rank_;
+  int world_size_;
+  std::chrono::milliseconds timeout_;
+  std::chrono::steady_clock::time_point epoch_;
+  std::mutex launch_mutex_;
+  struct SpanLog;
+  std::shared_ptr<SpanLog> spans_;  // shared with completion callbacks that may outlive a call
+};
+
+}  // namespace ddpd

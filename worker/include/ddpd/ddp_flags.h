@@ -1,0 +1,13 @@
+// Command-line flags of a DDP job, declared once for every front end (ddpd-worker run ddp,
+// and later ddpctl submit ddp / ddpctl local).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "ddpd/job_options.h"
+
+namespace ddpd {
+
+void add_ddp_flags(CLI::App& app, DdpJobOptions& options);
+
+}  // namespace ddpd

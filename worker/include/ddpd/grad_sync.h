@@ -1,0 +1,73 @@
+// Gradient-synchronisation strategies of SPEC §3.2 behind one interface.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "ddpd/communicator.h"
+#include "ddpd/job_options.h"
+
+namespace ddpd {
+
+// Options for make_synchronizer. Defaults match DdpJobOptions.
+struct SyncOptions {
+  Strategy strategy = Strategy::kBucketed;
+  double bucket_size_mb = 25.0;  // bucketed: cap per bucket, MiB
+};
+
+// Wraps a model for data-parallel training. Construction broadcasts rank 0's parameters and
+// buffers so every rank starts identical. Per step the trainer calls, in this order:
+// prepare_forward(), forward+backward, finish_gradient_synchronization(), optimizer step on
+// optimizer_parameters(), after_optimizer_step().
+//
+// Thread contract: all calls come from the training thread; overlapping strategies also run
+// gradient-ready hooks on autograd's thread during backward, and those only launch collectives.
+class GradientSynchronizer {
+ public:
+  virtual ~GradientSynchronizer() = default;
+  virtual Strategy strategy() const = 0;
+
+  // Clears gradients before the next backward (the bucketed strategy keeps gradients as
+  // views into its buckets and zeroes those instead of dropping them).
+  virtual void zero_grad();
+  // FSDP gathers full parameters here; the others do nothing.
+  virtual void prepare_forward() {}
+  // Returns when every gradient of this step has been averaged over ranks (for fsdp: summed
+  // into this rank's gradient shard and divided by N). Throws on collective failure/timeout.
+  virtual void finish_gradient_synchronization() = 0;
+  // Tensors the optimizer updates: the trainable parameters, or for fsdp this rank's shards.
+  virtual std::vector<torch::Tensor> optimizer_parameters() = 0;
+  // The model's full parameters as every rank should agree on them (fsdp gathers them: a
+  // collective, so every rank must call it). Used for the param spread and by tests.
+  virtual std::vector<torch::Tensor> full_parameters() = 0;
+  virtual void after_optimizer_step() {}
+};
+
+std::unique_ptr<GradientSynchronizer> make_synchronizer(torch::nn::Module& model,
+                                                        std::shared_ptr<Communicator> comm,
+                                                        const SyncOptions& options);
+
+// Copies rank 0's parameters and buffers into every rank's module (blocking).
+void broadcast_module_state(torch::nn::Module& module, Communicator& comm);
+
+// Max over parameters of (max - min across ranks), element-wise. A collective.
+double parameter_spread(const std::vector<torch::Tensor>& parameters, Communicator& comm);
+
+// Bucket assignment of the bucketed strategy: parameter indices (into `numels`, registration
+// order) packed in reverse order into buckets of at most `cap_bytes`; a parameter larger than
+// the cap gets a bucket of its own. Exposed for tests.
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<int64_t>& numels,
+                                                int64_t element_size, int64_t cap_bytes);
+
+// FSDP shard layout of one flattened parameter of `numel` elements over `world_size` ranks:
+// padded to a multiple of world_size, each rank owning `shard_numel` elements.
+struct ShardLayout {
+  int64_t numel = 0;
+  int64_t padded_numel = 0;
+  int64_t shard_numel = 0;
+};
+ShardLayout shard_layout(int64_t numel, int world_size);
+
+}  // namespace ddpd

@@ -1,0 +1,33 @@
+// The Transformer LM of SPEC §3.2 (CS336 "basics"): token embedding, pre-norm blocks of
+// RMSNorm → causal multi-head self-attention with RoPE → residual, RMSNorm → SwiGLU FFN →
+// residual; final RMSNorm; LM head. No biases.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "ddpd/job_options.h"
+
+namespace ddpd {
+
+class TransformerLMImpl : public torch::nn::Module {
+ public:
+  explicit TransformerLMImpl(const ModelConfig& config);
+  // tokens: [batch, seq] int64 → logits [batch, seq, vocab].
+  torch::Tensor forward(const torch::Tensor& tokens);
+  const ModelConfig& config() const { return config_; }
+
+ private:
+  ModelConfig config_;
+  struct Layers;
+  std::shared_ptr<Layers> layers_;
+};
+TORCH_MODULE(TransformerLM);
+
+// Mean next-token cross-entropy of `logits` [b, t, v] against `targets` [b, t].
+torch::Tensor language_model_loss(const torch::Tensor& logits, const torch::Tensor& targets);
+
+// The trainable parameters of `module` in registration order, each once even when shared by
+// several submodules (tied weights).
+std::vector<torch::Tensor> unique_trainable_parameters(torch::nn::Module& module);
+
+}  // namespace ddpd

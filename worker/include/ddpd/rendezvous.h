@@ -1,0 +1,38 @@
+// Rendezvous description and process-group construction (SPEC §2).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace ddpd {
+
+class Communicator;
+
+// Where and how ranks meet. Defaults describe a single-process run.
+struct RendezvousOptions {
+  std::string master_addr = "127.0.0.1";  // host of the c10d TCPStore (rank 0 serves it)
+  int master_port = 29500;                // torchrun's default port
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;                     // selects the GPU under NCCL
+  std::string backend = "gloo";           // gloo (CPU) | nccl (CUDA builds)
+  // Address this rank's Gloo transport binds to. Empty: loopback when master_addr is a loopback
+  // address, else the address this host's name resolves to.
+  std::string local_address;
+  std::chrono::milliseconds timeout{300000};  // store connection and every collective
+};
+
+// Reads torchrun-style variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK).
+// WORLD_SIZE unset means one process. Meant to be called once, at the program's entry point.
+// Throws std::invalid_argument naming the variable when one is malformed.
+RendezvousOptions rendezvous_from_environment();
+
+// Protocol: rank 0 starts a TCPStore server on master_addr:master_port and waits for
+// world_size - 1 clients; every other rank connects as a client (retrying until `timeout`).
+// Each rank then creates the backend's process group over that store, which exchanges the
+// ranks' transport addresses through it. Returns a Communicator for world_size 1 without any
+// store. Throws std::runtime_error with the endpoint and reason when rendezvous fails.
+std::shared_ptr<Communicator> connect(const RendezvousOptions& options);
+
+}  // namespace ddpd

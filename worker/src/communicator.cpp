@@ -1,0 +1,189 @@
+#include "ddpd/communicator.h"
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace ddpd {
+
+// Completed spans; shared with completion callbacks, which run on backend threads.
+struct Communicator::SpanLog {
+  std::mutex mutex;
+  std::vector<CommSpan> spans;
+};
+
+PendingCollective::PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string name,
+                                     std::chrono::milliseconds timeout)
+    : work_(std::move(work)), name_(std::move(name)), timeout_(timeout) {}
+PendingCollective::~PendingCollective() = default;
+PendingCollective::PendingCollective(PendingCollective&&) noexcept = default;
+PendingCollective& PendingCollective::operator=(PendingCollective&&) noexcept = default;
+
+bool PendingCollective::valid() const { return static_cast<bool>(work_); }
+
+void PendingCollective::wait() {
+  if (!work_) return;  // world size 1, or already waited
+  auto work = std::move(work_);
+  try {
+    work->wait(timeout_);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("collective " + name_ + " failed (timeout " +
+                             std::to_string(timeout_.count()) + " ms): " + e.what());
+  }
+}
+
+Communicator::Communicator(c10::intrusive_ptr<c10d::ProcessGroup> group, int rank,
+                           int world_size, std::chrono::milliseconds timeout)
+    : group_(std::move(group)),
+      rank_(rank),
+      world_size_(world_size),
+      timeout_(timeout),
+      epoch_(std::chrono::steady_clock::now()),
+      spans_(std::make_shared<SpanLog>()) {
+  TORCH_CHECK(world_size_ == 1 || group_, "a process group is required for world size ",
+              world_size_);
+}
+
+Communicator::~Communicator() = default;
+
+double Communicator::now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_).count();
+}
+
+void Communicator::record(CommSpan span) {
+  std::lock_guard<std::mutex> lock(spans_->mutex);
+  spans_->spans.push_back(std::move(span));
+}
+
+std::vector<CommSpan> Communicator::take_spans() {
+  std::lock_guard<std::mutex> lock(spans_->mutex);
+  std::vector<CommSpan> out;
+  out.swap(spans_->spans);
+  std::sort(out.begin(), out.end(),
+            [](const CommSpan& a, const CommSpan& b) { return a.launch_s < b.launch_s; });
+  return out;
+}
+
+PendingCollective Communicator::track(c10::intrusive_ptr<c10d::Work> work,
+                                      const std::string& name, int64_t bytes) {
+  CommSpan span{name, now(), 0, bytes};
+  auto log = spans_;
+  auto epoch = epoch_;
+  // Completion time comes from the work's future, set by the backend thread that finishes it.
+  work->getFuture()->addCallback([log, epoch, span](c10::ivalue::Future&) mutable {
+    span.complete_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch).count();
+    std::lock_guard<std::mutex> lock(log->mutex);
+    log->spans.push_back(std::move(span));
+  });
+  return PendingCollective(std::move(work), name, timeout_);
+}
+
+PendingCollective Communicator::all_reduce_sum(at::Tensor& tensor, const std::string& name) {
+  if (world_size_ == 1) return {};
+  std::lock_guard<std::mutex> lock(launch_mutex_);
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::AllreduceOptions options;
+  options.reduceOp = c10d::ReduceOp::SUM;
+  options.timeout = timeout_;
+  return track(group_->allreduce(tensors, options), name, tensor.nbytes());
+}
+
+namespace {
+void all_reduce_op(c10d::ProcessGroup& group, at::Tensor& tensor, c10d::ReduceOp op,
+                   std::chrono::milliseconds timeout, const char* name) {
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::AllreduceOptions options;
+  options.reduceOp = op;
+  options.timeout = timeout;
+  PendingCollective(group.allreduce(tensors, options), name, timeout).wait();
+}
+}  // namespace
+
+void Communicator::all_reduce_max(at::Tensor& tensor) {
+  if (world_size_ == 1) return;
+  std::lock_guard<std::mutex> lock(launch_mutex_);
+  all_reduce_op(*group_, tensor, c10d::ReduceOp::MAX, timeout_, "all_reduce_max");
+}
+
+void Communicator::all_reduce_min(at::Tensor& tensor) {
+  if (world_size_ == 1) return;
+  std::lock_guard<std::mutex> lock(launch_mutex_);
+  all_reduce_op(*group_, tensor, c10d::ReduceOp::MIN, timeout_, "all_reduce_min");
+}
+
+PendingCollective Communicator::broadcast(at::Tensor& tensor, int root, const std::string& name) {
+  if (world_size_ == 1) return {};
+  std::lock_guard<std::mutex> lock(launch_mutex_);
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  options.timeout = timeout_;
+  return track(group_->broadcast(tensors, options), name, tensor.nbytes());
+}
+
+PendingCollective Communicator::all_gather(at::Tensor& output, const at::Tensor& input,
+                                           const std::string& name) {
+  TORCH_CHECK(output.dim() == 1 && output.is_contiguous() &&
+                  output.numel() == input.numel() * world_size_,
+              "all_gather: output must be contiguous 1-D with world_size * input.numel()");
+  if (world_size_ == 1) {
+    output.copy_(input.reshape(-1));
+    return {};
+  }
+  std::lock_guard<std::mutex> lock(launch_mutex_);
+  // Outputs are views into `output`, so the gathered chunks land in place.
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int r = 0; r < world_size_; ++r) {
+    outputs[0].push_back(output.narrow(0, r * input.numel(), input.numel()));
+  }
+  std::vector<at::Tensor> inputs{input.reshape(-1).contiguous()};
+  c10d::AllgatherOptions options;
+  options.timeout = timeout_;
+  return track(group_->allgather(outputs, inputs, options), name, output.nbytes());
+}
+
+void Communicator::reduce_scatter_sum(at::Tensor& output, const at::Tensor& input,
+                                      const std::string& name) {
+  const int64_t chunk = output.numel();
+  TORCH_CHECK(input.dim() == 1 && input.numel() == chunk * world_size_,
+              "reduce_scatter: input must be 1-D with world_size * output.numel() elements");
+  if (world_size_ == 1) {
+    output.copy_(input);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(launch_mutex_);
+  const double launch = now();
+  // Ring reduce-scatter: in step s, rank r sends its running sum of chunk (r - s - 1) to rank
+  // r + 1 and adds the chunk (r - s - 2) received from rank r - 1. After N - 1 steps rank r
+  // holds the full sum of chunk r.
+  at::Tensor accum = input.clone();
+  at::Tensor incoming = at::empty({chunk}, input.options());
+  const int n = world_size_;
+  const int next = (rank_ + 1) % n;
+  const int prev = (rank_ + n - 1) % n;
+  auto chunk_of = [&](int index) { return accum.narrow(0, ((index % n + n) % n) * chunk, chunk); };
+  for (int s = 0; s < n - 1; ++s) {
+    std::vector<at::Tensor> recv_tensors{incoming};
+    std::vector<at::Tensor> send_tensors{chunk_of(rank_ - s - 1).contiguous()};
+    auto recv = PendingCollective(group_->recv(recv_tensors, prev, s), name + "/recv", timeout_);
+    auto send = PendingCollective(group_->send(send_tensors, next, s), name + "/send", timeout_);
+    send.wait();
+    recv.wait();
+    chunk_of(rank_ - s - 2).add_(incoming);
+  }
+  output.copy_(chunk_of(rank_));
+  record(CommSpan{name, launch, now(), input.nbytes()});
+}
+
+void Communicator::barrier() {
+  if (world_size_ == 1) return;
+  std::lock_guard<std::mutex> lock(launch_mutex_);
+  c10d::BarrierOptions options;
+  options.timeout = timeout_;
+  PendingCollective(group_->barrier(options), "barrier", timeout_).wait();
+}
+
+}  // namespace ddpd

@@ -1,0 +1,45 @@
+#include "ddpd/ddp_flags.h"
+
+namespace ddpd {
+
+void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
+  app.add_option("--model", o.model, "Model preset: tiny, small, medium, large, xl, 2.7B")
+      ->capture_default_str();
+  app.add_option("--d-model", o.d_model, "Override the preset's d_model");
+  app.add_option("--d-ff", o.d_ff, "Override the preset's d_ff");
+  app.add_option("--layers", o.num_layers, "Override the preset's number of layers");
+  app.add_option("--heads", o.num_heads, "Override the preset's number of heads");
+  app.add_option("--vocab", o.vocab_size, "Override the vocabulary size");
+  app.add_option("--context", o.context_length, "Context length (tokens per sample)")
+      ->capture_default_str();
+  app.add_option("--batch", o.batch_size, "Global batch size (divisible by the world size)")
+      ->capture_default_str();
+  app.add_option("--steps", o.steps, "Training steps, warm-up included")->capture_default_str();
+  app.add_option("--warmup-steps", o.warmup_steps, "Steps left out of the statistics")
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "Seed (model init uses seed + rank, then rank 0's wins)")
+      ->capture_default_str();
+  app.add_option("--strategy", o.strategy, "naive, flat, overlap, bucketed or fsdp")
+      ->capture_default_str();
+  app.add_option("--bucket-mb", o.bucket_size_mb, "Bucket cap in MiB (bucketed)")
+      ->capture_default_str();
+  app.add_flag("--shard-optimizer", o.shard_optimizer, "ZeRO-1 optimizer-state sharding");
+  app.add_option("--lr", o.lr, "AdamW learning rate")->capture_default_str();
+  app.add_option("--beta1", o.beta1, "AdamW beta1")->capture_default_str();
+  app.add_option("--beta2", o.beta2, "AdamW beta2")->capture_default_str();
+  app.add_option("--eps", o.eps, "AdamW epsilon")->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay")->capture_default_str();
+  app.add_option("--precision", o.precision, "fp32 or bf16 (autocast)")->capture_default_str();
+  app.add_option("--data", o.data_path, "Token file (flat binary); random tokens when unset");
+  app.add_option("--data-dtype", o.data_dtype, "uint16 or int32")->capture_default_str();
+  app.add_option("--spread-every", o.spread_every, "Measure param spread every K steps (0: never)")
+      ->capture_default_str();
+  app.add_option("--max-param-spread", o.max_param_spread,
+                 "Fail the job when the param spread exceeds this (0: never)");
+  app.add_option("--threads", o.threads, "Intra-op threads per rank (0: cores / local ranks)")
+      ->capture_default_str();
+  app.add_option("--timeout", o.collective_timeout_s, "Collective and rendezvous timeout, seconds")
+      ->capture_default_str();
+}
+
+}  // namespace ddpd

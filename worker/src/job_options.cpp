@@ -1,0 +1,141 @@
+#include "ddpd/job_options.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+namespace ddpd {
+namespace {
+
+std::string join(const std::vector<std::string>& names) {
+  std::ostringstream out;
+  for (size_t i = 0; i < names.size(); ++i) out << (i ? ", " : "") << names[i];
+  return out.str();
+}
+
+ModelConfig shape(int64_t d_model, int64_t d_ff, int64_t layers, int64_t heads) {
+  ModelConfig config;
+  config.d_model = d_model;
+  config.d_ff = d_ff;
+  config.num_layers = layers;
+  config.num_heads = heads;
+  return config;
+}
+
+// SPEC §3.2 presets; vocab 10000 in all of them.
+const std::map<std::string, ModelConfig>& presets() {
+  static const std::map<std::string, ModelConfig> table = {
+      {"tiny", shape(64, 256, 2, 4)},      {"small", shape(768, 3072, 12, 12)},
+      {"medium", shape(1024, 4096, 24, 16)}, {"large", shape(1280, 5120, 36, 20)},
+      {"xl", shape(1600, 6400, 48, 25)},   {"2.7B", shape(2560, 10240, 32, 32)},
+  };
+  return table;
+}
+
+void require(bool ok, const char* flag, const std::string& reason) {
+  if (!ok) throw OptionError(flag, reason);
+}
+
+}  // namespace
+
+const std::vector<std::string>& model_preset_names() {
+  static const std::vector<std::string> names = {"tiny", "small", "medium", "large", "xl", "2.7B"};
+  return names;
+}
+
+ModelConfig model_preset(const std::string& name) {
+  auto it = presets().find(name);
+  if (it == presets().end()) {
+    throw OptionError("--model",
+                      "unknown model '" + name + "' (expected one of " +
+                          join(model_preset_names()) + ")");
+  }
+  return it->second;
+}
+
+int64_t count_parameters(const ModelConfig& c) {
+  const int64_t per_block = 2 * c.d_model                 // two RMSNorm gains
+                            + 4 * c.d_model * c.d_model   // q, k, v, o
+                            + 3 * c.d_model * c.d_ff;     // w1, w3, w2
+  const int64_t embedding = c.vocab_size * c.d_model;
+  const int64_t head = c.tie_embeddings ? 0 : c.vocab_size * c.d_model;
+  return embedding + c.num_layers * per_block + c.d_model + head;
+}
+
+const std::vector<std::string>& strategy_names() {
+  static const std::vector<std::string> names = {"naive", "flat", "overlap", "bucketed", "fsdp"};
+  return names;
+}
+
+Strategy parse_strategy(const std::string& name) {
+  static const std::map<std::string, Strategy> table = {{"naive", Strategy::kNaive},
+                                                        {"flat", Strategy::kFlat},
+                                                        {"overlap", Strategy::kOverlap},
+                                                        {"bucketed", Strategy::kBucketed},
+                                                        {"fsdp", Strategy::kFsdp}};
+  auto it = table.find(name);
+  if (it == table.end()) {
+    throw OptionError("--strategy", "unknown strategy '" + name + "' (expected one of " +
+                                        join(strategy_names()) + ")");
+  }
+  return it->second;
+}
+
+std::string to_string(Strategy strategy) {
+  return strategy_names().at(static_cast<size_t>(strategy));
+}
+
+ModelConfig DdpJobOptions::resolved_model() const {
+  ModelConfig config = model_preset(model);
+  if (d_model) config.d_model = *d_model;
+  if (d_ff) config.d_ff = *d_ff;
+  if (num_layers) config.num_layers = *num_layers;
+  if (num_heads) config.num_heads = *num_heads;
+  if (vocab_size) config.vocab_size = *vocab_size;
+  return config;
+}
+
+void validate(const DdpJobOptions& o, int world_size) {
+  const ModelConfig m = o.resolved_model();  // checks --model
+  const Strategy strategy = parse_strategy(o.strategy);
+  require(m.d_model > 0, "--d-model", "must be > 0, got " + std::to_string(m.d_model));
+  require(m.d_ff > 0, "--d-ff", "must be > 0, got " + std::to_string(m.d_ff));
+  require(m.num_layers >= 0, "--layers", "must be >= 0, got " + std::to_string(m.num_layers));
+  require(m.num_heads > 0, "--heads", "must be > 0, got " + std::to_string(m.num_heads));
+  require(m.d_model % m.num_heads == 0, "--heads",
+          "d_model " + std::to_string(m.d_model) + " is not divisible by " +
+              std::to_string(m.num_heads) + " heads");
+  require((m.d_model / m.num_heads) % 2 == 0, "--heads",
+          "head dimension " + std::to_string(m.d_model / m.num_heads) + " must be even for RoPE");
+  require(m.vocab_size > 1, "--vocab", "must be > 1, got " + std::to_string(m.vocab_size));
+  require(o.context_length > 0, "--context",
+          "must be > 0, got " + std::to_string(o.context_length));
+  require(world_size >= 1, "WORLD_SIZE", "must be >= 1, got " + std::to_string(world_size));
+  require(o.batch_size > 0, "--batch", "must be > 0, got " + std::to_string(o.batch_size));
+  require(o.batch_size % world_size == 0, "--batch",
+          "global batch " + std::to_string(o.batch_size) + " is not divisible by world size " +
+              std::to_string(world_size));
+  require(o.steps >= 1, "--steps", "must be >= 1, got " + std::to_string(o.steps));
+  require(o.warmup_steps >= 0, "--warmup-steps",
+          "must be >= 0, got " + std::to_string(o.warmup_steps));
+  require(std::isfinite(o.bucket_size_mb) && o.bucket_size_mb > 0, "--bucket-mb",
+          "must be > 0, got " + std::to_string(o.bucket_size_mb));
+  require(!(o.shard_optimizer && strategy == Strategy::kFsdp), "--shard-optimizer",
+          "fsdp already shards optimizer state; use it with another strategy");
+  require(std::isfinite(o.lr) && o.lr > 0, "--lr", "must be > 0");
+  require(o.beta1 >= 0 && o.beta1 < 1, "--beta1", "must be in [0, 1)");
+  require(o.beta2 >= 0 && o.beta2 < 1, "--beta2", "must be in [0, 1)");
+  require(o.eps > 0, "--eps", "must be > 0");
+  require(o.weight_decay >= 0, "--weight-decay", "must be >= 0");
+  require(o.precision == "fp32" || o.precision == "bf16", "--precision",
+          "unknown precision '" + o.precision + "' (expected fp32 or bf16)");
+  require(o.data_dtype == "uint16" || o.data_dtype == "int32", "--data-dtype",
+          "unknown dtype '" + o.data_dtype + "' (expected uint16 or int32)");
+  require(o.spread_every >= 0, "--spread-every", "must be >= 0");
+  require(o.max_param_spread >= 0, "--max-param-spread", "must be >= 0");
+  require(o.threads >= 0, "--threads", "must be >= 0");
+  require(o.collective_timeout_s > 0, "--timeout", "must be > 0 seconds");
+}
+
+}  // namespace ddpd

@@ -1,0 +1,90 @@
+// ddpd-worker: `run ddp …` trains one job without a coordinator, from torchrun-style
+// environment variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK).
+// Exit codes: 0 succeeded, 1 the job failed, 2 bad command line or environment.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "ddpd/communicator.h"
+#include "ddpd/ddp_flags.h"
+#include "ddpd/rendezvous.h"
+#include "ddpd/result_json.h"
+#include "ddpd/trainer.h"
+
+namespace {
+
+void print_summary(const ddpd::DdpJobOptions& o, int world, const ddpd::TrainingResult& r) {
+  std::printf("SUCCEEDED  model=%s strategy=%s world=%d steps=%ld\n", o.model.c_str(),
+              o.strategy.c_str(), world, static_cast<long>(o.steps));
+  for (const auto& s : r.steps) {
+    std::printf("step %3ld  loss %.4f  step %.1f ms  exposed comm %.1f ms  comm frac %.3f  spread %s\n",
+                static_cast<long>(s.step), s.loss, s.step_seconds * 1e3,
+                s.exposed_comm_seconds * 1e3, s.comm_fraction,
+                s.param_spread ? std::to_string(*s.param_spread).c_str() : "-");
+  }
+  const auto& s = r.summary;
+  std::printf("final loss %.4f  median step %.1f ms (std %.1f)  %.0f tokens/s  comm fraction %.3f  "
+              "max spread %.3g\n",
+              s.final_loss, s.median_step_seconds * 1e3, s.std_step_seconds * 1e3,
+              s.tokens_per_second, s.median_comm_fraction, s.max_param_spread);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ddpd worker: runs DDP training and collective benchmarks"};
+  app.require_subcommand(1);
+  auto* run = app.add_subcommand("run", "Run one job without a coordinator (torchrun-style env)");
+  run->require_subcommand(1);
+  auto* ddp = run->add_subcommand("ddp", "Data-parallel training of the Transformer LM");
+  ddpd::DdpJobOptions options;
+  bool json = false;
+  std::string log_level = "warn";
+  ddpd::add_ddp_flags(*ddp, options);
+  ddp->add_flag("--json", json, "Print the result as JSON (rank 0)");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  spdlog::set_level(spdlog::level::from_str(log_level));
+
+  ddpd::RendezvousOptions rendezvous;
+  try {
+    rendezvous = ddpd::rendezvous_from_environment();
+    rendezvous.timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(options.collective_timeout_s * 1000.0));
+    ddpd::validate(options, rendezvous.world_size);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+
+  const bool prints_result = rendezvous.rank == 0;
+  try {
+    spdlog::info("rank {}/{}: rendezvous at {}:{}", rendezvous.rank, rendezvous.world_size,
+                 rendezvous.master_addr, rendezvous.master_port);
+    auto comm = ddpd::connect(rendezvous);
+    ddpd::Trainer trainer(options, comm);
+    auto result = trainer.run([&](const ddpd::StepMetrics& s) {
+      spdlog::info("rank {} step {} loss {:.4f} step {:.1f} ms", rendezvous.rank, s.step, s.loss,
+                   s.step_seconds * 1e3);
+    });
+    if (prints_result) {
+      if (json) {
+        std::cout << ddpd::to_json(result).dump() << std::endl;
+      } else {
+        print_summary(options, rendezvous.world_size, result);
+      }
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    const std::string error = "rank " + std::to_string(rendezvous.rank) + ": " + e.what();
+    if (prints_result && json) std::cout << ddpd::failure_json(error).dump() << std::endl;
+    std::fprintf(stderr, "FAILED: %s\n", error.c_str());
+    return 1;
+  }
+}

@@ -1,0 +1,29 @@
+#include "memory.h"
+
+#include <sys/resource.h>
+
+#include <unordered_set>
+
+namespace ddpd::detail {
+
+int64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+MemoryBytes measure_memory(const std::vector<torch::Tensor>& parameters,
+                           int64_t optimizer_state_bytes) {
+  MemoryBytes m;
+  std::unordered_set<const void*> seen;
+  for (const auto& p : parameters) {
+    if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
+    m.param_bytes += p.nbytes();
+    if (p.grad().defined()) m.grad_bytes += p.grad().nbytes();
+  }
+  m.optimizer_state_bytes = optimizer_state_bytes;
+  m.peak_bytes = peak_rss_bytes();
+  return m;
+}
+
+}  // namespace ddpd::detail

@@ -1,0 +1,97 @@
+#include "ddpd/rendezvous.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <cstdlib>
+#include <stdexcept>
+
+#include "ddpd/communicator.h"
+
+namespace ddpd {
+namespace {
+
+int int_variable(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return fallback;
+  char* end = nullptr;
+  long parsed = std::strtol(value, &end, 10);
+  if (*end != '\0' || parsed < 0 || parsed > 1 << 30) {
+    throw std::invalid_argument(std::string(name) + ": not a non-negative integer: '" + value +
+                                "'");
+  }
+  return static_cast<int>(parsed);
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+}  // namespace
+
+RendezvousOptions rendezvous_from_environment() {
+  RendezvousOptions options;
+  if (const char* addr = std::getenv("MASTER_ADDR"); addr && *addr) options.master_addr = addr;
+  options.master_port = int_variable("MASTER_PORT", options.master_port);
+  options.world_size = int_variable("WORLD_SIZE", 1);
+  options.rank = int_variable("RANK", 0);
+  options.local_rank = int_variable("LOCAL_RANK", options.rank);
+  if (options.world_size < 1) throw std::invalid_argument("WORLD_SIZE: must be >= 1");
+  if (options.rank >= options.world_size) {
+    throw std::invalid_argument("RANK: " + std::to_string(options.rank) +
+                                " is not below WORLD_SIZE " + std::to_string(options.world_size));
+  }
+  if (options.master_port < 1 || options.master_port > 65535) {
+    throw std::invalid_argument("MASTER_PORT: must be in 1..65535");
+  }
+  return options;
+}
+
+std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
+  if (options.world_size == 1) {
+    return std::make_shared<Communicator>(c10::intrusive_ptr<c10d::ProcessGroup>(), 0, 1, options.timeout);
+  }
+  const std::string endpoint = options.master_addr + ":" + std::to_string(options.master_port);
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<std::uint16_t>(options.master_port);
+    store_options.isServer = options.rank == 0;
+    store_options.numWorkers = options.world_size;
+    store_options.waitWorkers = true;
+    store_options.timeout = options.timeout;
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+    store = c10::make_intrusive<c10d::PrefixStore>("ddpd", tcp);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("rendezvous at " + endpoint + " failed for rank " +
+                             std::to_string(options.rank) + ": " + e.what());
+  }
+
+  if (options.backend == "gloo") {
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
+    std::string bind = options.local_address;
+    if (bind.empty() && is_loopback(options.master_addr)) bind = "127.0.0.1";
+    gloo_options->devices.push_back(
+        bind.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
+                     : c10d::ProcessGroupGloo::createDeviceForHostname(bind));
+    gloo_options->threads = 2;  // one for backward-overlapped buckets, one for the rest
+    try {
+      auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, options.rank,
+                                                               options.world_size, gloo_options);
+      return std::make_shared<Communicator>(group, options.rank, options.world_size,
+                                            options.timeout);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("creating the gloo process group (rendezvous " + endpoint +
+                               ", rank " + std::to_string(options.rank) + ") failed: " + e.what());
+    }
+  }
+  if (options.backend == "nccl") {
+    throw std::invalid_argument(
+        "backend: nccl needs a CUDA build of ddpd (this build is CPU-only); use gloo");
+  }
+  throw std::invalid_argument("backend: unknown backend '" + options.backend +
+                              "' (expected gloo or nccl)");
+}
+
+}  // namespace ddpd

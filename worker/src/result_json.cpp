@@ -1,0 +1,51 @@
+#include "ddpd/result_json.h"
+
+namespace ddpd {
+namespace {
+
+nlohmann::json memory_json(const MemoryBytes& m) {
+  return {{"param_bytes", m.param_bytes},
+          {"grad_bytes", m.grad_bytes},
+          {"optimizer_state_bytes", m.optimizer_state_bytes},
+          {"peak_bytes", m.peak_bytes}};
+}
+
+}  // namespace
+
+nlohmann::json to_json(const TrainingResult& result) {
+  nlohmann::json steps = nlohmann::json::array();
+  for (const auto& s : result.steps) {
+    steps.push_back({{"step", s.step},
+                     {"loss", s.loss},
+                     {"step_seconds", s.step_seconds},
+                     {"forward_seconds", s.forward_seconds},
+                     {"backward_seconds", s.backward_seconds},
+                     {"optimizer_seconds", s.optimizer_seconds},
+                     {"comm_seconds", s.comm_seconds},
+                     {"exposed_comm_seconds", s.exposed_comm_seconds},
+                     {"comm_fraction", s.comm_fraction},
+                     {"tokens_per_second", s.tokens_per_second},
+                     {"param_spread", s.param_spread ? nlohmann::json(*s.param_spread)
+                                                     : nlohmann::json(nullptr)}});
+  }
+  const auto& sum = result.summary;
+  return {{"state", "SUCCEEDED"},
+          {"summary",
+           {{"final_loss", sum.final_loss},
+            {"median_step_seconds", sum.median_step_seconds},
+            {"std_step_seconds", sum.std_step_seconds},
+            {"max_param_spread", sum.max_param_spread},
+            {"tokens_per_second", sum.tokens_per_second},
+            {"median_comm_fraction", sum.median_comm_fraction}}},
+          {"steps", steps},
+          {"memory",
+           {{"after_init", memory_json(result.memory.after_init)},
+            {"before_step", memory_json(result.memory.before_step)},
+            {"after_step", memory_json(result.memory.after_step)}}}};
+}
+
+nlohmann::json failure_json(const std::string& error) {
+  return {{"state", "FAILED"}, {"error", error}};
+}
+
+}  // namespace ddpd

@@ -1,0 +1,29 @@
+// naive: after backward, one blocking all-reduce per parameter gradient, then divide by N.
+#include "strategies/synchronizer_base.h"
+
+namespace ddpd::detail {
+namespace {
+
+class NaiveSynchronizer final : public ReplicatedSynchronizer {
+ public:
+  using ReplicatedSynchronizer::ReplicatedSynchronizer;
+  Strategy strategy() const override { return Strategy::kNaive; }
+
+  void finish_gradient_synchronization() override {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      auto& p = params_[i];
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);  // unused this step
+      comm_->all_reduce_sum(p.mutable_grad(), "all_reduce/param" + std::to_string(i)).wait();
+    }
+    average_gradients();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<GradientSynchronizer> make_naive(torch::nn::Module& model,
+                                                 std::shared_ptr<Communicator> comm) {
+  return std::make_unique<NaiveSynchronizer>(model, std::move(comm));
+}
+
+}  // namespace ddpd::detail

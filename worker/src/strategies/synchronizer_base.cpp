@@ -1,0 +1,140 @@
+#include "strategies/synchronizer_base.h"
+
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <unordered_set>
+
+namespace ddpd {
+namespace detail {
+
+namespace {
+std::vector<torch::Tensor> unique_parameters(torch::nn::Module& module) {
+  std::vector<torch::Tensor> out;
+  std::unordered_set<const void*> seen;
+  for (const auto& p : module.parameters(/*recurse=*/true)) {
+    if (seen.insert(p.unsafeGetTensorImpl()).second) out.push_back(p);
+  }
+  return out;
+}
+}  // namespace
+
+ReplicatedSynchronizer::ReplicatedSynchronizer(torch::nn::Module& model,
+                                               std::shared_ptr<Communicator> comm)
+    : model_(model), comm_(std::move(comm)), params_(unique_trainable_parameters(model)) {
+  broadcast_module_state(model_, *comm_);
+}
+
+std::vector<torch::Tensor> ReplicatedSynchronizer::full_parameters() {
+  return unique_parameters(model_);
+}
+
+void ReplicatedSynchronizer::average_gradients() {
+  const double n = comm_->world_size();
+  if (n == 1) return;
+  torch::NoGradGuard no_grad;
+  for (auto& p : params_) {
+    if (p.grad().defined()) p.mutable_grad().div_(n);
+  }
+}
+
+GradReadyHooks::GradReadyHooks(const std::vector<torch::Tensor>& params,
+                               std::function<void(size_t)> on_ready) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(params[i]);
+    TORCH_CHECK(accumulator, "parameter ", i, " has no gradient accumulator (not a leaf?)");
+    keys_.push_back(accumulator->add_post_hook(
+        std::make_unique<torch::autograd::utils::LambdaPostHook>(
+            [on_ready, i](const torch::autograd::variable_list& outputs,
+                          const torch::autograd::variable_list&) {
+              on_ready(i);
+              return outputs;
+            })));
+    // The variable only holds its accumulator weakly; keep it (and so the hook) alive.
+    accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+GradReadyHooks::~GradReadyHooks() {
+  for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(keys_[i]);
+}
+
+}  // namespace detail
+
+void broadcast_module_state(torch::nn::Module& module, Communicator& comm) {
+  if (comm.world_size() == 1) return;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> tensors = detail::unique_parameters(module);
+  for (const auto& b : module.buffers(/*recurse=*/true)) tensors.push_back(b);
+  if (tensors.empty()) return;
+  std::vector<torch::Tensor> flat_views;
+  for (auto& t : tensors) flat_views.push_back(t.detach().reshape({-1}));
+  auto flat = torch::cat(flat_views);
+  comm.broadcast(flat, /*root=*/0, "broadcast_module_state").wait();
+  int64_t offset = 0;
+  for (auto& t : tensors) {
+    t.detach().copy_(flat.narrow(0, offset, t.numel()).view_as(t));
+    offset += t.numel();
+  }
+}
+
+double parameter_spread(const std::vector<torch::Tensor>& parameters, Communicator& comm) {
+  if (parameters.empty()) return 0.0;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> flat_views;
+  for (const auto& p : parameters) flat_views.push_back(p.detach().reshape({-1}).to(torch::kFloat32));
+  auto high = torch::cat(flat_views);
+  auto low = high.clone();
+  comm.all_reduce_max(high);
+  comm.all_reduce_min(low);
+  return (high - low).max().item<double>();
+}
+
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<int64_t>& numels,
+                                                int64_t element_size, int64_t cap_bytes) {
+  TORCH_CHECK(cap_bytes > 0, "bucket cap must be positive");
+  std::vector<std::vector<size_t>> buckets;
+  int64_t filled = 0;
+  // Reverse registration order approximates the order gradients become ready in backward.
+  for (size_t k = numels.size(); k-- > 0;) {
+    const int64_t bytes = numels[k] * element_size;
+    if (buckets.empty() || (filled + bytes > cap_bytes && filled > 0)) {
+      buckets.emplace_back();
+      filled = 0;
+    }
+    buckets.back().push_back(k);
+    filled += bytes;
+  }
+  return buckets;
+}
+
+ShardLayout shard_layout(int64_t numel, int world_size) {
+  TORCH_CHECK(world_size >= 1, "world size must be >= 1");
+  ShardLayout layout;
+  layout.numel = numel;
+  layout.shard_numel = (numel + world_size - 1) / world_size;
+  layout.padded_numel = layout.shard_numel * world_size;
+  return layout;
+}
+
+std::unique_ptr<GradientSynchronizer> make_synchronizer(torch::nn::Module& model,
+                                                        std::shared_ptr<Communicator> comm,
+                                                        const SyncOptions& options) {
+  switch (options.strategy) {
+    case Strategy::kNaive: return detail::make_naive(model, std::move(comm));
+    case Strategy::kFlat: return detail::make_flat(model, std::move(comm));
+    case Strategy::kOverlap: return detail::make_overlap(model, std::move(comm));
+    case Strategy::kBucketed:
+      return detail::make_bucketed(model, std::move(comm), options.bucket_size_mb);
+    case Strategy::kFsdp: return detail::make_fsdp(model, std::move(comm));
+  }
+  throw std::invalid_argument("strategy: unknown value");
+}
+
+}  // namespace ddpd
+
+namespace ddpd {
+void GradientSynchronizer::zero_grad() {
+  for (auto& p : optimizer_parameters()) p.mutable_grad().reset();
+}
+}  // namespace ddpd

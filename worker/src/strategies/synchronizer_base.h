@@ -1,0 +1,57 @@
+// Private helpers shared by the strategy implementations.
+#pragma once
+
+#include <torch/csrc/autograd/function.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "ddpd/grad_sync.h"
+#include "ddpd/model.h"
+
+namespace ddpd::detail {
+
+// Strategies whose parameters stay whole (replicated) on every rank.
+class ReplicatedSynchronizer : public GradientSynchronizer {
+ public:
+  ReplicatedSynchronizer(torch::nn::Module& model, std::shared_ptr<Communicator> comm);
+
+  std::vector<torch::Tensor> optimizer_parameters() override { return params_; }
+  std::vector<torch::Tensor> full_parameters() override;
+
+ protected:
+  // Divides every gradient by the world size (they hold sums after all-reduce).
+  void average_gradients();
+
+  torch::nn::Module& model_;
+  std::shared_ptr<Communicator> comm_;
+  std::vector<torch::Tensor> params_;  // unique trainable parameters, registration order
+};
+
+// Registers a callback on each parameter's gradient accumulator: it runs right after the
+// parameter's gradient for this backward has been accumulated into .grad (how c10d's Reducer
+// detects readiness; LibTorch 1.13 has no post-accumulate-grad hook). Removes the hooks on
+// destruction. Thread contract: callbacks run on autograd's thread.
+class GradReadyHooks {
+ public:
+  GradReadyHooks(const std::vector<torch::Tensor>& params, std::function<void(size_t)> on_ready);
+  ~GradReadyHooks();
+  GradReadyHooks(const GradReadyHooks&) = delete;
+  GradReadyHooks& operator=(const GradReadyHooks&) = delete;
+
+ private:
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<uintptr_t> keys_;
+};
+
+std::unique_ptr<GradientSynchronizer> make_naive(torch::nn::Module&, std::shared_ptr<Communicator>);
+std::unique_ptr<GradientSynchronizer> make_flat(torch::nn::Module&, std::shared_ptr<Communicator>);
+std::unique_ptr<GradientSynchronizer> make_overlap(torch::nn::Module&,
+                                                   std::shared_ptr<Communicator>);
+std::unique_ptr<GradientSynchronizer> make_bucketed(torch::nn::Module&,
+                                                    std::shared_ptr<Communicator>,
+                                                    double bucket_size_mb);
+std::unique_ptr<GradientSynchronizer> make_fsdp(torch::nn::Module&, std::shared_ptr<Communicator>);
+
+}  // namespace ddpd::detail

@@ -1,0 +1,239 @@
+#include "ddpd/trainer.h"
+
+#include <ATen/autocast_mode.h>
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+
+#include "ddpd/grad_sync.h"
+#include "ddpd/model.h"
+#include "ddpd/sharded_optimizer.h"
+#include "memory.h"
+#include "token_data.h"
+
+namespace ddpd {
+namespace {
+
+// Total time covered by the spans, clipped to [begin, end] (overlapping spans count once).
+double covered_seconds(std::vector<CommSpan> spans, double begin, double end) {
+  std::sort(spans.begin(), spans.end(),
+            [](const CommSpan& a, const CommSpan& b) { return a.launch_s < b.launch_s; });
+  double total = 0, cursor = begin;
+  for (const auto& s : spans) {
+    const double lo = std::max(s.launch_s, cursor), hi = std::min(s.complete_s, end);
+    if (hi > lo) {
+      total += hi - lo;
+      cursor = hi;
+    }
+  }
+  return total;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Sets LibTorch's intra-op threads and, when the BLAS in use is OpenBLAS, its thread count
+// too (OpenBLAS otherwise starts one thread per core in every rank and oversubscribes).
+void set_compute_threads(int threads) {
+  at::set_num_threads(threads);
+  using SetThreads = void (*)(int);
+  if (auto fn = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+    fn(threads);
+  }
+}
+
+// Enables CPU bf16 autocast for its lifetime (forward and loss only; weights stay FP32).
+class AutocastScope {
+ public:
+  explicit AutocastScope(bool enabled) : enabled_(enabled) {
+    if (!enabled_) return;
+    at::autocast::set_cpu_enabled(true);
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+  }
+  ~AutocastScope() {
+    if (!enabled_) return;
+    at::autocast::set_cpu_enabled(false);
+    at::autocast::clear_cache();
+  }
+
+ private:
+  bool enabled_;
+};
+
+}  // namespace
+
+TrainingSummary summarize(const std::vector<StepMetrics>& steps, int64_t warmup_steps) {
+  TrainingSummary s;
+  if (steps.empty()) return s;
+  const size_t first = static_cast<size_t>(warmup_steps) < steps.size() ? warmup_steps : 0;
+  std::vector<double> times, fractions;
+  for (size_t i = first; i < steps.size(); ++i) {
+    times.push_back(steps[i].step_seconds);
+    fractions.push_back(steps[i].comm_fraction);
+  }
+  for (const auto& m : steps) {
+    if (m.param_spread) s.max_param_spread = std::max(s.max_param_spread, *m.param_spread);
+  }
+  s.final_loss = steps.back().loss;
+  s.median_step_seconds = median(times);
+  double mean = 0;
+  for (double t : times) mean += t / times.size();
+  double var = 0;
+  for (double t : times) var += (t - mean) * (t - mean);
+  s.std_step_seconds = times.size() > 1 ? std::sqrt(var / (times.size() - 1)) : 0.0;
+  s.median_comm_fraction = median(fractions);
+  const double tokens = steps.back().tokens_per_second * steps.back().step_seconds;
+  s.tokens_per_second = s.median_step_seconds > 0 ? tokens / s.median_step_seconds : 0;
+  return s;
+}
+
+struct Trainer::Impl {
+  DdpJobOptions options;
+  std::shared_ptr<Communicator> comm;
+  TransformerLM model{nullptr};
+  std::unique_ptr<GradientSynchronizer> sync;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;  // unsharded
+  std::unique_ptr<ShardedOptimizer> sharded;           // --shard-optimizer
+  std::unique_ptr<detail::TokenBatches> data;
+  MemoryProfile memory;
+  int64_t local_batch = 0;
+
+  int64_t optimizer_state() {
+    return optimizer_state_bytes(sharded ? sharded->local_optimizer() : *optimizer);
+  }
+  MemoryBytes measure() {
+    auto tensors = sync->optimizer_parameters();
+    for (auto& p : model->parameters()) tensors.push_back(p);
+    return detail::measure_memory(tensors, optimizer_state());
+  }
+};
+
+Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> comm)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  validate(options, comm->world_size());
+  m.options = options;
+  m.comm = std::move(comm);
+  const int world = m.comm->world_size();
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  set_compute_threads(options.threads > 0 ? options.threads
+                                           : std::max(1, static_cast<int>(cores) / world));
+
+  // Each rank initialises differently; the synchroniser broadcasts rank 0's parameters.
+  torch::manual_seed(options.seed + m.comm->rank());
+  m.model = TransformerLM(options.resolved_model());
+  SyncOptions sync_options;
+  sync_options.strategy = world == 1 ? Strategy::kNaive : parse_strategy(options.strategy);
+  sync_options.bucket_size_mb = options.bucket_size_mb;
+  m.sync = make_synchronizer(*m.model, m.comm, sync_options);
+
+  auto adamw = torch::optim::AdamWOptions(options.lr)
+                   .betas({options.beta1, options.beta2})
+                   .eps(options.eps)
+                   .weight_decay(options.weight_decay);
+  if (options.shard_optimizer) {
+    std::vector<torch::optim::OptimizerParamGroup> groups{
+        torch::optim::OptimizerParamGroup(m.sync->optimizer_parameters())};
+    m.sharded = std::make_unique<ShardedOptimizer>(std::move(groups), adamw_factory(adamw), m.comm);
+  } else {
+    m.optimizer = std::make_unique<torch::optim::AdamW>(m.sync->optimizer_parameters(), adamw);
+  }
+  m.data = std::make_unique<detail::TokenBatches>(options, m.model->config().vocab_size);
+  m.local_batch = options.batch_size / world;
+  m.memory.after_init = m.measure();
+}
+
+Trainer::~Trainer() = default;
+
+StepMetrics Trainer::train_step(int64_t step) {
+  Impl& m = *impl_;
+  Communicator& comm = *m.comm;
+  const bool last = step == m.options.steps - 1;
+  auto batch = m.data->next_global_batch().narrow(0, comm.rank() * m.local_batch, m.local_batch);
+  auto inputs = batch.narrow(1, 0, m.options.context_length);
+  auto targets = batch.narrow(1, 1, m.options.context_length);
+  comm.take_spans();  // drop spans of collectives outside the timed step
+
+  StepMetrics metrics;
+  metrics.step = step;
+  const double t0 = comm.now();
+  m.sync->zero_grad();
+  m.sync->prepare_forward();
+  const double t_gathered = comm.now();
+  torch::Tensor loss;
+  {
+    AutocastScope autocast(m.options.precision == "bf16");
+    loss = language_model_loss(m.model->forward(inputs), targets);
+  }
+  const double t_forward = comm.now();
+  loss.backward();
+  const double t_backward = comm.now();
+  m.sync->finish_gradient_synchronization();
+  const double t_synced = comm.now();
+  if (last) m.memory.before_step = m.measure();
+  const double t_opt_start = comm.now();
+  double broadcast_seconds = 0;
+  if (m.sharded) {
+    m.sharded->step();
+    broadcast_seconds = m.sharded->last_broadcast_seconds();
+  } else {
+    m.optimizer->step();
+  }
+  m.sync->after_optimizer_step();
+  const double t_end = comm.now();
+  const double measure_seconds = t_opt_start - t_synced;  // memory accounting, not training
+
+  metrics.step_seconds = t_end - t0 - measure_seconds;
+  metrics.forward_seconds = t_forward - t_gathered;
+  metrics.backward_seconds = t_backward - t_forward;
+  metrics.optimizer_seconds = t_end - t_opt_start;
+  metrics.comm_seconds = covered_seconds(comm.take_spans(), t0, t_end);
+  metrics.exposed_comm_seconds = (t_gathered - t0) + (t_synced - t_backward) + broadcast_seconds;
+  metrics.comm_fraction =
+      metrics.step_seconds > 0 ? metrics.exposed_comm_seconds / metrics.step_seconds : 0;
+  const double global_tokens = static_cast<double>(m.options.batch_size) * m.options.context_length;
+  metrics.tokens_per_second = metrics.step_seconds > 0 ? global_tokens / metrics.step_seconds : 0;
+  if (last) m.memory.after_step = m.measure();
+
+  // Bookkeeping collectives, outside the timed step.
+  auto loss_sum = loss.detach().to(torch::kFloat32).reshape({1}).clone();
+  comm.all_reduce_sum(loss_sum, "all_reduce/loss").wait();
+  metrics.loss = loss_sum.item<double>() / comm.world_size();
+  const int64_t every = m.options.spread_every;
+  if (every > 0 && ((step + 1) % every == 0 || last)) {
+    metrics.param_spread = parameter_spread(m.sync->full_parameters(), comm);
+    if (m.options.max_param_spread > 0 && *metrics.param_spread > m.options.max_param_spread) {
+      throw std::runtime_error("param spread " + std::to_string(*metrics.param_spread) +
+                               " exceeds --max-param-spread " +
+                               std::to_string(m.options.max_param_spread) + " at step " +
+                               std::to_string(step));
+    }
+  }
+  return metrics;
+}
+
+TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step,
+                            const std::function<bool()>& cancelled) {
+  TrainingResult result;
+  for (int64_t step = 0; step < impl_->options.steps; ++step) {
+    if (cancelled && cancelled()) throw std::runtime_error("job cancelled");
+    result.steps.push_back(train_step(step));
+    if (on_step) on_step(result.steps.back());
+  }
+  result.summary = summarize(result.steps, impl_->options.warmup_steps);
+  result.memory = impl_->memory;
+  return result;
+}
+
+std::vector<torch::Tensor> Trainer::full_parameters() { return impl_->sync->full_parameters(); }
+
+const MemoryProfile& Trainer::memory() const { return impl_->memory; }
+
+}  // namespace ddpd
