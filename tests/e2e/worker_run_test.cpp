@@ -1,0 +1,133 @@
+// `ddpd-worker run ddp --json` as a user runs it: single process and real multi-rank launches.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "ddpd/job_options.h"
+#include "support/process.h"
+
+namespace ddpd::testing {
+namespace {
+
+const std::vector<std::string> kJob{DDPD_WORKER_BINARY, "run", "ddp", "--model", "tiny",
+                                    "--batch", "4", "--context", "32", "--steps", "6",
+                                    "--warmup-steps", "2", "--threads", "1", "--json"};
+
+std::vector<std::string> job(std::vector<std::string> extra) {
+  auto argv = kJob;
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+nlohmann::json result_of(const ProcessOutcome& o) {
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  return nlohmann::json::parse(o.out);
+}
+
+const nlohmann::json& single_process() {
+  static const nlohmann::json result =
+      result_of(run_process(job({}), {}, std::chrono::seconds(120)));
+  return result;
+}
+
+TEST(WorkerRun, SingleProcessResultHasEveryField) {
+  const auto& r = single_process();
+  EXPECT_EQ(r["state"], "SUCCEEDED");
+  ASSERT_EQ(r["steps"].size(), 6u);
+  for (const auto& s : r["steps"]) {
+    for (const char* key : {"step", "loss", "step_seconds", "forward_seconds", "backward_seconds",
+                            "optimizer_seconds", "comm_seconds", "exposed_comm_seconds",
+                            "comm_fraction", "param_spread"}) {
+      EXPECT_TRUE(s.contains(key)) << key;
+    }
+    EXPECT_GT(s["step_seconds"].get<double>(), 0);
+    EXPECT_LE(s["forward_seconds"].get<double>() + s["backward_seconds"].get<double>(),
+              s["step_seconds"].get<double>());
+  }
+  // An untrained LM over 10000 tokens starts near ln(10000) = 9.21.
+  EXPECT_NEAR(r["steps"][0]["loss"].get<double>(), 9.21, 0.5);
+  const auto& summary = r["summary"];
+  for (const char* key : {"final_loss", "median_step_seconds", "std_step_seconds",
+                          "max_param_spread", "tokens_per_second", "median_comm_fraction"}) {
+    EXPECT_TRUE(summary.contains(key)) << key;
+  }
+  const int64_t params = count_parameters(model_preset("tiny"));
+  const auto& memory = r["memory"];
+  EXPECT_EQ(memory["after_init"]["param_bytes"].get<int64_t>(), 4 * params);
+  EXPECT_EQ(memory["after_init"]["optimizer_state_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(memory["before_step"]["grad_bytes"].get<int64_t>(), 4 * params);
+  EXPECT_EQ(memory["after_step"]["optimizer_state_bytes"].get<int64_t>(), 2 * 4 * params);
+  EXPECT_GT(memory["after_step"]["peak_bytes"].get<int64_t>(), 4 * params);
+}
+
+class WorkerRunMultiRank : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(WorkerRunMultiRank, TwoRanksMatchSingleProcessLoss) {
+  const auto outcomes = run_ranks(job({"--strategy", GetParam(), "--bucket-mb", "1"}), 2,
+                                  std::chrono::seconds(120));
+  ASSERT_EQ(outcomes[1].exit_code, 0) << outcomes[1].err;
+  EXPECT_TRUE(outcomes[1].out.empty()) << "only rank 0 prints the result";
+  const auto r = result_of(outcomes[0]);
+  EXPECT_EQ(r["state"], "SUCCEEDED");
+  EXPECT_LT(r["summary"]["max_param_spread"].get<double>(), 1e-6);
+  for (size_t i = 0; i < 6; ++i) {
+    // The mean loss over ranks equals the single-process loss on the same global batch.
+    EXPECT_NEAR(r["steps"][i]["loss"].get<double>(),
+                single_process()["steps"][i]["loss"].get<double>(), 1e-4)
+        << "step " << i;
+    EXPECT_GT(r["steps"][i]["comm_seconds"].get<double>(), 0) << "no communication measured";
+    EXPECT_LE(r["steps"][i]["exposed_comm_seconds"].get<double>(),
+              r["steps"][i]["step_seconds"].get<double>());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, WorkerRunMultiRank,
+                         ::testing::Values("naive", "flat", "overlap", "bucketed", "fsdp"));
+
+TEST(WorkerRun, ShardingHalvesOptimizerStateAndFsdpHalvesParameters) {
+  const int64_t bytes = 4 * count_parameters(model_preset("tiny"));
+  const auto sharded = result_of(
+      run_ranks(job({"--strategy", "flat", "--shard-optimizer"}), 2, std::chrono::seconds(120))[0]);
+  const int64_t state = sharded["memory"]["after_step"]["optimizer_state_bytes"].get<int64_t>();
+  // Rank 0 owns about half the parameters: within one embedding matrix (2.56 MB) of half.
+  EXPECT_NEAR(static_cast<double>(state), bytes, 2 * 2560000.0);
+  EXPECT_LT(state, 2 * bytes);
+
+  const auto fsdp =
+      result_of(run_ranks(job({"--strategy", "fsdp"}), 2, std::chrono::seconds(120))[0]);
+  const auto& after = fsdp["memory"]["after_step"];
+  // Between steps rank 0 holds one shard (half, plus padding) of parameters and optimizer state.
+  EXPECT_NEAR(after["param_bytes"].get<double>(), bytes / 2.0, 64);
+  EXPECT_NEAR(after["optimizer_state_bytes"].get<double>(), bytes, 128);
+}
+
+TEST(WorkerRun, BadFlagsGiveOneLineNamingTheFlag) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  for (const auto& c : std::vector<Case>{
+           {{"--model", "huge"}, "error: --model: unknown model 'huge'"},
+           {{"--strategy", "ring"}, "error: --strategy: unknown strategy 'ring'"},
+           {{"--bucket-mb", "0"}, "error: --bucket-mb: must be > 0"},
+           {{"--steps", "0"}, "error: --steps: must be >= 1"}}) {
+    const auto o = run_process(job(c.args), {}, std::chrono::seconds(30));
+    EXPECT_EQ(o.exit_code, 2) << c.message;
+    EXPECT_EQ(o.err.rfind(c.message, 0), 0u) << o.err;
+    EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+  }
+  const auto o = run_process(job({"--batch", "5"}), {{"WORLD_SIZE", "2"}}, std::chrono::seconds(30));
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err, "error: --batch: global batch 5 is not divisible by world size 2\n");
+}
+
+TEST(WorkerRun, FailureIsReportedAsJson) {
+  const auto o = run_process(job({"--data", "/nonexistent/tokens.bin"}), {},
+                             std::chrono::seconds(30));
+  EXPECT_EQ(o.exit_code, 1);
+  const auto r = nlohmann::json::parse(o.out);
+  EXPECT_EQ(r["state"], "FAILED");
+  EXPECT_NE(r["error"].get<std::string>().find("--data"), std::string::npos) << r.dump();
+}
+
+}  // namespace
+}  // namespace ddpd::testing

@@ -1,0 +1,64 @@
+// Shared pieces of the multi-rank suites: run the helper as N real ranks, load its tensors.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "support/process.h"
+
+namespace ddpd::testing {
+
+inline std::string rank_helper() { return binary_dir() + "/ddpd-test-rank"; }
+
+inline std::vector<torch::Tensor> load_tensors(const std::string& path) {
+  std::vector<torch::Tensor> tensors;
+  torch::load(tensors, path);
+  return tensors;
+}
+
+inline nlohmann::json load_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+// Runs the helper with `args` as `world` ranks (world 1: no WORLD_SIZE, a plain single
+// process). Every rank must exit 0. Returns the output prefix.
+inline std::string run_helper(const std::string& name, std::vector<std::string> args, int world) {
+  const std::string prefix = temp_dir() + "/" + name + "-w" + std::to_string(world);
+  std::vector<std::string> argv{rank_helper(), "--out", prefix, "--model", "tiny", "--context",
+                                "16", "--threads", "1"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<ProcessOutcome> outcomes;
+  if (world == 1) {
+    outcomes.push_back(run_process(argv, {}, std::chrono::seconds(120)));
+  } else {
+    outcomes = run_ranks(argv, world, std::chrono::seconds(120));
+  }
+  for (size_t r = 0; r < outcomes.size(); ++r) {
+    EXPECT_EQ(outcomes[r].exit_code, 0) << name << " rank " << r << " stderr:\n" << outcomes[r].err;
+  }
+  return prefix;
+}
+
+inline std::string rank_file(const std::string& prefix, int rank, const std::string& what) {
+  return prefix + ".rank" + std::to_string(rank) + "." + what;
+}
+
+// Largest |a - b| over all elements of two tensor lists of the same shapes.
+inline double max_abs_diff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    EXPECT_EQ(a[i].sizes(), b[i].sizes()) << "tensor " << i;
+    if (a[i].sizes() != b[i].sizes()) return INFINITY;
+    worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
+  }
+  return worst;
+}
+
+}  // namespace ddpd::testing

@@ -1,0 +1,36 @@
+// Spawns real processes for multi-rank tests (the gloo base_test.h idea, with processes).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ddpd::testing {
+
+struct ProcessOutcome {
+  int exit_code = -1;  // -1: killed after the deadline
+  bool timed_out = false;
+  std::string out;
+  std::string err;
+};
+
+// A free TCP port on 127.0.0.1 (bound, then released).
+int free_port();
+
+// Runs `argv` with `env` added to this process's environment; kills it at `timeout`.
+ProcessOutcome run_process(const std::vector<std::string>& argv,
+                           const std::map<std::string, std::string>& env,
+                           std::chrono::seconds timeout);
+
+// Starts `world_size` copies of `argv` with MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE/LOCAL_RANK
+// set, waits for all (killing every one still running at `timeout`), returns them by rank.
+std::vector<ProcessOutcome> run_ranks(const std::vector<std::string>& argv, int world_size,
+                                      std::chrono::seconds timeout,
+                                      const std::map<std::string, std::string>& extra_env = {});
+
+// Directory holding the test binaries (from /proc/self/exe).
+std::string binary_dir();
+std::string temp_dir();
+
+}  // namespace ddpd::testing

@@ -1,0 +1,96 @@
+#include <gtest/gtest.h>
+
+#include "ddpd/job_options.h"
+
+namespace ddpd {
+namespace {
+
+std::string flag_of_error(const DdpJobOptions& o, int world) {
+  try {
+    validate(o, world);
+  } catch (const OptionError& e) {
+    return e.flag();
+  }
+  return "";
+}
+
+TEST(JobOptions, DefaultsAreValid) { EXPECT_NO_THROW(validate(DdpJobOptions{}, 2)); }
+
+TEST(JobOptions, BadValuesNameTheirFlag) {
+  DdpJobOptions o;
+  o.model = "huge";
+  EXPECT_EQ(flag_of_error(o, 1), "--model");
+  o = {};
+  o.strategy = "ring";
+  EXPECT_EQ(flag_of_error(o, 1), "--strategy");
+  o = {};
+  o.batch_size = 9;
+  EXPECT_EQ(flag_of_error(o, 2), "--batch");
+  EXPECT_EQ(flag_of_error(o, 3), "");
+  o = {};
+  o.bucket_size_mb = 0;
+  EXPECT_EQ(flag_of_error(o, 1), "--bucket-mb");
+  o.bucket_size_mb = -1;
+  EXPECT_EQ(flag_of_error(o, 1), "--bucket-mb");
+  o = {};
+  o.steps = 0;
+  EXPECT_EQ(flag_of_error(o, 1), "--steps");
+  o = {};
+  o.num_heads = 3;  // 64 does not divide by 3
+  EXPECT_EQ(flag_of_error(o, 1), "--heads");
+  o = {};
+  o.strategy = "fsdp";
+  o.shard_optimizer = true;
+  EXPECT_EQ(flag_of_error(o, 2), "--shard-optimizer");
+  o = {};
+  o.precision = "fp8";
+  EXPECT_EQ(flag_of_error(o, 1), "--precision");
+}
+
+TEST(JobOptions, MessageIsOneLineWithTheReason) {
+  DdpJobOptions o;
+  o.batch_size = 7;
+  try {
+    validate(o, 2);
+    FAIL() << "batch 7 over 2 ranks was accepted";
+  } catch (const OptionError& e) {
+    EXPECT_STREQ(e.what(), "--batch: global batch 7 is not divisible by world size 2");
+  }
+}
+
+TEST(JobOptions, OverridesApplyOnTopOfThePreset) {
+  DdpJobOptions o;
+  o.model = "small";
+  o.num_layers = 2;
+  o.vocab_size = 512;
+  const ModelConfig m = o.resolved_model();
+  EXPECT_EQ(m.d_model, 768);
+  EXPECT_EQ(m.d_ff, 3072);
+  EXPECT_EQ(m.num_layers, 2);
+  EXPECT_EQ(m.num_heads, 12);
+  EXPECT_EQ(m.vocab_size, 512);
+}
+
+TEST(JobOptions, PresetTableMatchesSpec) {
+  struct Row {
+    const char* name;
+    int64_t d, ff, layers, heads;
+  };
+  for (const Row& r : {Row{"tiny", 64, 256, 2, 4}, Row{"small", 768, 3072, 12, 12},
+                       Row{"medium", 1024, 4096, 24, 16}, Row{"large", 1280, 5120, 36, 20},
+                       Row{"xl", 1600, 6400, 48, 25}, Row{"2.7B", 2560, 10240, 32, 32}}) {
+    const ModelConfig m = model_preset(r.name);
+    EXPECT_EQ(m.d_model, r.d) << r.name;
+    EXPECT_EQ(m.d_ff, r.ff) << r.name;
+    EXPECT_EQ(m.num_layers, r.layers) << r.name;
+    EXPECT_EQ(m.num_heads, r.heads) << r.name;
+    EXPECT_EQ(m.vocab_size, 10000) << r.name;
+  }
+}
+
+TEST(JobOptions, ParameterCountOfSmallIsThePeers) {
+  EXPECT_EQ(count_parameters(model_preset("small")), 128625408);
+}
+
+}  // namespace
+}  // namespace ddpd
