@@ -3,6 +3,8 @@
 namespace ddpd {
 
 void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
+  // A repeated flag overrides the earlier one, so wrappers can append to a base command line.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--model", o.model, "Model preset: tiny, small, medium, large, xl, 2.7B")
       ->capture_default_str();
   app.add_option("--d-model", o.d_model, "Override the preset's d_model");

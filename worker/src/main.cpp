@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <malloc.h>
+
 #include <cstdio>
 #include <iostream>
 
@@ -14,6 +16,16 @@
 #include "ddpd/trainer.h"
 
 namespace {
+
+// Training frees and reallocates the same large tensors every step. glibc's defaults return
+// big blocks to the kernel (munmap / heap trim) on free, so each step page-faults its
+// activations and optimizer temporaries back in: measured ~2x slower AdamW steps. Keep freed
+// memory in the heap instead (process-wide policy, so it is set here, at the entry point).
+void keep_freed_memory_for_reuse() {
+  mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);  // glibc's maximum on 64-bit
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_TOP_PAD, 256 * 1024 * 1024);
+}
 
 void print_summary(const ddpd::DdpJobOptions& o, int world, const ddpd::TrainingResult& r) {
   std::printf("SUCCEEDED  model=%s strategy=%s world=%d steps=%ld\n", o.model.c_str(),
@@ -34,6 +46,7 @@ void print_summary(const ddpd::DdpJobOptions& o, int world, const ddpd::Training
 }  // namespace
 
 int main(int argc, char** argv) {
+  keep_freed_memory_for_reuse();
   CLI::App app{"ddpd worker: runs DDP training and collective benchmarks"};
   app.require_subcommand(1);
   auto* run = app.add_subcommand("run", "Run one job without a coordinator (torchrun-style env)");
@@ -47,8 +60,11 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());  // one line naming the flag
+    return 2;
   }
   spdlog::set_level(spdlog::level::from_str(log_level));
 
