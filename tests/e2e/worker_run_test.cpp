@@ -2,15 +2,30 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <fstream>
+
 #include "ddpd/job_options.h"
 #include "support/process.h"
 
 namespace ddpd::testing {
 namespace {
 
-const std::vector<std::string> kJob{DDPD_WORKER_BINARY, "run", "ddp", "--model", "tiny",
-                                    "--batch", "4", "--context", "32", "--steps", "6",
-                                    "--warmup-steps", "2", "--threads", "1", "--json"};
+const std::vector<std::string> kJob{DDPD_WORKER_BINARY,
+                                    "run",
+                                    "ddp",
+                                    "--model",
+                                    "tiny",
+                                    "--batch",
+                                    "4",
+                                    "--context",
+                                    "32",
+                                    "--steps",
+                                    "6",
+                                    "--warmup-steps",
+                                    "2",
+                                    "--threads",
+                                    "1",
+                                    "--json"};
 
 std::vector<std::string> job(std::vector<std::string> extra) {
   auto argv = kJob;
@@ -62,8 +77,8 @@ TEST(WorkerRun, SingleProcessResultHasEveryField) {
 class WorkerRunMultiRank : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(WorkerRunMultiRank, TwoRanksMatchSingleProcessLoss) {
-  const auto outcomes = run_ranks(job({"--strategy", GetParam(), "--bucket-mb", "1"}), 2,
-                                  std::chrono::seconds(120));
+  const auto outcomes =
+      run_ranks(job({"--strategy", GetParam(), "--bucket-mb", "1"}), 2, std::chrono::seconds(120));
   ASSERT_EQ(outcomes[1].exit_code, 0) << outcomes[1].err;
   EXPECT_TRUE(outcomes[1].out.empty()) << "only rank 0 prints the result";
   const auto r = result_of(outcomes[0]);
@@ -105,28 +120,76 @@ TEST(WorkerRun, BadFlagsGiveOneLineNamingTheFlag) {
     std::vector<std::string> args;
     std::string message;
   };
-  for (const auto& c : std::vector<Case>{
-           {{"--model", "huge"}, "error: --model: unknown model 'huge'"},
-           {{"--strategy", "ring"}, "error: --strategy: unknown strategy 'ring'"},
-           {{"--bucket-mb", "0"}, "error: --bucket-mb: must be > 0"},
-           {{"--steps", "0"}, "error: --steps: must be >= 1"}}) {
+  for (const auto& c :
+       std::vector<Case>{{{"--model", "huge"}, "error: --model: unknown model 'huge'"},
+                         {{"--strategy", "ring"}, "error: --strategy: unknown strategy 'ring'"},
+                         {{"--bucket-mb", "0"}, "error: --bucket-mb: must be > 0"},
+                         {{"--steps", "0"}, "error: --steps: must be >= 1"}}) {
     const auto o = run_process(job(c.args), {}, std::chrono::seconds(30));
     EXPECT_EQ(o.exit_code, 2) << c.message;
     EXPECT_EQ(o.err.rfind(c.message, 0), 0u) << o.err;
     EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
   }
-  const auto o = run_process(job({"--batch", "5"}), {{"WORLD_SIZE", "2"}}, std::chrono::seconds(30));
+  const auto o =
+      run_process(job({"--batch", "5"}), {{"WORLD_SIZE", "2"}}, std::chrono::seconds(30));
   EXPECT_EQ(o.exit_code, 2);
   EXPECT_EQ(o.err, "error: --batch: global batch 5 is not divisible by world size 2\n");
 }
 
 TEST(WorkerRun, FailureIsReportedAsJson) {
-  const auto o = run_process(job({"--data", "/nonexistent/tokens.bin"}), {},
-                             std::chrono::seconds(30));
+  const auto o =
+      run_process(job({"--data", "/nonexistent/tokens.bin"}), {}, std::chrono::seconds(30));
   EXPECT_EQ(o.exit_code, 1);
   const auto r = nlohmann::json::parse(o.out);
   EXPECT_EQ(r["state"], "FAILED");
   EXPECT_NE(r["error"].get<std::string>().find("--data"), std::string::npos) << r.dump();
+}
+
+}  // namespace
+}  // namespace ddpd::testing
+
+namespace ddpd::testing {
+namespace {
+
+TEST(WorkerRun, Bf16AutocastTrainsCloseToFp32) {
+  const auto bf16 =
+      result_of(run_process(job({"--precision", "bf16"}), {}, std::chrono::seconds(120)));
+  EXPECT_EQ(bf16["state"], "SUCCEEDED");
+  for (size_t i = 0; i < 6; ++i) {
+    const double ours = bf16["steps"][i]["loss"].get<double>();
+    const double fp32 = single_process()["steps"][i]["loss"].get<double>();
+    EXPECT_NEAR(ours, fp32, 0.05) << "step " << i;
+    EXPECT_NE(ours, fp32) << "bf16 autocast had no effect at step " << i;
+  }
+}
+
+void write_tokens(const std::string& path, const std::vector<uint16_t>& tokens) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(tokens.data()), tokens.size() * sizeof(uint16_t));
+}
+
+TEST(WorkerRun, TrainsOnATokenFile) {
+  // A repeating sequence is learnable: the loss must fall well below the uniform ln(10000).
+  std::vector<uint16_t> tokens;
+  for (int i = 0; i < 4096; ++i) tokens.push_back(static_cast<uint16_t>((i * 37) % 64 + 9000));
+  const std::string path = temp_dir() + "/tokens.u16";
+  write_tokens(path, tokens);
+  const auto r = result_of(run_ranks(job({"--data", path, "--steps", "30", "--lr", "0.01"}), 2,
+                                     std::chrono::seconds(180))[0]);
+  EXPECT_EQ(r["state"], "SUCCEEDED");
+  EXPECT_LT(r["summary"]["final_loss"].get<double>(), 5.0);
+}
+
+TEST(WorkerRun, TokenFileWithIdsOutsideTheVocabularyIsRefused) {
+  const std::string path = temp_dir() + "/bad.u16";
+  write_tokens(path, std::vector<uint16_t>(1000, 60000));
+  const auto o = run_process(job({"--data", path}), {}, std::chrono::seconds(60));
+  EXPECT_EQ(o.exit_code, 1);
+  const auto r = nlohmann::json::parse(o.out);
+  EXPECT_EQ(r["state"], "FAILED");
+  EXPECT_NE(r["error"].get<std::string>().find("outside the vocabulary of 10000"),
+            std::string::npos)
+      << r.dump();
 }
 
 }  // namespace

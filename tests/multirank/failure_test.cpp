@@ -6,9 +6,23 @@ namespace {
 
 std::vector<ProcessOutcome> run_faulty(const std::string& fault, const std::string& strategy) {
   const std::string prefix = temp_dir() + "/fault-" + fault + "-" + strategy;
-  std::vector<std::string> argv{rank_helper(), "--out", prefix, "--model", "tiny", "--context",
-                                "16", "--batch", "4", "--steps", "50", "--strategy", strategy,
-                                "--timeout", "5", "--" + fault + "-at", "2"};
+  std::vector<std::string> argv{rank_helper(),
+                                "--out",
+                                prefix,
+                                "--model",
+                                "tiny",
+                                "--context",
+                                "16",
+                                "--batch",
+                                "4",
+                                "--steps",
+                                "50",
+                                "--strategy",
+                                strategy,
+                                "--timeout",
+                                "5",
+                                "--" + fault + "-at",
+                                "2"};
   return run_ranks(argv, 2, std::chrono::seconds(60));
 }
 

@@ -2,8 +2,8 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <string>
@@ -30,8 +30,8 @@ inline nlohmann::json load_json(const std::string& path) {
 // process). Every rank must exit 0. Returns the output prefix.
 inline std::string run_helper(const std::string& name, std::vector<std::string> args, int world) {
   const std::string prefix = temp_dir() + "/" + name + "-w" + std::to_string(world);
-  std::vector<std::string> argv{rank_helper(), "--out", prefix, "--model", "tiny", "--context",
-                                "16", "--threads", "1"};
+  std::vector<std::string> argv{rank_helper(), "--out", prefix,      "--model", "tiny",
+                                "--context",   "16",    "--threads", "1"};
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<ProcessOutcome> outcomes;
   if (world == 1) {
@@ -50,7 +50,8 @@ inline std::string rank_file(const std::string& prefix, int rank, const std::str
 }
 
 // Largest |a - b| over all elements of two tensor lists of the same shapes.
-inline double max_abs_diff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+inline double max_abs_diff(const std::vector<torch::Tensor>& a,
+                           const std::vector<torch::Tensor>& b) {
   EXPECT_EQ(a.size(), b.size());
   double worst = 0;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {

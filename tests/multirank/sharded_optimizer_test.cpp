@@ -6,8 +6,8 @@ namespace ddpd::testing {
 namespace {
 
 std::vector<std::string> flags(bool shard) {
-  std::vector<std::string> f{"--strategy", "flat", "--batch", "6", "--steps", "10", "--seed", "3",
-                             "--lr", "0.01", "--add-group-at", "2"};
+  std::vector<std::string> f{"--strategy", "flat", "--batch", "6",    "--steps",        "10",
+                             "--seed",     "3",    "--lr",    "0.01", "--add-group-at", "2"};
   if (shard) f.push_back("--shard-optimizer");
   return f;
 }

@@ -20,8 +20,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 // Common training flags: global batch 6 divides by 1, 2 and 3; 0.05 MiB buckets are smaller
 // than the 2.5 MiB embedding and give many buckets.
 std::vector<std::string> training_flags(const std::string& strategy) {
-  return {"--strategy", strategy, "--bucket-mb", "0.05", "--batch", "6", "--steps", "4",
-          "--seed", "7", "--lr", "0.01"};
+  return {"--strategy", strategy, "--bucket-mb", "0.05", "--batch", "6",
+          "--steps",    "4",      "--seed",      "7",    "--lr",    "0.01"};
 }
 
 // The single-process reference, computed once per flag set.
@@ -42,7 +42,8 @@ std::vector<torch::Tensor> full_gradients(const std::string& prefix, int rank, c
   auto grads = load_tensors(rank_file(prefix, rank, "grads0.pt"));
   if (c.strategy != "fsdp") return grads;
   std::vector<std::vector<torch::Tensor>> shards;
-  for (int r = 0; r < c.world; ++r) shards.push_back(load_tensors(rank_file(prefix, r, "grads0.pt")));
+  for (int r = 0; r < c.world; ++r)
+    shards.push_back(load_tensors(rank_file(prefix, r, "grads0.pt")));
   const auto shapes = load_tensors(rank_file(prefix, rank, "init_synced.pt"));
   std::vector<torch::Tensor> full;
   for (size_t i = 0; i < grads.size(); ++i) {

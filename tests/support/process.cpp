@@ -61,7 +61,8 @@ Running start(const std::vector<std::string>& argv, const std::map<std::string, 
                                    0644);
   const int rc = posix_spawn(&r.pid, args[0], &actions, nullptr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) throw std::runtime_error("posix_spawn " + argv[0] + " failed: " + std::to_string(rc));
+  if (rc != 0)
+    throw std::runtime_error("posix_spawn " + argv[0] + " failed: " + std::to_string(rc));
   return r;
 }
 
@@ -157,7 +158,8 @@ std::vector<ProcessOutcome> run_ranks(const std::vector<std::string>& argv, int 
     env["RANK"] = std::to_string(rank);
     env["LOCAL_RANK"] = std::to_string(rank);
     env["WORLD_SIZE"] = std::to_string(world_size);
-    running.push_back(start(argv, env, "job" + std::to_string(job) + "-rank" + std::to_string(rank)));
+    running.push_back(
+        start(argv, env, "job" + std::to_string(job) + "-rank" + std::to_string(rank)));
   }
   return wait_all(running, timeout);
 }

@@ -7,9 +7,9 @@
 // PREFIX.rankR.init_synced.pt (full parameters after construction), PREFIX.rankR.grads0.pt (the
 // first step's averaged gradients), PREFIX.rankR.final.pt,
 // PREFIX.rankR.json (optimizer ownership and communication accounting).
+#include <torch/torch.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <torch/torch.h>
 
 #include <chrono>
 #include <fstream>
@@ -68,8 +68,8 @@ int main(int argc, char** argv) {
     torch::save(clones(model->parameters()), prefix + ".init_local.pt");
 
     ddpd::SyncOptions sync_options;
-    sync_options.strategy = comm->world_size() == 1 ? ddpd::Strategy::kNaive
-                                                    : ddpd::parse_strategy(options.strategy);
+    sync_options.strategy =
+        comm->world_size() == 1 ? ddpd::Strategy::kNaive : ddpd::parse_strategy(options.strategy);
     sync_options.bucket_size_mb = options.bucket_size_mb;
     auto sync = ddpd::make_synchronizer(*model, comm, sync_options);
     torch::save(clones(sync->full_parameters()), prefix + ".init_synced.pt");
@@ -111,14 +111,15 @@ int main(int argc, char** argv) {
       comm->take_spans();
       sync->zero_grad();
       sync->prepare_forward();
-      auto loss = ddpd::language_model_loss(
-          model->forward(batch.narrow(1, 0, options.context_length)),
-          batch.narrow(1, 1, options.context_length));
+      auto loss =
+          ddpd::language_model_loss(model->forward(batch.narrow(1, 0, options.context_length)),
+                                    batch.narrow(1, 1, options.context_length));
       loss.backward();
       sync->finish_gradient_synchronization();
       if (step == 0) {  // the averaged gradients (fsdp: this rank's gradient shards)
         std::vector<torch::Tensor> grads;
-        for (const auto& p : sync->optimizer_parameters()) grads.push_back(p.grad().detach().clone());
+        for (const auto& p : sync->optimizer_parameters())
+          grads.push_back(p.grad().detach().clone());
         torch::save(grads, prefix + ".grads0.pt");
       }
       synced_bytes = 0;

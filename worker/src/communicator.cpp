@@ -34,8 +34,8 @@ void PendingCollective::wait() {
   }
 }
 
-Communicator::Communicator(c10::intrusive_ptr<c10d::ProcessGroup> group, int rank,
-                           int world_size, std::chrono::milliseconds timeout)
+Communicator::Communicator(c10::intrusive_ptr<c10d::ProcessGroup> group, int rank, int world_size,
+                           std::chrono::milliseconds timeout)
     : group_(std::move(group)),
       rank_(rank),
       world_size_(world_size),
@@ -66,8 +66,8 @@ std::vector<CommSpan> Communicator::take_spans() {
   return out;
 }
 
-PendingCollective Communicator::track(c10::intrusive_ptr<c10d::Work> work,
-                                      const std::string& name, int64_t bytes) {
+PendingCollective Communicator::track(c10::intrusive_ptr<c10d::Work> work, const std::string& name,
+                                      int64_t bytes) {
   CommSpan span{name, now(), 0, bytes};
   auto log = spans_;
   auto epoch = epoch_;
@@ -126,9 +126,9 @@ PendingCollective Communicator::broadcast(at::Tensor& tensor, int root, const st
 
 PendingCollective Communicator::all_gather(at::Tensor& output, const at::Tensor& input,
                                            const std::string& name) {
-  TORCH_CHECK(output.dim() == 1 && output.is_contiguous() &&
-                  output.numel() == input.numel() * world_size_,
-              "all_gather: output must be contiguous 1-D with world_size * input.numel()");
+  TORCH_CHECK(
+      output.dim() == 1 && output.is_contiguous() && output.numel() == input.numel() * world_size_,
+      "all_gather: output must be contiguous 1-D with world_size * input.numel()");
   if (world_size_ == 1) {
     output.copy_(input.reshape(-1));
     return {};
@@ -175,7 +175,7 @@ void Communicator::reduce_scatter_sum(at::Tensor& output, const at::Tensor& inpu
     chunk_of(rank_ - s - 2).add_(incoming);
   }
   output.copy_(chunk_of(rank_));
-  record(CommSpan{name, launch, now(), input.nbytes()});
+  record(CommSpan{name, launch, now(), static_cast<int64_t>(input.nbytes())});
 }
 
 void Communicator::barrier() {

@@ -26,9 +26,9 @@ ModelConfig shape(int64_t d_model, int64_t d_ff, int64_t layers, int64_t heads) 
 // SPEC §3.2 presets; vocab 10000 in all of them.
 const std::map<std::string, ModelConfig>& presets() {
   static const std::map<std::string, ModelConfig> table = {
-      {"tiny", shape(64, 256, 2, 4)},      {"small", shape(768, 3072, 12, 12)},
+      {"tiny", shape(64, 256, 2, 4)},        {"small", shape(768, 3072, 12, 12)},
       {"medium", shape(1024, 4096, 24, 16)}, {"large", shape(1280, 5120, 36, 20)},
-      {"xl", shape(1600, 6400, 48, 25)},   {"2.7B", shape(2560, 10240, 32, 32)},
+      {"xl", shape(1600, 6400, 48, 25)},     {"2.7B", shape(2560, 10240, 32, 32)},
   };
   return table;
 }
@@ -47,17 +47,16 @@ const std::vector<std::string>& model_preset_names() {
 ModelConfig model_preset(const std::string& name) {
   auto it = presets().find(name);
   if (it == presets().end()) {
-    throw OptionError("--model",
-                      "unknown model '" + name + "' (expected one of " +
-                          join(model_preset_names()) + ")");
+    throw OptionError("--model", "unknown model '" + name + "' (expected one of " +
+                                     join(model_preset_names()) + ")");
   }
   return it->second;
 }
 
 int64_t count_parameters(const ModelConfig& c) {
-  const int64_t per_block = 2 * c.d_model                 // two RMSNorm gains
-                            + 4 * c.d_model * c.d_model   // q, k, v, o
-                            + 3 * c.d_model * c.d_ff;     // w1, w3, w2
+  const int64_t per_block = 2 * c.d_model                // two RMSNorm gains
+                            + 4 * c.d_model * c.d_model  // q, k, v, o
+                            + 3 * c.d_model * c.d_ff;    // w1, w3, w2
   const int64_t embedding = c.vocab_size * c.d_model;
   const int64_t head = c.tie_embeddings ? 0 : c.vocab_size * c.d_model;
   return embedding + c.num_layers * per_block + c.d_model + head;

@@ -1,8 +1,8 @@
 // ddpd-worker: `run ddp …` trains one job without a coordinator, from torchrun-style
 // environment variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK).
 // Exit codes: 0 succeeded, 1 the job failed, 2 bad command line or environment.
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include <malloc.h>
 
@@ -31,16 +31,17 @@ void print_summary(const ddpd::DdpJobOptions& o, int world, const ddpd::Training
   std::printf("SUCCEEDED  model=%s strategy=%s world=%d steps=%ld\n", o.model.c_str(),
               o.strategy.c_str(), world, static_cast<long>(o.steps));
   for (const auto& s : r.steps) {
-    std::printf("step %3ld  loss %.4f  step %.1f ms  exposed comm %.1f ms  comm frac %.3f  spread %s\n",
-                static_cast<long>(s.step), s.loss, s.step_seconds * 1e3,
-                s.exposed_comm_seconds * 1e3, s.comm_fraction,
-                s.param_spread ? std::to_string(*s.param_spread).c_str() : "-");
+    std::printf(
+        "step %3ld  loss %.4f  step %.1f ms  exposed comm %.1f ms  comm frac %.3f  spread %s\n",
+        static_cast<long>(s.step), s.loss, s.step_seconds * 1e3, s.exposed_comm_seconds * 1e3,
+        s.comm_fraction, s.param_spread ? std::to_string(*s.param_spread).c_str() : "-");
   }
   const auto& s = r.summary;
-  std::printf("final loss %.4f  median step %.1f ms (std %.1f)  %.0f tokens/s  comm fraction %.3f  "
-              "max spread %.3g\n",
-              s.final_loss, s.median_step_seconds * 1e3, s.std_step_seconds * 1e3,
-              s.tokens_per_second, s.median_comm_fraction, s.max_param_spread);
+  std::printf(
+      "final loss %.4f  median step %.1f ms (std %.1f)  %.0f tokens/s  comm fraction %.3f  "
+      "max spread %.3g\n",
+      s.final_loss, s.median_step_seconds * 1e3, s.std_step_seconds * 1e3, s.tokens_per_second,
+      s.median_comm_fraction, s.max_param_spread);
 }
 
 }  // namespace
@@ -57,7 +58,8 @@ int main(int argc, char** argv) {
   std::string log_level = "warn";
   ddpd::add_ddp_flags(*ddp, options);
   ddp->add_flag("--json", json, "Print the result as JSON (rank 0)");
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -71,8 +73,8 @@ int main(int argc, char** argv) {
   ddpd::RendezvousOptions rendezvous;
   try {
     rendezvous = ddpd::rendezvous_from_environment();
-    rendezvous.timeout = std::chrono::milliseconds(
-        static_cast<int64_t>(options.collective_timeout_s * 1000.0));
+    rendezvous.timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(options.collective_timeout_s * 1000.0));
     ddpd::validate(options, rendezvous.world_size);
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

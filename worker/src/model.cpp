@@ -128,9 +128,9 @@ TransformerLMImpl::TransformerLMImpl(const ModelConfig& config)
     blocks->push_back(layers_->blocks.back());
   }
   layers_->final_norm = register_module("final_norm", RMSNorm(config.d_model));
-  layers_->head = register_module(
-      "head", config.tie_embeddings ? Linear(layers_->embedding->weight)
-                                    : Linear(config.d_model, config.vocab_size));
+  layers_->head =
+      register_module("head", config.tie_embeddings ? Linear(layers_->embedding->weight)
+                                                    : Linear(config.d_model, config.vocab_size));
 }
 
 torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens) {
@@ -140,8 +140,8 @@ torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens) {
 }
 
 torch::Tensor language_model_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
-  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32),
-                                              targets.reshape({-1}));
+  return torch::nn::functional::cross_entropy(
+      logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32), targets.reshape({-1}));
 }
 
 std::vector<torch::Tensor> unique_trainable_parameters(torch::nn::Module& module) {

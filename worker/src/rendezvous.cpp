@@ -50,7 +50,8 @@ RendezvousOptions rendezvous_from_environment() {
 
 std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
   if (options.world_size == 1) {
-    return std::make_shared<Communicator>(c10::intrusive_ptr<c10d::ProcessGroup>(), 0, 1, options.timeout);
+    return std::make_shared<Communicator>(c10::intrusive_ptr<c10d::ProcessGroup>(), 0, 1,
+                                          options.timeout);
   }
   const std::string endpoint = options.master_addr + ":" + std::to_string(options.master_port);
   c10::intrusive_ptr<c10d::Store> store;
@@ -72,9 +73,9 @@ std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
     std::string bind = options.local_address;
     if (bind.empty() && is_loopback(options.master_addr)) bind = "127.0.0.1";
-    gloo_options->devices.push_back(
-        bind.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
-                     : c10d::ProcessGroupGloo::createDeviceForHostname(bind));
+    gloo_options->devices.push_back(bind.empty()
+                                        ? c10d::ProcessGroupGloo::createDefaultDevice()
+                                        : c10d::ProcessGroupGloo::createDeviceForHostname(bind));
     gloo_options->threads = 2;  // one for backward-overlapped buckets, one for the rest
     try {
       auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, options.rank,

@@ -25,8 +25,8 @@ nlohmann::json to_json(const TrainingResult& result) {
                      {"exposed_comm_seconds", s.exposed_comm_seconds},
                      {"comm_fraction", s.comm_fraction},
                      {"tokens_per_second", s.tokens_per_second},
-                     {"param_spread", s.param_spread ? nlohmann::json(*s.param_spread)
-                                                     : nlohmann::json(nullptr)}});
+                     {"param_spread",
+                      s.param_spread ? nlohmann::json(*s.param_spread) : nlohmann::json(nullptr)}});
   }
   const auto& sum = result.summary;
   return {{"state", "SUCCEEDED"},

@@ -17,10 +17,10 @@ OptimizerFactory adamw_factory(const torch::optim::AdamWOptions& options) {
 struct ShardedOptimizer::State {
   std::shared_ptr<Communicator> comm;
   std::unique_ptr<torch::optim::Optimizer> local;
-  std::vector<torch::Tensor> params;          // every parameter, in assignment order
-  std::vector<int> owners;                    // owner rank of params[i]
+  std::vector<torch::Tensor> params;  // every parameter, in assignment order
+  std::vector<int> owners;            // owner rank of params[i]
   std::unordered_map<const void*, int> owner_by_impl;
-  std::vector<int64_t> owned_bytes;           // per rank
+  std::vector<int64_t> owned_bytes;  // per rank
   double last_broadcast_seconds = 0;
 
   // Greedy balance: largest parameter first, to the rank with the fewest owned bytes (lowest
@@ -37,8 +37,8 @@ struct ShardedOptimizer::State {
       const auto& p = group_params[k];
       TORCH_CHECK(!owner_by_impl.count(p.unsafeGetTensorImpl()),
                   "add_param_group: a parameter is already in another group");
-      const int owner = static_cast<int>(
-          std::min_element(owned_bytes.begin(), owned_bytes.end()) - owned_bytes.begin());
+      const int owner = static_cast<int>(std::min_element(owned_bytes.begin(), owned_bytes.end()) -
+                                         owned_bytes.begin());
       owned_bytes[owner] += p.nbytes();
       owner_by_impl[p.unsafeGetTensorImpl()] = owner;
       params.push_back(p);

@@ -22,8 +22,9 @@ torch::Tensor load_tokens(const std::string& path, const std::string& dtype, int
   in.read(raw.data(), bytes);
   const int64_t n = bytes / width;
   torch::Tensor tokens =
-      width == 2 ? torch::from_blob(raw.data(), {n}, torch::kInt16).to(torch::kInt32).bitwise_and(0xFFFF)
-                 : torch::from_blob(raw.data(), {n}, torch::kInt32).clone();
+      width == 2
+          ? torch::from_blob(raw.data(), {n}, torch::kInt16).to(torch::kInt32).bitwise_and(0xFFFF)
+          : torch::from_blob(raw.data(), {n}, torch::kInt32).clone();
   tokens = tokens.to(torch::kInt64);
   if (n > 0) {
     const int64_t lo = tokens.min().item<int64_t>(), hi = tokens.max().item<int64_t>();
@@ -54,11 +55,10 @@ TokenBatches::TokenBatches(const DdpJobOptions& options, int64_t vocab_size)
 
 torch::Tensor TokenBatches::next_global_batch() {
   if (!tokens_.defined()) {
-    return torch::randint(0, vocab_size_, {batch_size_, context_ + 1}, generator_,
-                          torch::kInt64);
+    return torch::randint(0, vocab_size_, {batch_size_, context_ + 1}, generator_, torch::kInt64);
   }
-  auto starts = torch::randint(0, tokens_.numel() - context_, {batch_size_}, generator_,
-                               torch::kInt64);
+  auto starts =
+      torch::randint(0, tokens_.numel() - context_, {batch_size_}, generator_, torch::kInt64);
   auto offsets = torch::arange(context_ + 1, torch::kInt64);
   return tokens_.index({starts.unsqueeze(1) + offsets.unsqueeze(0)});
 }

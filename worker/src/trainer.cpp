@@ -124,7 +124,7 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
   const int world = m.comm->world_size();
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   set_compute_threads(options.threads > 0 ? options.threads
-                                           : std::max(1, static_cast<int>(cores) / world));
+                                          : std::max(1, static_cast<int>(cores) / world));
 
   // Each rank initialises differently; the synchroniser broadcasts rank 0's parameters.
   torch::manual_seed(options.seed + m.comm->rank());
@@ -210,10 +210,9 @@ StepMetrics Trainer::train_step(int64_t step) {
   if (every > 0 && ((step + 1) % every == 0 || last)) {
     metrics.param_spread = parameter_spread(m.sync->full_parameters(), comm);
     if (m.options.max_param_spread > 0 && *metrics.param_spread > m.options.max_param_spread) {
-      throw std::runtime_error("param spread " + std::to_string(*metrics.param_spread) +
-                               " exceeds --max-param-spread " +
-                               std::to_string(m.options.max_param_spread) + " at step " +
-                               std::to_string(step));
+      throw std::runtime_error(
+          "param spread " + std::to_string(*metrics.param_spread) + " exceeds --max-param-spread " +
+          std::to_string(m.options.max_param_spread) + " at step " + std::to_string(step));
     }
   }
   return metrics;

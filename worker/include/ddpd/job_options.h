@@ -49,33 +49,33 @@ class OptionError : public std::invalid_argument {
 };
 
 struct DdpJobOptions {
-  std::string model = "tiny";            // preset name; the overrides below win
-  std::optional<int64_t> d_model;        // --d-model
-  std::optional<int64_t> d_ff;           // --d-ff
-  std::optional<int64_t> num_layers;     // --layers
-  std::optional<int64_t> num_heads;      // --heads
-  std::optional<int64_t> vocab_size;     // --vocab
-  int64_t context_length = 64;           // tokens per sample
-  int64_t batch_size = 8;                // global batch; each rank gets batch_size / world_size
-  int64_t steps = 10;                    // optimizer steps, warm-up included
-  int64_t warmup_steps = 2;              // first steps left out of the summary statistics
-  uint64_t seed = 0;                     // model init uses seed + rank (rank 0's is broadcast)
-  std::string strategy = "bucketed";     // naive | flat | overlap | bucketed | fsdp
-  double bucket_size_mb = 25.0;          // bucketed only; MiB (2^20 bytes), as PyTorch DDP
-  bool shard_optimizer = false;          // ZeRO-1 optimizer-state sharding (not with fsdp)
+  std::string model = "tiny";         // preset name; the overrides below win
+  std::optional<int64_t> d_model;     // --d-model
+  std::optional<int64_t> d_ff;        // --d-ff
+  std::optional<int64_t> num_layers;  // --layers
+  std::optional<int64_t> num_heads;   // --heads
+  std::optional<int64_t> vocab_size;  // --vocab
+  int64_t context_length = 64;        // tokens per sample
+  int64_t batch_size = 8;             // global batch; each rank gets batch_size / world_size
+  int64_t steps = 10;                 // optimizer steps, warm-up included
+  int64_t warmup_steps = 2;           // first steps left out of the summary statistics
+  uint64_t seed = 0;                  // model init uses seed + rank (rank 0's is broadcast)
+  std::string strategy = "bucketed";  // naive | flat | overlap | bucketed | fsdp
+  double bucket_size_mb = 25.0;       // bucketed only; MiB (2^20 bytes), as PyTorch DDP
+  bool shard_optimizer = false;       // ZeRO-1 optimizer-state sharding (not with fsdp)
   // AdamW hyper-parameters; defaults are torch.optim.AdamW's.
   double lr = 1e-3;
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.01;
-  std::string precision = "fp32";        // fp32 | bf16 (autocast, FP32 master weights)
-  std::string data_path;                 // empty: random tokens; else a flat binary token file
-  std::string data_dtype = "uint16";     // uint16 | int32, element type of data_path
-  int64_t spread_every = 1;              // measure param spread every K steps (0: never)
-  double max_param_spread = 0.0;         // fail the job when spread exceeds it (0: never fail)
-  int threads = 0;                       // intra-op threads per rank; 0: cores / local ranks
-  double collective_timeout_s = 300.0;   // every collective and the rendezvous time out after it
+  std::string precision = "fp32";       // fp32 | bf16 (autocast, FP32 master weights)
+  std::string data_path;                // empty: random tokens; else a flat binary token file
+  std::string data_dtype = "uint16";    // uint16 | int32, element type of data_path
+  int64_t spread_every = 1;             // measure param spread every K steps (0: never)
+  double max_param_spread = 0.0;        // fail the job when spread exceeds it (0: never fail)
+  int threads = 0;                      // intra-op threads per rank; 0: cores / local ranks
+  double collective_timeout_s = 300.0;  // every collective and the rendezvous time out after it
 
   // The preset with the overrides applied.
   ModelConfig resolved_model() const;

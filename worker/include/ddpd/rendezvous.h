@@ -15,8 +15,8 @@ struct RendezvousOptions {
   int master_port = 29500;                // torchrun's default port
   int rank = 0;
   int world_size = 1;
-  int local_rank = 0;                     // selects the GPU under NCCL
-  std::string backend = "gloo";           // gloo (CPU) | nccl (CUDA builds)
+  int local_rank = 0;            // selects the GPU under NCCL
+  std::string backend = "gloo";  // gloo (CPU) | nccl (CUDA builds)
   // Address this rank's Gloo transport binds to. Empty: loopback when master_addr is a loopback
   // address, else the address this host's name resolves to.
   std::string local_address;

@@ -21,10 +21,10 @@ struct StepMetrics {
   double forward_seconds = 0;
   double backward_seconds = 0;
   double optimizer_seconds = 0;
-  double comm_seconds = 0;          // union of collective spans within the step
-  double exposed_comm_seconds = 0;  // time the step waited on communication outside backward
-  double comm_fraction = 0;         // exposed_comm_seconds / step_seconds
-  double tokens_per_second = 0;     // global tokens / step_seconds
+  double comm_seconds = 0;             // union of collective spans within the step
+  double exposed_comm_seconds = 0;     // time the step waited on communication outside backward
+  double comm_fraction = 0;            // exposed_comm_seconds / step_seconds
+  double tokens_per_second = 0;        // global tokens / step_seconds
   std::optional<double> param_spread;  // measured every spread_every steps
 };
 

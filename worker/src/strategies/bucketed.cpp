@@ -21,7 +21,9 @@ class BucketedSynchronizer final : public ReplicatedSynchronizer {
  public:
   BucketedSynchronizer(torch::nn::Module& model, std::shared_ptr<Communicator> comm,
                        double bucket_size_mb)
-      : ReplicatedSynchronizer(model, std::move(comm)), bucket_of_(params_.size()) {
+      : ReplicatedSynchronizer(model, std::move(comm)),
+        bucket_of_(params_.size()),
+        grad_views_(params_.size()) {
     std::vector<int64_t> numels;
     for (const auto& p : params_) numels.push_back(p.numel());
     const auto cap = static_cast<int64_t>(bucket_size_mb * 1024.0 * 1024.0);
@@ -35,7 +37,8 @@ class BucketedSynchronizer final : public ReplicatedSynchronizer {
       int64_t offset = 0;
       for (size_t i : indices) {
         auto& p = params_[i];
-        p.mutable_grad() = bucket.buffer.narrow(0, offset, p.numel()).view(p.sizes());
+        grad_views_[i] = bucket.buffer.narrow(0, offset, p.numel()).view(p.sizes());
+        p.mutable_grad() = grad_views_[i];
         bucket_of_[i] = buckets_.size();
         offset += p.numel();
       }
@@ -48,8 +51,6 @@ class BucketedSynchronizer final : public ReplicatedSynchronizer {
   ~BucketedSynchronizer() override { hooks_.reset(); }
 
   Strategy strategy() const override { return Strategy::kBucketed; }
-
-  size_t bucket_count() const { return buckets_.size(); }
 
   void zero_grad() override {
     for (auto& bucket : buckets_) bucket.buffer.zero_();
@@ -72,13 +73,12 @@ class BucketedSynchronizer final : public ReplicatedSynchronizer {
   void mark_ready(size_t i) {
     Bucket& bucket = buckets_[bucket_of_[i]];
     auto& p = params_[i];
-    // Autograd may have replaced the view (e.g. after the optimizer reset grads): restore it.
-    if (!p.grad().defined() || p.grad().data_ptr() != bucket_slot(i).data_ptr()) {
+    // Someone reset .grad (an optimizer's zero_grad, say), so autograd stored a fresh tensor:
+    // move it into the bucket and restore the view.
+    if (!p.grad().defined() || p.grad().data_ptr() != grad_views_[i].data_ptr()) {
       torch::NoGradGuard no_grad;
-      auto grad = p.grad();
-      auto slot = bucket_slot(i);
-      if (grad.defined()) slot.copy_(grad);
-      p.mutable_grad() = slot;
+      if (p.grad().defined()) grad_views_[i].copy_(p.grad());
+      p.mutable_grad() = grad_views_[i];
     }
     ++bucket.ready;
     // Launch in bucket order only: c10d matches collectives by order, and every rank must issue
@@ -89,23 +89,14 @@ class BucketedSynchronizer final : public ReplicatedSynchronizer {
     }
   }
 
-  torch::Tensor bucket_slot(size_t i) {
-    const Bucket& bucket = buckets_[bucket_of_[i]];
-    int64_t offset = 0;
-    for (size_t j : bucket.params) {
-      if (j == i) break;
-      offset += params_[j].numel();
-    }
-    return bucket.buffer.narrow(0, offset, params_[i].numel()).view(params_[i].sizes());
-  }
-
   void launch(Bucket& bucket) {
-    bucket.work = comm_->all_reduce_sum(bucket.buffer,
-                                        "all_reduce/bucket" + std::to_string(&bucket - &buckets_[0]));
+    bucket.work = comm_->all_reduce_sum(
+        bucket.buffer, "all_reduce/bucket" + std::to_string(&bucket - &buckets_[0]));
   }
 
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;
+  std::vector<torch::Tensor> grad_views_;  // each parameter's slot in its bucket
   size_t next_to_launch_ = 0;
   std::unique_ptr<GradReadyHooks> hooks_;
 };

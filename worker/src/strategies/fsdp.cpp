@@ -86,8 +86,8 @@ class FsdpSynchronizer final : public GradientSynchronizer {
     for (size_t i = 0; i < shards_.size(); ++i) {
       auto& s = shards_[i];
       gathered.push_back(torch::empty({s.layout.padded_numel}, s.shard.options()));
-      pending.push_back(
-          comm_->all_gather(gathered.back(), s.shard.detach(), "all_gather/param" + std::to_string(i)));
+      pending.push_back(comm_->all_gather(gathered.back(), s.shard.detach(),
+                                          "all_gather/param" + std::to_string(i)));
     }
     for (size_t i = 0; i < shards_.size(); ++i) {
       pending[i].wait();

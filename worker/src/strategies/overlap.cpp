@@ -32,8 +32,8 @@ class OverlapSynchronizer final : public ReplicatedSynchronizer {
  private:
   void launch(size_t i) {
     if (comm_->world_size() > 1) {
-      pending_[i] = comm_->all_reduce_sum(params_[i].mutable_grad(),
-                                          "all_reduce/param" + std::to_string(i));
+      pending_[i] =
+          comm_->all_reduce_sum(params_[i].mutable_grad(), "all_reduce/param" + std::to_string(i));
     }
     launched_[i] = true;
   }

@@ -43,8 +43,8 @@ GradReadyHooks::GradReadyHooks(const std::vector<torch::Tensor>& params,
   for (size_t i = 0; i < params.size(); ++i) {
     auto accumulator = torch::autograd::impl::grad_accumulator(params[i]);
     TORCH_CHECK(accumulator, "parameter ", i, " has no gradient accumulator (not a leaf?)");
-    keys_.push_back(accumulator->add_post_hook(
-        std::make_unique<torch::autograd::utils::LambdaPostHook>(
+    keys_.push_back(
+        accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
             [on_ready, i](const torch::autograd::variable_list& outputs,
                           const torch::autograd::variable_list&) {
               on_ready(i);
@@ -82,7 +82,8 @@ double parameter_spread(const std::vector<torch::Tensor>& parameters, Communicat
   if (parameters.empty()) return 0.0;
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> flat_views;
-  for (const auto& p : parameters) flat_views.push_back(p.detach().reshape({-1}).to(torch::kFloat32));
+  for (const auto& p : parameters)
+    flat_views.push_back(p.detach().reshape({-1}).to(torch::kFloat32));
   auto high = torch::cat(flat_views);
   auto low = high.clone();
   comm.all_reduce_max(high);
@@ -121,12 +122,16 @@ std::unique_ptr<GradientSynchronizer> make_synchronizer(torch::nn::Module& model
                                                         std::shared_ptr<Communicator> comm,
                                                         const SyncOptions& options) {
   switch (options.strategy) {
-    case Strategy::kNaive: return detail::make_naive(model, std::move(comm));
-    case Strategy::kFlat: return detail::make_flat(model, std::move(comm));
-    case Strategy::kOverlap: return detail::make_overlap(model, std::move(comm));
+    case Strategy::kNaive:
+      return detail::make_naive(model, std::move(comm));
+    case Strategy::kFlat:
+      return detail::make_flat(model, std::move(comm));
+    case Strategy::kOverlap:
+      return detail::make_overlap(model, std::move(comm));
     case Strategy::kBucketed:
       return detail::make_bucketed(model, std::move(comm), options.bucket_size_mb);
-    case Strategy::kFsdp: return detail::make_fsdp(model, std::move(comm));
+    case Strategy::kFsdp:
+      return detail::make_fsdp(model, std::move(comm));
   }
   throw std::invalid_argument("strategy: unknown value");
 }
