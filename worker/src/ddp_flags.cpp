@@ -38,7 +38,7 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
       ->capture_default_str();
   app.add_option("--max-param-spread", o.max_param_spread,
                  "Fail the job when the param spread exceeds this (0: never)");
-  app.add_option("--threads", o.threads, "Intra-op threads per rank (0: cores / local ranks)")
+  app.add_option("--threads", o.threads, "Intra-op threads per rank (0: cores / world size)")
       ->capture_default_str();
   app.add_option("--timeout", o.collective_timeout_s, "Collective and rendezvous timeout, seconds")
       ->capture_default_str();

@@ -69,12 +69,12 @@ struct DdpJobOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.01;
-  std::string precision = "fp32";       // fp32 | bf16 (autocast, FP32 master weights)
-  std::string data_path;                // empty: random tokens; else a flat binary token file
-  std::string data_dtype = "uint16";    // uint16 | int32, element type of data_path
-  int64_t spread_every = 1;             // measure param spread every K steps (0: never)
-  double max_param_spread = 0.0;        // fail the job when spread exceeds it (0: never fail)
-  int threads = 0;                      // intra-op threads per rank; 0: cores / local ranks
+  std::string precision = "fp32";     // fp32 | bf16 (autocast, FP32 master weights)
+  std::string data_path;              // empty: random tokens; else a flat binary token file
+  std::string data_dtype = "uint16";  // uint16 | int32, element type of data_path
+  int64_t spread_every = 1;           // measure param spread every K steps (0: never)
+  double max_param_spread = 0.0;      // fail the job when spread exceeds it (0: never fail)
+  int threads = 0;                    // intra-op threads per rank; 0: cores / world size (one host)
   double collective_timeout_s = 300.0;  // every collective and the rendezvous time out after it
 
   // The preset with the overrides applied.
