@@ -7,9 +7,14 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <thread>
 
+#include "daemon/worker_daemon.h"
 #include "ddpd/communicator.h"
 #include "ddpd/ddp_flags.h"
 #include "ddpd/rendezvous.h"
@@ -17,6 +22,32 @@
 #include "ddpd/trainer.h"
 
 namespace {
+
+volatile std::sig_atomic_t stop_requested = 0;
+void on_signal(int) { stop_requested = 1; }
+
+int serve(ddpd::WorkerDaemonOptions options) {
+  if (options.token.empty()) {
+    if (const char* env = std::getenv("DDPD_TOKEN")) options.token = env;
+  }
+  ddpd::WorkerDaemon daemon(options);
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!done && !stop_requested) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    daemon.stop();
+  });
+  int rc = 1;
+  try {
+    rc = daemon.run();
+  } catch (const std::exception& e) {
+    spdlog::error("worker failed: {}", e.what());
+  }
+  done = true;
+  watcher.join();
+  return rc;
+}
 
 // Training frees and reallocates the same large tensors every step. glibc's defaults return
 // big blocks to the kernel (munmap / heap trim) on free, so each step page-faults its
@@ -60,7 +91,7 @@ void prefer_passive_openmp_threads(char** argv) {
 int main(int argc, char** argv) {
   prefer_passive_openmp_threads(argv);
   keep_freed_memory_for_reuse();
-  CLI::App app{"ddpd worker: runs DDP training and collective benchmarks"};
+  CLI::App app{"ddpd worker: runs DDP training, alone (run) or for a coordinator (serve)"};
   app.require_subcommand(1);
   auto* run = app.add_subcommand("run", "Run one job without a coordinator (torchrun-style env)");
   run->require_subcommand(1);
@@ -70,6 +101,21 @@ int main(int argc, char** argv) {
   std::string log_level = "warn";
   ddpd::add_ddp_flags(*ddp, options);
   ddp->add_flag("--json", json, "Print the result as JSON (rank 0)");
+  auto* serve_cmd = app.add_subcommand("serve", "Register with a coordinator and run its jobs");
+  ddpd::WorkerDaemonOptions daemon_options;
+  serve_cmd->add_option("--coordinator", daemon_options.coordinator, "Coordinator host:port")
+      ->capture_default_str();
+  serve_cmd->add_option("--token", daemon_options.token, "Shared token (default: $DDPD_TOKEN)");
+  serve_cmd->add_option("--tls-ca", daemon_options.tls_ca, "PEM CA: connect with TLS");
+  serve_cmd->add_option("--worker-id", daemon_options.worker_id, "Stable id (default host-pid)");
+  serve_cmd->add_option("--advertise-host", daemon_options.advertise_host,
+                        "Address other ranks reach this worker at")
+      ->capture_default_str();
+  serve_cmd->add_option("--rendezvous-port", daemon_options.rendezvous_port,
+                        "TCPStore port when rank 0 (0: pick a free one)")
+      ->capture_default_str();
+  serve_cmd->add_option("--heartbeat", daemon_options.heartbeat_seconds, "Heartbeat seconds")
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
   try {
@@ -81,6 +127,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   spdlog::set_level(spdlog::level::from_str(log_level));
+  if (serve_cmd->parsed()) return serve(daemon_options);
 
   ddpd::RendezvousOptions rendezvous;
   try {

@@ -1,0 +1,128 @@
+#include "local_cluster.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+extern char** environ;
+
+namespace ddpd::client {
+namespace {
+
+std::string own_directory() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) throw std::runtime_error("cannot locate ddpctl (/proc/self/exe)");
+  return std::filesystem::path(std::string(buf, n)).parent_path();
+}
+
+int free_loopback_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    throw std::runtime_error("no free loopback port");
+  }
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string random_token() {
+  std::random_device rd;
+  std::string token;
+  const char* hex = "0123456789abcdef";
+  for (int i = 0; i < 32; ++i) token += hex[rd() % 16];
+  return token;
+}
+
+}  // namespace
+
+LocalCluster::LocalCluster(int workers, const std::string& log_level) {
+  std::string pattern = (std::filesystem::temp_directory_path() / "ddpctl-local-XXXXXX").string();
+  if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+  directory_ = pattern;
+  address_ = "127.0.0.1:" + std::to_string(free_loopback_port());
+  token_ = random_token();
+  const std::string bin = own_directory();
+  for (const char* name : {"ddpd-coordinator", "ddpd-worker"}) {
+    if (access((bin + "/" + name).c_str(), X_OK) != 0) {
+      throw std::runtime_error(std::string("ddpctl local needs ") + name + " beside ddpctl in " +
+                               bin);
+    }
+  }
+  spawn({bin + "/ddpd-coordinator", "--listen", address_, "--db", directory_ + "/ddpd.db",
+         "--log-level", log_level},
+        "coordinator.log");
+  for (int i = 0; i < workers; ++i) {
+    spawn({bin + "/ddpd-worker", "--log-level", log_level, "serve", "--coordinator", address_,
+           "--worker-id", "local-" + std::to_string(i), "--advertise-host", "127.0.0.1"},
+          "worker-" + std::to_string(i) + ".log");
+  }
+}
+
+LocalCluster::~LocalCluster() { stop(); }
+
+pid_t LocalCluster::spawn(const std::vector<std::string>& argv, const std::string& log_name) {
+  // The token goes through the environment, not the command line (visible in ps).
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) {
+    if (std::string(*e).rfind("DDPD_TOKEN=", 0) != 0) env_strings.emplace_back(*e);
+  }
+  env_strings.push_back("DDPD_TOKEN=" + token_);
+  std::vector<char*> envp, args;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_copy = argv;
+  for (auto& s : argv_copy) args.push_back(s.data());
+  args.push_back(nullptr);
+  const std::string log = directory_ + "/" + log_name;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) throw std::runtime_error("cannot start " + argv[0]);
+  children_.push_back(pid);
+  return pid;
+}
+
+void LocalCluster::stop() {
+  // Workers first, so none reports a lost coordinator, then the coordinator.
+  for (auto it = children_.rbegin(); it != children_.rend(); ++it) kill(*it, SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (pid_t pid : children_) {
+    while (waitpid(pid, nullptr, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  children_.clear();
+  if (!keep_ && !directory_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(directory_, ignored);
+    directory_.clear();
+  }
+}
+
+}  // namespace ddpd::client

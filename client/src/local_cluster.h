@@ -1,0 +1,39 @@
+// `ddpctl local`: a coordinator and N workers on loopback, in a temporary directory.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <sys/types.h>
+
+namespace ddpd::client {
+
+// Starts the daemons from the directory holding ddpctl (build/bin), with a fresh token and
+// database; stop() (or the destructor) terminates them and removes the directory unless
+// keep_directory() was called (their logs stay there for a failed job).
+//
+// Thread contract: single-threaded; owned by ddpctl's main thread.
+class LocalCluster {
+ public:
+  LocalCluster(int workers, const std::string& log_level);
+  ~LocalCluster();
+  LocalCluster(const LocalCluster&) = delete;
+  LocalCluster& operator=(const LocalCluster&) = delete;
+
+  const std::string& address() const { return address_; }
+  const std::string& token() const { return token_; }
+  const std::string& directory() const { return directory_; }
+  void keep_directory() { keep_ = true; }
+  void stop();
+
+ private:
+  pid_t spawn(const std::vector<std::string>& argv, const std::string& log_name);
+
+  std::string directory_;
+  std::string address_;
+  std::string token_;
+  std::vector<pid_t> children_;
+  bool keep_ = false;
+};
+
+}  // namespace ddpd::client

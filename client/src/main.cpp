@@ -1,0 +1,189 @@
+// ddpctl: submit, list, watch, show, cancel, workers and local.
+// Exit codes: 0 success; 1 a failed RPC or job; 2 bad input (flags or INVALID_ARGUMENT).
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+
+#include "control_client.h"
+#include "ddpd/ddp_flags.h"
+#include "local_cluster.h"
+#include "render.h"
+#include "spec_convert.h"
+
+namespace {
+
+using namespace ddpd;
+
+v1::JobSpec ddp_spec(const DdpJobOptions& options, int world_size) {
+  v1::JobSpec spec;
+  spec.set_world_size(world_size);
+  *spec.mutable_ddp() = to_proto(options);
+  return spec;
+}
+
+// Prints live lines until the job ends; returns its final state.
+v1::JobState follow(client::ControlClient& control, const std::string& job_id) {
+  return control.watch(job_id, [](const v1::JobEvent& event) {
+    std::cout << client::event_line(event) << std::endl;
+  });
+}
+
+int run_local(int workers, bool json, const std::string& log_level, const DdpJobOptions& job) {
+  validate(job, workers);  // refuse bad flags before starting anything
+  client::LocalCluster cluster(workers, log_level);
+  client::ConnectionOptions connection;
+  connection.coordinator = cluster.address();
+  connection.token = cluster.token();
+  client::ControlClient control(connection);
+  // Wait for every worker to register.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (;;) {
+    int idle = 0;
+    try {
+      const auto registered = control.workers();
+      for (const auto& w : registered.workers()) idle += w.state() == v1::IDLE;
+    } catch (const client::RpcError&) {
+      // the coordinator is still starting
+    }
+    if (idle == workers) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      cluster.keep_directory();
+      throw std::runtime_error("only " + std::to_string(idle) + " of " + std::to_string(workers) +
+                               " workers registered within 60 s; logs in " + cluster.directory());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const auto started = std::chrono::steady_clock::now();
+  const v1::Job job_record = control.submit(ddp_spec(job, workers));
+  const v1::JobState state =
+      json ? control.watch(job_record.job_id(), [](const v1::JobEvent&) {})
+           : follow(control, job_record.job_id());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const auto reply = control.get(job_record.job_id(), /*with_steps=*/true);
+  if (json) {
+    auto out = client::job_json(reply);
+    out["end_to_end_seconds"] = seconds;
+    std::cout << out.dump() << std::endl;
+  } else {
+    std::cout << client::job_summary(reply);
+    std::printf("end to end %.2f s (submit to result, %d workers on loopback)\n", seconds, workers);
+  }
+  if (state != v1::SUCCEEDED) {
+    cluster.keep_directory();
+    std::fprintf(stderr, "job %s; daemon logs in %s\n", to_string(state).c_str(),
+                 cluster.directory().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ddpctl: submit and watch ddpd jobs"};
+  app.require_subcommand(1);
+  app.fallthrough();
+  client::ConnectionOptions connection;
+  app.add_option("--coordinator", connection.coordinator, "Coordinator host:port")
+      ->capture_default_str();
+  app.add_option("--token", connection.token, "Shared token (default: $DDPD_TOKEN)");
+  app.add_option("--tls-ca", connection.tls_ca, "PEM CA certificate: connect with TLS");
+
+  auto* submit = app.add_subcommand("submit", "Submit a job");
+  submit->require_subcommand(1);
+  auto* submit_ddp = submit->add_subcommand("ddp", "DDP training of the Transformer LM");
+  DdpJobOptions job;
+  int world_size = 1;
+  bool submit_watch = false;
+  add_ddp_flags(*submit_ddp, job);
+  submit_ddp->add_option("--world-size", world_size, "Ranks (one worker each)")
+      ->capture_default_str();
+  submit_ddp->add_flag("--watch", submit_watch, "Follow the job until it ends");
+
+  app.add_subcommand("list", "List jobs");
+  std::string job_id;
+  auto* watch = app.add_subcommand("watch", "Follow a job's progress until it ends");
+  watch->add_option("job", job_id, "Job id")->required();
+  auto* show = app.add_subcommand("show", "Show a job's summary and results");
+  show->add_option("job", job_id, "Job id")->required();
+  bool as_json = false, as_csv = false;
+  show->add_flag("--json", as_json, "The run --json envelope plus job_id and history");
+  show->add_flag("--csv", as_csv, "Per-rank step rows");
+  auto* cancel = app.add_subcommand("cancel", "Cancel a pending or running job");
+  cancel->add_option("job", job_id, "Job id")->required();
+  app.add_subcommand("workers", "List registered workers");
+
+  auto* local = app.add_subcommand("local", "Run a coordinator and N workers here, and one job");
+  local->require_subcommand(1);
+  int local_workers = 2;
+  bool local_json = false;
+  std::string local_log_level = "warn";
+  local->add_option("--workers", local_workers, "Workers (the job's world size)")
+      ->capture_default_str();
+  local->add_flag("--json", local_json, "Print the result as JSON");
+  local->add_option("--log-level", local_log_level, "Daemons' log level")->capture_default_str();
+  auto* local_ddp = local->add_subcommand("ddp", "DDP training of the Transformer LM");
+  DdpJobOptions local_job;
+  add_ddp_flags(*local_ddp, local_job);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  if (connection.token.empty()) {
+    if (const char* env = std::getenv("DDPD_TOKEN")) connection.token = env;
+  }
+
+  try {
+    if (local->parsed()) {
+      if (local_workers < 1) throw OptionError("--workers", "must be >= 1");
+      return run_local(local_workers, local_json, local_log_level, local_job);
+    }
+    client::ControlClient control(connection);
+    if (submit->parsed()) {
+      validate(job, world_size);  // the coordinator checks again; fail fast here
+      const v1::Job submitted = control.submit(ddp_spec(job, world_size));
+      std::cout << submitted.job_id() << std::endl;
+      if (!submit_watch) return 0;
+      return follow(control, submitted.job_id()) == v1::SUCCEEDED ? 0 : 1;
+    }
+    if (app.got_subcommand("list")) {
+      std::cout << client::jobs_table(control.list());
+    } else if (watch->parsed()) {
+      return follow(control, job_id) == v1::SUCCEEDED ? 0 : 1;
+    } else if (show->parsed()) {
+      const auto reply = control.get(job_id, as_json || as_csv);
+      if (as_json) {
+        std::cout << client::job_json(reply).dump() << std::endl;
+      } else if (as_csv) {
+        std::cout << client::steps_csv(reply);
+      } else {
+        std::cout << client::job_summary(reply);
+      }
+    } else if (cancel->parsed()) {
+      const v1::Job cancelled = control.cancel(job_id);
+      std::cout << cancelled.job_id() << " " << to_string(cancelled.state()) << std::endl;
+    } else if (app.got_subcommand("workers")) {
+      std::cout << client::workers_table(control.workers());
+    }
+    return 0;
+  } catch (const OptionError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const client::RpcError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,166 @@
+#include "render.h"
+
+#include <cstdio>
+#include <ctime>
+#include <sstream>
+
+#include "spec_convert.h"
+
+namespace ddpd::client {
+namespace {
+
+template <typename... Args>
+std::string format(const char* fmt, Args... args) {
+  char buf[512];
+  std::snprintf(buf, sizeof(buf), fmt, args...);
+  return buf;
+}
+
+std::string clock_time(double unix_time) {
+  const std::time_t t = static_cast<std::time_t>(unix_time);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", std::localtime(&t));
+  return buf;
+}
+
+std::string worker_state(v1::WorkerState s) {
+  switch (s) {
+    case v1::IDLE: return "IDLE";
+    case v1::BUSY: return "BUSY";
+    case v1::LOST: return "LOST";
+    default: return "?";
+  }
+}
+
+}  // namespace
+
+nlohmann::json job_json(const v1::GetJobReply& reply) {
+  const v1::Job& job = reply.job();
+  nlohmann::json out = job.result_json().empty() ? nlohmann::json::object()
+                                                 : nlohmann::json::parse(job.result_json());
+  out["job_id"] = job.job_id();
+  out["state"] = to_string(job.state());
+  if (!job.error().empty()) out["error"] = job.error();
+  out["world_size"] = job.spec().world_size();
+  out["workers"] = std::vector<std::string>(job.worker_ids().begin(), job.worker_ids().end());
+  auto& history = out["history"] = nlohmann::json::array();
+  for (const auto& t : job.history()) {
+    history.push_back(
+        {{"state", to_string(t.state())}, {"unix_time", t.unix_time()}, {"reason", t.reason()}});
+  }
+  auto& ranks = out["rank_steps"] = nlohmann::json::array();
+  for (const auto& s : reply.steps()) {
+    ranks.push_back({{"rank", s.rank()},
+                     {"step", s.step()},
+                     {"loss", s.loss()},
+                     {"step_seconds", s.step_seconds()},
+                     {"forward_seconds", s.forward_seconds()},
+                     {"backward_seconds", s.backward_seconds()},
+                     {"optimizer_seconds", s.optimizer_seconds()},
+                     {"comm_seconds", s.comm_seconds()},
+                     {"exposed_comm_seconds", s.exposed_comm_seconds()},
+                     {"comm_fraction", s.comm_fraction()},
+                     {"param_spread", s.has_param_spread() ? nlohmann::json(s.param_spread())
+                                                           : nlohmann::json(nullptr)}});
+  }
+  return out;
+}
+
+std::string steps_csv(const v1::GetJobReply& reply) {
+  std::ostringstream out;
+  out << "rank,step,loss,step_seconds,forward_seconds,backward_seconds,optimizer_seconds,"
+         "comm_seconds,exposed_comm_seconds,comm_fraction,param_spread\n";
+  for (const auto& s : reply.steps()) {
+    out << s.rank() << ',' << s.step() << ',' << s.loss() << ',' << s.step_seconds() << ','
+        << s.forward_seconds() << ',' << s.backward_seconds() << ',' << s.optimizer_seconds()
+        << ',' << s.comm_seconds() << ',' << s.exposed_comm_seconds() << ','
+        << s.comm_fraction() << ',';
+    if (s.has_param_spread()) out << s.param_spread();
+    out << '\n';
+  }
+  return out.str();
+}
+
+std::string job_summary(const v1::GetJobReply& reply) {
+  const v1::Job& job = reply.job();
+  std::ostringstream out;
+  out << "job " << job.job_id() << "  " << to_string(job.state()) << "  world size "
+      << job.spec().world_size();
+  if (job.spec().has_ddp()) {
+    out << "  model " << (job.spec().ddp().model().empty() ? "tiny" : job.spec().ddp().model())
+        << "  strategy " << job.spec().ddp().strategy();
+  }
+  out << "\n";
+  for (const auto& t : job.history()) {
+    out << "  " << clock_time(t.unix_time()) << "  " << format("%-9s", to_string(t.state()).c_str())
+        << "  " << t.reason() << "\n";
+  }
+  if (!job.error().empty()) out << "error: " << job.error() << "\n";
+  if (!job.result_json().empty()) {
+    const auto result = nlohmann::json::parse(job.result_json());
+    const auto& s = result["summary"];
+    out << format(
+        "final loss %.4f  median step %.1f ms (std %.1f)  %.0f tokens/s  comm fraction %.3f  "
+        "max param spread %.3g\n",
+        s["final_loss"].get<double>(), s["median_step_seconds"].get<double>() * 1e3,
+        s["std_step_seconds"].get<double>() * 1e3, s["tokens_per_second"].get<double>(),
+        s["median_comm_fraction"].get<double>(), s["max_param_spread"].get<double>());
+    out << "memory (rank 0)      params      grads  optimizer       peak\n";
+    for (const char* point : {"after_init", "before_step", "after_step"}) {
+      const auto& m = result["memory"][point];
+      out << format("  %-12s %10.2f %10.2f %10.2f %10.2f MB\n", point,
+                    m["param_bytes"].get<double>() / 1e6, m["grad_bytes"].get<double>() / 1e6,
+                    m["optimizer_state_bytes"].get<double>() / 1e6,
+                    m["peak_bytes"].get<double>() / 1e6);
+    }
+  }
+  return out.str();
+}
+
+std::string event_line(const v1::JobEvent& event) {
+  if (event.has_transition()) {
+    const auto& t = event.transition();
+    return clock_time(t.unix_time()) + "  " + to_string(t.state()) + "  " + t.reason();
+  }
+  const auto& s = event.step();
+  const int64_t total = std::max<int64_t>(event.total_steps(), 1);
+  const int filled = static_cast<int>(20 * (s.step() + 1) / total);
+  std::string bar = "[" + std::string(filled, '#') + std::string(20 - filled, '.') + "]";
+  return format("%s step %ld/%ld  loss %.4f  step %.1f ms  comm fraction %.3f  spread %s",
+                bar.c_str(), static_cast<long>(s.step() + 1), static_cast<long>(total), s.loss(),
+                s.step_seconds() * 1e3, s.comm_fraction(),
+                s.has_param_spread() ? format("%.2g", s.param_spread()).c_str() : "-");
+}
+
+std::string jobs_table(const v1::ListJobsReply& jobs) {
+  std::ostringstream out;
+  out << format("%-12s %-10s %-5s %-6s %-10s %-20s %s\n", "JOB", "STATE", "KIND", "WORLD",
+                "STRATEGY", "SUBMITTED", "REASON");
+  for (const auto& job : jobs.jobs()) {
+    const std::string submitted =
+        job.history_size() ? clock_time(job.history(0).unix_time()) : "";
+    const std::string reason =
+        job.history_size() ? job.history(job.history_size() - 1).reason() : "";
+    out << format("%-12s %-10s %-5s %-6d %-10s %-20s %s\n", job.job_id().c_str(),
+                  to_string(job.state()).c_str(), job.spec().has_ddp() ? "ddp" : "?",
+                  job.spec().world_size(), job.spec().ddp().strategy().c_str(), submitted.c_str(),
+                  reason.c_str());
+  }
+  return out.str();
+}
+
+std::string workers_table(const v1::ListWorkersReply& workers) {
+  std::ostringstream out;
+  out << format("%-20s %-6s %-12s %-22s %-5s %s\n", "WORKER", "STATE", "JOB", "ADDRESS", "CPUS",
+                "LAST SEEN");
+  for (const auto& w : workers.workers()) {
+    const std::string address =
+        w.hello().advertised_host() + ":" + std::to_string(w.hello().rendezvous_port());
+    out << format("%-20s %-6s %-12s %-22s %-5d %s\n", w.hello().worker_id().c_str(),
+                  worker_state(w.state()).c_str(), w.job_id().empty() ? "-" : w.job_id().c_str(),
+                  address.c_str(), w.hello().cpu_count(), clock_time(w.last_seen_unix_time()).c_str());
+  }
+  return out.str();
+}
+
+}  // namespace ddpd::client

@@ -1,0 +1,445 @@
+#include "coordinator_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <set>
+
+#include "scheduling.h"
+#include "spec_convert.h"
+
+namespace ddpd::coordinator {
+namespace {
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string job_id_for(int64_t sequence) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "job-%06lld", static_cast<long long>(sequence));
+  return buf;
+}
+
+}  // namespace
+
+struct CoordinatorService::Session {
+  grpc::ServerContext* context;
+  grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream;
+  std::mutex write_mutex;
+
+  bool write(const v1::CoordinatorMessage& message) {
+    std::lock_guard<std::mutex> lock(write_mutex);
+    return stream->Write(message);
+  }
+};
+
+struct CoordinatorService::WorkerEntry {
+  v1::WorkerHello hello;
+  v1::WorkerState state = v1::IDLE;
+  std::string job_id;
+  int rank = -1;
+  double last_seen = 0;
+  std::chrono::steady_clock::time_point last_heartbeat;
+  std::shared_ptr<Session> session;
+};
+
+struct CoordinatorService::JobEntry {
+  v1::Job job;
+  int64_t sequence = 0;
+  std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
+  std::map<int64_t, std::vector<v1::StepReport>> partial_steps;  // until every rank reported
+  std::set<int> succeeded_ranks;
+  std::vector<v1::JobEvent> events;  // what WatchJob replays and follows
+};
+
+CoordinatorService::CoordinatorService(CoordinatorOptions options, std::unique_ptr<JobStore> store)
+    : options_(std::move(options)), store_(std::move(store)) {
+  // Recover: history and results as stored; jobs that were running cannot be resumed.
+  for (auto& job : store_->load_jobs()) {
+    auto entry = std::make_unique<JobEntry>();
+    entry->job = std::move(job);
+    for (const auto& t : entry->job.history()) *entry->events.emplace_back().mutable_transition() = t;
+    std::map<int64_t, std::vector<v1::StepReport>> by_step;
+    for (auto& s : store_->load_steps(entry->job.job_id())) by_step[s.step()].push_back(s);
+    for (auto& [step, ranks] : by_step) {
+      if (static_cast<int>(ranks.size()) == entry->job.spec().world_size()) {
+        *entry->events.emplace_back().mutable_step() = aggregate_step(ranks);
+      }
+    }
+    const std::string id = entry->job.job_id();
+    job_order_.push_back(id);
+    JobEntry& ref = *entry;
+    jobs_[id] = std::move(entry);
+    if (ref.job.state() == v1::RUNNING) {
+      ref.job.set_error("coordinator restarted");
+      transition(ref, v1::FAILED, "coordinator restarted");
+    }
+  }
+  next_sequence_ = store_->max_sequence() + 1;
+  reaper_ = std::thread([this] { reap(); });
+}
+
+CoordinatorService::~CoordinatorService() { shutdown(); }
+
+void CoordinatorService::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return;
+    stopping_ = true;
+    for (auto& [id, worker] : workers_) {
+      if (worker->session) worker->session->context->TryCancel();
+    }
+  }
+  changed_.notify_all();
+  if (reaper_.joinable()) reaper_.join();
+}
+
+grpc::Status CoordinatorService::authorize(const grpc::ServerContext& context) const {
+  if (options_.token.empty()) return grpc::Status::OK;
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) {
+    return {grpc::StatusCode::UNAUTHENTICATED, "missing token (authorization metadata)"};
+  }
+  if (std::string(it->second.data(), it->second.size()) != "Bearer " + options_.token) {
+    return {grpc::StatusCode::UNAUTHENTICATED, "invalid token"};
+  }
+  return grpc::Status::OK;
+}
+
+CoordinatorService::JobEntry* CoordinatorService::find_job(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : it->second.get();
+}
+
+void CoordinatorService::transition(JobEntry& entry, v1::JobState to, const std::string& reason) {
+  v1::Job& job = entry.job;
+  if (!transition_allowed(job.state(), to)) {
+    throw std::logic_error("job " + job.job_id() + ": transition " + to_string(job.state()) +
+                           " -> " + to_string(to) + " is not allowed");
+  }
+  v1::StateTransition t;
+  t.set_state(to);
+  t.set_unix_time(unix_now());
+  t.set_reason(reason);
+  job.set_state(to);
+  *job.add_history() = t;
+  *entry.events.emplace_back().mutable_transition() = t;
+  store_->save_job(job, entry.sequence);
+  store_->add_transition(job.job_id(), t);
+  spdlog::info("job {} {}: {}", job.job_id(), to_string(to), reason);
+  changed_.notify_all();
+}
+
+void CoordinatorService::schedule() {
+  for (;;) {
+    std::vector<PendingJob> pending;
+    for (const auto& id : job_order_) {
+      const auto& job = jobs_[id]->job;
+      if (job.state() == v1::PENDING) pending.push_back({id, job.spec().world_size()});
+    }
+    std::vector<std::string> idle;
+    for (const auto& id : worker_order_) {
+      const auto& w = workers_[id];
+      if (w->state == v1::IDLE && w->session) idle.push_back(id);
+    }
+    auto placement = place_next(pending, idle);
+    if (!placement) return;
+    JobEntry& entry = *jobs_[placement->job_id];
+    const WorkerEntry& rank0 = *workers_[placement->worker_ids.front()];
+    v1::Assignment assignment;
+    assignment.set_job_id(entry.job.job_id());
+    *assignment.mutable_spec() = entry.job.spec();
+    assignment.set_world_size(entry.job.spec().world_size());
+    assignment.set_master_addr(rank0.hello.advertised_host());
+    assignment.set_master_port(rank0.hello.rendezvous_port());
+    entry.job.clear_worker_ids();
+    for (const auto& id : placement->worker_ids) entry.job.add_worker_ids(id);
+    transition(entry, v1::RUNNING,
+               "placed on " + std::to_string(placement->worker_ids.size()) + " workers, rendezvous " +
+                   assignment.master_addr() + ":" + std::to_string(assignment.master_port()));
+    for (int rank = 0; rank < static_cast<int>(placement->worker_ids.size()); ++rank) {
+      WorkerEntry& worker = *workers_[placement->worker_ids[rank]];
+      worker.state = v1::BUSY;
+      worker.job_id = entry.job.job_id();
+      worker.rank = rank;
+      v1::CoordinatorMessage message;
+      *message.mutable_assign() = assignment;
+      message.mutable_assign()->set_rank(rank);
+      worker.session->write(message);  // a dead session is noticed by its reader
+    }
+  }
+}
+
+void CoordinatorService::cancel_workers(JobEntry& entry) {
+  for (const auto& id : entry.job.worker_ids()) {
+    auto it = workers_.find(id);
+    if (it == workers_.end()) continue;
+    WorkerEntry& worker = *it->second;
+    if (worker.job_id != entry.job.job_id() || !worker.session) continue;
+    v1::CoordinatorMessage message;
+    message.set_cancel_job_id(entry.job.job_id());
+    worker.session->write(message);
+  }
+}
+
+void CoordinatorService::fail_job(JobEntry& entry, const std::string& reason) {
+  if (is_terminal(entry.job.state())) return;
+  entry.job.set_error(reason);
+  transition(entry, v1::FAILED, reason);
+  cancel_workers(entry);
+}
+
+void CoordinatorService::record_step(JobEntry& entry, const v1::StepReport& step) {
+  store_->add_step(entry.job.job_id(), step);
+  auto& ranks = entry.partial_steps[step.step()];
+  ranks.push_back(step);
+  if (static_cast<int>(ranks.size()) == entry.job.spec().world_size()) {
+    auto* event = &entry.events.emplace_back();
+    *event->mutable_step() = aggregate_step(ranks);
+    event->set_total_steps(entry.job.spec().ddp().steps());
+    entry.partial_steps.erase(step.step());
+    changed_.notify_all();
+  }
+}
+
+void CoordinatorService::record_result(WorkerEntry& worker, const v1::JobResult& result) {
+  if (worker.job_id == result.job_id()) {
+    worker.state = v1::IDLE;
+    worker.job_id.clear();
+    worker.rank = -1;
+  }
+  JobEntry* entry = find_job(result.job_id());
+  if (entry != nullptr && entry->job.state() == v1::RUNNING) {
+    if (!result.succeeded()) {
+      fail_job(*entry, "rank " + std::to_string(result.rank()) + " (worker " +
+                           worker.hello.worker_id() + ") failed: " + result.error());
+    } else {
+      entry->succeeded_ranks.insert(result.rank());
+      if (result.rank() == 0) entry->job.set_result_json(result.result_json());
+      if (static_cast<int>(entry->succeeded_ranks.size()) == entry->job.spec().world_size()) {
+        transition(*entry, v1::SUCCEEDED, "every rank finished");
+      }
+    }
+  }
+  schedule();
+}
+
+void CoordinatorService::worker_lost(const std::string& worker_id, Session* session,
+                                     const std::string& reason) {
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second->session.get() != session) return;  // replaced
+  WorkerEntry& worker = *it->second;
+  spdlog::warn("worker {} lost: {}", worker_id, reason);
+  worker.session.reset();
+  worker.state = v1::LOST;
+  if (!worker.job_id.empty()) {
+    if (JobEntry* entry = find_job(worker.job_id)) {
+      fail_job(*entry, "worker " + worker_id + " (rank " + std::to_string(worker.rank) +
+                           ") lost: " + reason);
+    }
+    worker.job_id.clear();
+    worker.rank = -1;
+  }
+  changed_.notify_all();
+}
+
+void CoordinatorService::reap() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    changed_.wait_for(lock, std::chrono::milliseconds(500));
+    const auto now = std::chrono::steady_clock::now();
+    for (auto& [id, worker] : workers_) {
+      if (worker->session && now - worker->last_heartbeat > options_.worker_timeout) {
+        worker->session->context->TryCancel();  // its reader then reports it lost
+      }
+    }
+    if (options_.pending_timeout.count() > 0) {
+      for (const auto& id : job_order_) {
+        JobEntry& entry = *jobs_[id];
+        if (entry.job.state() == v1::PENDING && now - entry.submitted > options_.pending_timeout) {
+          int idle = 0;
+          for (auto& [wid, w] : workers_) idle += w->state == v1::IDLE && w->session;
+          fail_job(entry, "waited " + std::to_string(options_.pending_timeout.count() / 1000) +
+                              " s for " + std::to_string(entry.job.spec().world_size()) +
+                              " idle workers; " + std::to_string(idle) + " idle");
+        }
+      }
+    }
+  }
+}
+
+grpc::Status CoordinatorService::WorkerSession(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) {
+  if (auto status = authorize(*context); !status.ok()) return status;
+  v1::WorkerMessage message;
+  if (!stream->Read(&message) || !message.has_hello()) {
+    return {grpc::StatusCode::INVALID_ARGUMENT, "hello: the first session message must be hello"};
+  }
+  const v1::WorkerHello hello = message.hello();
+  if (hello.worker_id().empty()) return {grpc::StatusCode::INVALID_ARGUMENT, "worker_id: empty"};
+  if (hello.rendezvous_port() <= 0 || hello.rendezvous_port() > 65535) {
+    return {grpc::StatusCode::INVALID_ARGUMENT, "rendezvous_port: must be in 1..65535"};
+  }
+  auto session = std::make_shared<Session>();
+  session->context = context;
+  session->stream = stream;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return {grpc::StatusCode::UNAVAILABLE, "coordinator is shutting down"};
+    auto& entry = workers_[hello.worker_id()];
+    if (entry && entry->session) {
+      return {grpc::StatusCode::ALREADY_EXISTS,
+              "worker_id: " + hello.worker_id() + " already has a live session"};
+    }
+    if (!entry) {
+      entry = std::make_unique<WorkerEntry>();
+      worker_order_.push_back(hello.worker_id());
+    }
+    entry->hello = hello;
+    entry->state = v1::IDLE;
+    entry->job_id.clear();
+    entry->session = session;
+    entry->last_seen = unix_now();
+    entry->last_heartbeat = std::chrono::steady_clock::now();
+    spdlog::info("worker {} registered ({}:{}, {} cpus)", hello.worker_id(),
+                 hello.advertised_host(), hello.rendezvous_port(), hello.cpu_count());
+    v1::CoordinatorMessage welcome;
+    welcome.set_welcome(true);
+    session->write(welcome);
+    schedule();
+  }
+  while (stream->Read(&message)) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    WorkerEntry& worker = *workers_[hello.worker_id()];
+    worker.last_seen = unix_now();
+    worker.last_heartbeat = std::chrono::steady_clock::now();
+    if (message.has_step()) {
+      JobEntry* entry = find_job(message.job_id());
+      if (entry && entry->job.state() == v1::RUNNING) record_step(*entry, message.step());
+    } else if (message.has_result()) {
+      record_result(worker, message.result());
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  worker_lost(hello.worker_id(), session.get(),
+              context->IsCancelled() ? "no heartbeat or session cancelled" : "session closed");
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
+                                           const v1::SubmitJobRequest* request, v1::Job* reply) {
+  if (auto status = authorize(*context); !status.ok()) return status;
+  try {
+    validate_spec(request->spec());
+  } catch (const OptionError& e) {
+    return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto entry = std::make_unique<JobEntry>();
+  entry->sequence = next_sequence_++;
+  entry->job.set_job_id(job_id_for(entry->sequence));
+  *entry->job.mutable_spec() = request->spec();
+  entry->job.set_state(v1::PENDING);
+  v1::StateTransition t;
+  t.set_state(v1::PENDING);
+  t.set_unix_time(unix_now());
+  t.set_reason("submitted");
+  *entry->job.add_history() = t;
+  *entry->events.emplace_back().mutable_transition() = t;
+  store_->save_job(entry->job, entry->sequence);
+  store_->add_transition(entry->job.job_id(), t);
+  const std::string id = entry->job.job_id();
+  job_order_.push_back(id);
+  jobs_[id] = std::move(entry);
+  spdlog::info("job {} submitted (world size {})", id, request->spec().world_size());
+  schedule();
+  *reply = jobs_[id]->job;
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::GetJob(grpc::ServerContext* context,
+                                        const v1::GetJobRequest* request, v1::GetJobReply* reply) {
+  if (auto status = authorize(*context); !status.ok()) return status;
+  std::lock_guard<std::mutex> lock(mutex_);
+  JobEntry* entry = find_job(request->job_id());
+  if (!entry) return {grpc::StatusCode::NOT_FOUND, "job_id: no job " + request->job_id()};
+  *reply->mutable_job() = entry->job;
+  if (request->with_steps()) {
+    for (auto& s : store_->load_steps(request->job_id())) *reply->add_steps() = s;
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
+                                          const v1::ListJobsRequest*, v1::ListJobsReply* reply) {
+  if (auto status = authorize(*context); !status.ok()) return status;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& id : job_order_) {
+    v1::Job* job = reply->add_jobs();
+    *job = jobs_[id]->job;
+    job->clear_result_json();  // `show` has it; the list stays small
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context,
+                                           const v1::CancelJobRequest* request, v1::Job* reply) {
+  if (auto status = authorize(*context); !status.ok()) return status;
+  std::lock_guard<std::mutex> lock(mutex_);
+  JobEntry* entry = find_job(request->job_id());
+  if (!entry) return {grpc::StatusCode::NOT_FOUND, "job_id: no job " + request->job_id()};
+  if (is_terminal(entry->job.state())) {
+    return {grpc::StatusCode::FAILED_PRECONDITION,
+            "job " + request->job_id() + " is already " + to_string(entry->job.state())};
+  }
+  transition(*entry, v1::CANCELLED, "cancelled by request");
+  cancel_workers(*entry);
+  *reply = entry->job;
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
+                                          const v1::WatchJobRequest* request,
+                                          grpc::ServerWriter<v1::JobEvent>* writer) {
+  if (auto status = authorize(*context); !status.ok()) return status;
+  std::unique_lock<std::mutex> lock(mutex_);
+  JobEntry* entry = find_job(request->job_id());
+  if (!entry) return {grpc::StatusCode::NOT_FOUND, "job_id: no job " + request->job_id()};
+  size_t cursor = 0;
+  const int64_t total = entry->job.spec().ddp().steps();
+  for (;;) {
+    while (cursor < entry->events.size()) {
+      v1::JobEvent event = entry->events[cursor++];
+      event.set_total_steps(total);
+      lock.unlock();
+      const bool ok = writer->Write(event);
+      lock.lock();
+      if (!ok) return grpc::Status::OK;  // the watcher went away
+    }
+    if (is_terminal(entry->job.state()) || stopping_ || context->IsCancelled()) break;
+    changed_.wait_for(lock, std::chrono::milliseconds(250));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext* context,
+                                             const v1::ListWorkersRequest*,
+                                             v1::ListWorkersReply* reply) {
+  if (auto status = authorize(*context); !status.ok()) return status;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& id : worker_order_) {
+    const WorkerEntry& w = *workers_[id];
+    auto* info = reply->add_workers();
+    *info->mutable_hello() = w.hello;
+    info->set_state(w.state);
+    info->set_job_id(w.job_id);
+    info->set_last_seen_unix_time(w.last_seen);
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace ddpd::coordinator

@@ -1,0 +1,96 @@
+// The coordinator's gRPC service: worker registry, FIFO scheduling, rendezvous hand-out, the
+// job state machine and per-step metric aggregation, all persisted in a JobStore.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ddpd/v1/ddpd.grpc.pb.h"
+#include "job_store.h"
+
+namespace ddpd::coordinator {
+
+struct CoordinatorOptions {
+  std::string token;                                  // required on every RPC; empty: none
+  std::chrono::milliseconds worker_timeout{15000};    // no heartbeat for this long → lost
+  std::chrono::milliseconds pending_timeout{0};       // pending longer → FAILED (0: wait)
+};
+
+// Protocol (job lifecycle), all under one mutex:
+//  1. SubmitJob validates the spec (INVALID_ARGUMENT naming the field), stores it PENDING.
+//  2. schedule(): the oldest PENDING job starts once world_size workers are idle: ranks go
+//     in registration order; rank 0's advertised host and rendezvous port form the TCPStore
+//     endpoint; each worker gets an Assignment on its session stream; the job is RUNNING.
+//  3. Workers stream StepReports (stored per rank; aggregated per step once every rank
+//     reported it) and finally a JobResult; the job is SUCCEEDED when every rank succeeded,
+//     FAILED at the first failure (the other ranks are told to cancel).
+//  4. A worker whose session ends, or that misses heartbeats for worker_timeout, is lost: its
+//     job FAILS with the reason and the other ranks are cancelled; each returns to IDLE when
+//     it reports its (cancelled) result.
+//  5. CancelJob marks the job CANCELLED and sends cancel to its workers.
+// On start, jobs found RUNNING in the store are marked FAILED ("coordinator restarted").
+//
+// Thread contract: gRPC calls handlers on its own threads; all state is guarded by mutex_.
+// Session streams are written under their own write mutex. A reaper thread enforces timeouts.
+class CoordinatorService final : public v1::Coordinator::Service {
+ public:
+  CoordinatorService(CoordinatorOptions options, std::unique_ptr<JobStore> store);
+  ~CoordinatorService() override;
+
+  grpc::Status WorkerSession(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) override;
+  grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
+                         v1::Job* reply) override;
+  grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
+                      v1::GetJobReply* reply) override;
+  grpc::Status ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest* request,
+                        v1::ListJobsReply* reply) override;
+  grpc::Status CancelJob(grpc::ServerContext* context, const v1::CancelJobRequest* request,
+                         v1::Job* reply) override;
+  grpc::Status WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
+                        grpc::ServerWriter<v1::JobEvent>* writer) override;
+  grpc::Status ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest* request,
+                           v1::ListWorkersReply* reply) override;
+
+  // Ends worker sessions and the reaper (call before the server shuts down).
+  void shutdown();
+
+ private:
+  struct Session;
+  struct WorkerEntry;
+  struct JobEntry;
+
+  grpc::Status authorize(const grpc::ServerContext& context) const;
+  void transition(JobEntry& job, v1::JobState to, const std::string& reason);
+  void schedule();
+  void fail_job(JobEntry& job, const std::string& reason);
+  void cancel_workers(JobEntry& job);
+  void record_step(JobEntry& job, const v1::StepReport& step);
+  void record_result(WorkerEntry& worker, const v1::JobResult& result);
+  void worker_lost(const std::string& worker_id, Session* session, const std::string& reason);
+  void reap();
+  JobEntry* find_job(const std::string& job_id);
+
+  CoordinatorOptions options_;
+  std::unique_ptr<JobStore> store_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;  // any job event; watchers wait on it
+  std::map<std::string, std::unique_ptr<WorkerEntry>> workers_;
+  std::vector<std::string> worker_order_;  // registration order, for rank assignment
+  std::map<std::string, std::unique_ptr<JobEntry>> jobs_;
+  std::vector<std::string> job_order_;  // submission order
+  int64_t next_sequence_ = 1;
+  bool stopping_ = false;
+  std::thread reaper_;
+};
+
+}  // namespace ddpd::coordinator

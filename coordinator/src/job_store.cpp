@@ -1,0 +1,179 @@
+#include "job_store.h"
+
+#include <stdexcept>
+
+namespace ddpd::coordinator {
+namespace {
+
+class Statement {
+ public:
+  Statement(sqlite3* db, const char* sql) : db_(db) {
+    if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK) fail("prepare");
+  }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  Statement& text(int i, const std::string& v) {
+    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Statement& blob(int i, const std::string& v) {
+    sqlite3_bind_blob(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Statement& integer(int i, int64_t v) {
+    sqlite3_bind_int64(stmt_, i, v);
+    return *this;
+  }
+  Statement& real(int i, double v) {
+    sqlite3_bind_double(stmt_, i, v);
+    return *this;
+  }
+  bool step() {
+    const int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc != SQLITE_DONE) fail("step");
+    return false;
+  }
+  std::string column_text(int i) {
+    const auto* p = sqlite3_column_blob(stmt_, i);
+    return p ? std::string(static_cast<const char*>(p), sqlite3_column_bytes(stmt_, i)) : "";
+  }
+  int64_t column_int(int i) { return sqlite3_column_int64(stmt_, i); }
+  double column_real(int i) { return sqlite3_column_double(stmt_, i); }
+
+ private:
+  [[noreturn]] void fail(const char* what) {
+    throw std::runtime_error(std::string("sqlite ") + what + ": " + sqlite3_errmsg(db_));
+  }
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+}  // namespace
+
+JobStore::JobStore(const std::string& path) {
+  if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) {
+    std::string message = db_ ? sqlite3_errmsg(db_) : "out of memory";
+    sqlite3_close(db_);
+    throw std::runtime_error("cannot open job database '" + path + "': " + message);
+  }
+  sqlite3_busy_timeout(db_, 5000);
+  exec("PRAGMA journal_mode=WAL");
+  exec("PRAGMA synchronous=NORMAL");
+  exec(
+      "CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, sequence INTEGER NOT NULL, "
+      "kind TEXT NOT NULL, world_size INTEGER NOT NULL, spec BLOB NOT NULL, state TEXT NOT NULL, "
+      "worker_ids TEXT NOT NULL, result_json TEXT NOT NULL, error TEXT NOT NULL)");
+  exec(
+      "CREATE TABLE IF NOT EXISTS transitions (job_id TEXT NOT NULL, state TEXT NOT NULL, "
+      "state_code INTEGER NOT NULL, unix_time REAL NOT NULL, reason TEXT NOT NULL)");
+  exec(
+      "CREATE TABLE IF NOT EXISTS steps (job_id TEXT NOT NULL, rank INTEGER NOT NULL, "
+      "step INTEGER NOT NULL, loss REAL, step_seconds REAL, comm_fraction REAL, report BLOB "
+      "NOT NULL, PRIMARY KEY (job_id, rank, step))");
+}
+
+JobStore::~JobStore() { sqlite3_close(db_); }
+
+void JobStore::exec(const std::string& sql) {
+  char* error = nullptr;
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
+    std::string message = error ? error : "unknown error";
+    sqlite3_free(error);
+    throw std::runtime_error("sqlite: " + message + " in: " + sql);
+  }
+}
+
+void JobStore::save_job(const v1::Job& job, int64_t sequence) {
+  std::string workers;
+  for (const auto& w : job.worker_ids()) workers += (workers.empty() ? "" : ",") + w;
+  Statement(db_,
+            "INSERT INTO jobs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT(job_id) DO "
+            "UPDATE SET state=?6, worker_ids=?7, result_json=?8, error=?9")
+      .text(1, job.job_id())
+      .integer(2, sequence)
+      .text(3, job.spec().has_ddp() ? "ddp" : "unknown")
+      .integer(4, job.spec().world_size())
+      .blob(5, job.spec().SerializeAsString())
+      .text(6, v1::JobState_Name(job.state()))
+      .text(7, workers)
+      .text(8, job.result_json())
+      .text(9, job.error())
+      .step();
+}
+
+void JobStore::add_transition(const std::string& job_id, const v1::StateTransition& t) {
+  Statement(db_, "INSERT INTO transitions VALUES (?1, ?2, ?3, ?4, ?5)")
+      .text(1, job_id)
+      .text(2, v1::JobState_Name(t.state()))
+      .integer(3, t.state())
+      .real(4, t.unix_time())
+      .text(5, t.reason())
+      .step();
+}
+
+void JobStore::add_step(const std::string& job_id, const v1::StepReport& s) {
+  Statement(db_, "INSERT OR REPLACE INTO steps VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")
+      .text(1, job_id)
+      .integer(2, s.rank())
+      .integer(3, s.step())
+      .real(4, s.loss())
+      .real(5, s.step_seconds())
+      .real(6, s.comm_fraction())
+      .blob(7, s.SerializeAsString())
+      .step();
+}
+
+std::vector<v1::Job> JobStore::load_jobs() {
+  std::vector<v1::Job> jobs;
+  Statement select(db_,
+                   "SELECT job_id, spec, state, worker_ids, result_json, error FROM jobs "
+                   "ORDER BY sequence");
+  while (select.step()) {
+    v1::Job job;
+    job.set_job_id(select.column_text(0));
+    job.mutable_spec()->ParseFromString(select.column_text(1));
+    v1::JobState state;
+    v1::JobState_Parse(select.column_text(2), &state);
+    job.set_state(state);
+    const std::string workers = select.column_text(3);
+    for (size_t start = 0; start < workers.size();) {
+      size_t end = workers.find(',', start);
+      if (end == std::string::npos) end = workers.size();
+      job.add_worker_ids(workers.substr(start, end - start));
+      start = end + 1;
+    }
+    job.set_result_json(select.column_text(4));
+    job.set_error(select.column_text(5));
+    Statement history(db_,
+                      "SELECT state_code, unix_time, reason FROM transitions WHERE job_id = ?1 "
+                      "ORDER BY rowid");
+    history.text(1, job.job_id());
+    while (history.step()) {
+      auto* t = job.add_history();
+      t->set_state(static_cast<v1::JobState>(history.column_int(0)));
+      t->set_unix_time(history.column_real(1));
+      t->set_reason(history.column_text(2));
+    }
+    jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
+std::vector<v1::StepReport> JobStore::load_steps(const std::string& job_id) {
+  std::vector<v1::StepReport> steps;
+  Statement select(db_, "SELECT report FROM steps WHERE job_id = ?1 ORDER BY step, rank");
+  select.text(1, job_id);
+  while (select.step()) {
+    steps.emplace_back();
+    steps.back().ParseFromString(select.column_text(0));
+  }
+  return steps;
+}
+
+int64_t JobStore::max_sequence() {
+  Statement select(db_, "SELECT COALESCE(MAX(sequence), 0) FROM jobs");
+  select.step();
+  return select.column_int(0);
+}
+
+}  // namespace ddpd::coordinator

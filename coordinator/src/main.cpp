@@ -1,0 +1,106 @@
+// ddpd-coordinator: assigns ranks and rendezvous, runs the job queue, stores jobs in SQLite.
+// Exit codes: 0 after SIGINT/SIGTERM, 1 on a start-up failure, 2 on bad flags.
+#include <CLI/CLI.hpp>
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "coordinator_service.h"
+
+namespace {
+
+std::string read_file(const std::string& path, const char* flag) {
+  std::ifstream in(path);
+  if (!in) throw CLI::ValidationError(flag, "cannot read '" + path + "'");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+volatile std::sig_atomic_t stop_requested = 0;
+void on_signal(int) { stop_requested = 1; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ddpd coordinator: worker registry, job queue, rendezvous, job store"};
+  std::string listen = "0.0.0.0:50051";
+  std::string db_path = "ddpd.db";
+  std::string token;
+  std::string tls_cert, tls_key;
+  std::string log_level = "info";
+  double worker_timeout_s = 15, pending_timeout_s = 0;
+  app.add_option("--listen", listen, "host:port to serve gRPC on")->capture_default_str();
+  app.add_option("--db", db_path, "SQLite database file (created if missing)")
+      ->capture_default_str();
+  app.add_option("--token", token, "Shared token every RPC must carry (default: $DDPD_TOKEN)");
+  app.add_option("--tls-cert", tls_cert, "PEM certificate: serve TLS");
+  app.add_option("--tls-key", tls_key, "PEM private key for --tls-cert");
+  app.add_option("--worker-timeout", worker_timeout_s, "Seconds without heartbeat before a worker is lost")
+      ->capture_default_str();
+  app.add_option("--pending-timeout", pending_timeout_s,
+                 "Seconds a job may wait for idle workers before failing (0: forever)")
+      ->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+    if (token.empty()) {
+      if (const char* env = std::getenv("DDPD_TOKEN")) token = env;
+    }
+    if (tls_cert.empty() != tls_key.empty()) {
+      throw CLI::ValidationError("--tls-key", "--tls-cert and --tls-key go together");
+    }
+    if (worker_timeout_s <= 0) throw CLI::ValidationError("--worker-timeout", "must be > 0");
+    if (pending_timeout_s < 0) throw CLI::ValidationError("--pending-timeout", "must be >= 0");
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  spdlog::set_level(spdlog::level::from_str(log_level));
+
+  try {
+    ddpd::coordinator::CoordinatorOptions options;
+    options.token = token;
+    options.worker_timeout = std::chrono::milliseconds(static_cast<int64_t>(worker_timeout_s * 1000));
+    options.pending_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(pending_timeout_s * 1000));
+    auto store = std::make_unique<ddpd::coordinator::JobStore>(db_path);
+    ddpd::coordinator::CoordinatorService service(options, std::move(store));
+
+    std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+    if (!tls_cert.empty()) {
+      grpc::SslServerCredentialsOptions ssl;
+      ssl.pem_key_cert_pairs.push_back(
+          {read_file(tls_key, "--tls-key"), read_file(tls_cert, "--tls-cert")});
+      credentials = grpc::SslServerCredentials(ssl);
+    }
+    grpc::ServerBuilder builder;
+    int bound_port = 0;
+    builder.AddListeningPort(listen, credentials, &bound_port);
+    builder.RegisterService(&service);
+    auto server = builder.BuildAndStart();
+    if (!server || bound_port == 0) {
+      spdlog::error("cannot listen on {}", listen);
+      return 1;
+    }
+    spdlog::info("coordinator listening on {} (db {}, tls {})", listen, db_path,
+                 tls_cert.empty() ? "off" : "on");
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGTERM, on_signal);
+    while (!stop_requested) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    spdlog::info("shutting down");
+    service.shutdown();
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    return 0;
+  } catch (const std::exception& e) {
+    spdlog::error("coordinator failed: {}", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,52 @@
+#include "scheduling.h"
+
+#include <algorithm>
+
+namespace ddpd::coordinator {
+
+bool transition_allowed(v1::JobState from, v1::JobState to) {
+  switch (from) {
+    case v1::PENDING: return to == v1::RUNNING || to == v1::FAILED || to == v1::CANCELLED;
+    case v1::RUNNING: return to == v1::SUCCEEDED || to == v1::FAILED || to == v1::CANCELLED;
+    default: return false;
+  }
+}
+
+std::optional<Placement> place_next(const std::vector<PendingJob>& pending_in_order,
+                                    const std::vector<std::string>& idle_workers) {
+  if (pending_in_order.empty()) return std::nullopt;
+  const PendingJob& next = pending_in_order.front();
+  if (static_cast<int>(idle_workers.size()) < next.world_size) return std::nullopt;
+  Placement placement;
+  placement.job_id = next.job_id;
+  placement.worker_ids.assign(idle_workers.begin(), idle_workers.begin() + next.world_size);
+  return placement;
+}
+
+v1::StepReport aggregate_step(const std::vector<v1::StepReport>& ranks) {
+  v1::StepReport out;
+  if (ranks.empty()) return out;
+  out.set_rank(-1);
+  out.set_step(ranks.front().step());
+  double loss = 0;
+  for (const auto& r : ranks) {
+    loss += r.loss() / ranks.size();
+    out.set_step_seconds(std::max(out.step_seconds(), r.step_seconds()));
+    out.set_forward_seconds(std::max(out.forward_seconds(), r.forward_seconds()));
+    out.set_backward_seconds(std::max(out.backward_seconds(), r.backward_seconds()));
+    out.set_optimizer_seconds(std::max(out.optimizer_seconds(), r.optimizer_seconds()));
+    out.set_comm_seconds(std::max(out.comm_seconds(), r.comm_seconds()));
+    out.set_exposed_comm_seconds(std::max(out.exposed_comm_seconds(), r.exposed_comm_seconds()));
+    out.set_comm_fraction(std::max(out.comm_fraction(), r.comm_fraction()));
+    if (r.has_param_spread()) {
+      out.set_param_spread(std::max(out.has_param_spread() ? out.param_spread() : 0.0,
+                                    r.param_spread()));
+    }
+  }
+  out.set_loss(loss);
+  out.set_tokens_per_second(ranks.front().tokens_per_second() * ranks.front().step_seconds() /
+                            std::max(out.step_seconds(), 1e-12));
+  return out;
+}
+
+}  // namespace ddpd::coordinator

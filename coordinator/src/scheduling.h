@@ -1,0 +1,35 @@
+// Pure pieces of the coordinator: the job state machine and FIFO placement.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddpd/v1/ddpd.pb.h"
+
+namespace ddpd::coordinator {
+
+// Job lifecycle: PENDING → RUNNING → SUCCEEDED | FAILED | CANCELLED, plus PENDING → FAILED |
+// CANCELLED (never scheduled). Terminal states never change.
+bool transition_allowed(v1::JobState from, v1::JobState to);
+
+struct PendingJob {
+  std::string job_id;
+  int world_size = 1;
+};
+
+struct Placement {
+  std::string job_id;
+  std::vector<std::string> worker_ids;  // by rank
+};
+
+// FIFO: only the oldest pending job may start (no overtaking, so a large job is not starved),
+// and it starts when at least world_size workers are idle; ranks follow `idle_workers` order.
+std::optional<Placement> place_next(const std::vector<PendingJob>& pending_in_order,
+                                    const std::vector<std::string>& idle_workers);
+
+// Aggregates one step over ranks: the slowest rank's times (a step ends when every rank's
+// does), the mean loss, the largest spread.
+v1::StepReport aggregate_step(const std::vector<v1::StepReport>& ranks);
+
+}  // namespace ddpd::coordinator

@@ -1,0 +1,92 @@
+#include "spec_convert.h"
+
+namespace ddpd {
+
+v1::DdpSpec to_proto(const DdpJobOptions& o) {
+  v1::DdpSpec s;
+  s.set_model(o.model);
+  if (o.d_model) s.set_d_model(*o.d_model);
+  if (o.d_ff) s.set_d_ff(*o.d_ff);
+  if (o.num_layers) s.set_num_layers(*o.num_layers);
+  if (o.num_heads) s.set_num_heads(*o.num_heads);
+  if (o.vocab_size) s.set_vocab_size(*o.vocab_size);
+  s.set_context_length(o.context_length);
+  s.set_batch_size(o.batch_size);
+  s.set_steps(o.steps);
+  s.set_warmup_steps(o.warmup_steps);
+  s.set_seed(o.seed);
+  s.set_strategy(o.strategy);
+  s.set_bucket_size_mb(o.bucket_size_mb);
+  s.set_shard_optimizer(o.shard_optimizer);
+  s.set_lr(o.lr);
+  s.set_beta1(o.beta1);
+  s.set_beta2(o.beta2);
+  s.set_eps(o.eps);
+  s.set_weight_decay(o.weight_decay);
+  s.set_precision(o.precision);
+  s.set_data_path(o.data_path);
+  s.set_data_dtype(o.data_dtype);
+  s.set_spread_every(o.spread_every);
+  s.set_max_param_spread(o.max_param_spread);
+  s.set_threads(o.threads);
+  s.set_collective_timeout_s(o.collective_timeout_s);
+  return s;
+}
+
+DdpJobOptions from_proto(const v1::DdpSpec& s) {
+  DdpJobOptions o;
+  if (!s.model().empty()) o.model = s.model();
+  if (s.has_d_model()) o.d_model = s.d_model();
+  if (s.has_d_ff()) o.d_ff = s.d_ff();
+  if (s.has_num_layers()) o.num_layers = s.num_layers();
+  if (s.has_num_heads()) o.num_heads = s.num_heads();
+  if (s.has_vocab_size()) o.vocab_size = s.vocab_size();
+  if (s.has_context_length()) o.context_length = s.context_length();
+  if (s.has_batch_size()) o.batch_size = s.batch_size();
+  if (s.has_steps()) o.steps = s.steps();
+  if (s.has_warmup_steps()) o.warmup_steps = s.warmup_steps();
+  if (s.has_seed()) o.seed = s.seed();
+  if (!s.strategy().empty()) o.strategy = s.strategy();
+  if (s.has_bucket_size_mb()) o.bucket_size_mb = s.bucket_size_mb();
+  o.shard_optimizer = s.shard_optimizer();
+  if (s.has_lr()) o.lr = s.lr();
+  if (s.has_beta1()) o.beta1 = s.beta1();
+  if (s.has_beta2()) o.beta2 = s.beta2();
+  if (s.has_eps()) o.eps = s.eps();
+  if (s.has_weight_decay()) o.weight_decay = s.weight_decay();
+  if (!s.precision().empty()) o.precision = s.precision();
+  o.data_path = s.data_path();
+  if (!s.data_dtype().empty()) o.data_dtype = s.data_dtype();
+  if (s.has_spread_every()) o.spread_every = s.spread_every();
+  if (s.has_max_param_spread()) o.max_param_spread = s.max_param_spread();
+  if (s.has_threads()) o.threads = s.threads();
+  if (s.has_collective_timeout_s()) o.collective_timeout_s = s.collective_timeout_s();
+  return o;
+}
+
+void validate_spec(const v1::JobSpec& spec) {
+  if (spec.world_size() < 1) {
+    throw OptionError("--world-size", "must be >= 1, got " + std::to_string(spec.world_size()));
+  }
+  switch (spec.kind_case()) {
+    case v1::JobSpec::kDdp: validate(from_proto(spec.ddp()), spec.world_size()); return;
+    case v1::JobSpec::KIND_NOT_SET: throw OptionError("kind", "the job spec names no job kind");
+  }
+}
+
+std::string to_string(v1::JobState state) {
+  switch (state) {
+    case v1::PENDING: return "PENDING";
+    case v1::RUNNING: return "RUNNING";
+    case v1::SUCCEEDED: return "SUCCEEDED";
+    case v1::FAILED: return "FAILED";
+    case v1::CANCELLED: return "CANCELLED";
+    default: return "UNSPECIFIED";
+  }
+}
+
+bool is_terminal(v1::JobState state) {
+  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
+}
+
+}  // namespace ddpd

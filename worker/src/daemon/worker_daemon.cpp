@@ -1,0 +1,242 @@
+#include "daemon/worker_daemon.h"
+
+#include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "ddpd/communicator.h"
+#include "ddpd/rendezvous.h"
+#include "ddpd/result_json.h"
+#include "ddpd/trainer.h"
+#include "ddpd/v1/ddpd.grpc.pb.h"
+#include "spec_convert.h"
+
+namespace ddpd {
+namespace {
+
+int pick_free_port(const std::string& host) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) addr.sin_addr.s_addr = INADDR_ANY;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    throw std::runtime_error("--rendezvous-port: cannot find a free port on " + host);
+  }
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+v1::StepReport to_report(const StepMetrics& m, int rank) {
+  v1::StepReport r;
+  r.set_rank(rank);
+  r.set_step(m.step);
+  r.set_loss(m.loss);
+  r.set_step_seconds(m.step_seconds);
+  r.set_forward_seconds(m.forward_seconds);
+  r.set_backward_seconds(m.backward_seconds);
+  r.set_optimizer_seconds(m.optimizer_seconds);
+  r.set_comm_seconds(m.comm_seconds);
+  r.set_exposed_comm_seconds(m.exposed_comm_seconds);
+  r.set_comm_fraction(m.comm_fraction);
+  r.set_tokens_per_second(m.tokens_per_second);
+  if (m.param_spread) r.set_param_spread(*m.param_spread);
+  return r;
+}
+
+using Stream = grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>;
+
+// One session's writer: the heartbeat and job threads share the stream.
+class SessionWriter {
+ public:
+  explicit SessionWriter(Stream* stream) : stream_(stream) {}
+  bool write(const v1::WorkerMessage& message) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stream_->Write(message);
+  }
+
+ private:
+  std::mutex mutex_;
+  Stream* stream_;
+};
+
+}  // namespace
+
+struct WorkerDaemon::Impl {
+  WorkerDaemonOptions options;
+  std::atomic<bool> stopping{false};
+  std::mutex mutex;
+  std::condition_variable wake;
+  grpc::ClientContext* live_context = nullptr;  // to end the session on stop()
+
+  std::shared_ptr<grpc::ChannelCredentials> credentials() {
+    if (options.tls_ca.empty()) return grpc::InsecureChannelCredentials();
+    std::ifstream in(options.tls_ca);
+    if (!in) throw std::runtime_error("--tls-ca: cannot read '" + options.tls_ca + "'");
+    std::stringstream pem;
+    pem << in.rdbuf();
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = pem.str();
+    return grpc::SslCredentials(ssl);
+  }
+
+  void run_job(const v1::Assignment& a, SessionWriter& writer, std::atomic<bool>& cancelled) {
+    v1::WorkerMessage done;
+    done.set_job_id(a.job_id());
+    auto* result = done.mutable_result();
+    result->set_job_id(a.job_id());
+    result->set_rank(a.rank());
+    try {
+      DdpJobOptions job = from_proto(a.spec().ddp());
+      RendezvousOptions rendezvous;
+      rendezvous.master_addr = a.master_addr();
+      rendezvous.master_port = a.master_port();
+      rendezvous.rank = a.rank();
+      rendezvous.world_size = a.world_size();
+      rendezvous.local_rank = a.rank();
+      rendezvous.local_address = options.advertise_host;
+      rendezvous.timeout =
+          std::chrono::milliseconds(static_cast<int64_t>(job.collective_timeout_s * 1000));
+      spdlog::info("job {} rank {}/{}: rendezvous {}:{}", a.job_id(), a.rank(), a.world_size(),
+                   a.master_addr(), a.master_port());
+      auto comm = connect(rendezvous);
+      Trainer trainer(job, comm);
+      auto training = trainer.run(
+          [&](const StepMetrics& m) {
+            v1::WorkerMessage step;
+            step.set_job_id(a.job_id());
+            *step.mutable_step() = to_report(m, a.rank());
+            writer.write(step);
+          },
+          [&] { return cancelled.load(); });
+      result->set_succeeded(true);
+      if (a.rank() == 0) result->set_result_json(to_json(training).dump());
+    } catch (const std::exception& e) {
+      result->set_succeeded(false);
+      result->set_error(e.what());
+      spdlog::warn("job {} rank {} failed: {}", a.job_id(), a.rank(), e.what());
+    }
+    writer.write(done);
+  }
+
+  // One registration; returns false when the coordinator refused us for good.
+  bool session(v1::Coordinator::Stub& stub, const v1::WorkerHello& hello) {
+    grpc::ClientContext context;
+    if (!options.token.empty()) context.AddMetadata("authorization", "Bearer " + options.token);
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (stopping) return true;
+      live_context = &context;
+    }
+    auto stream = stub.WorkerSession(&context);
+    SessionWriter writer(stream.get());
+    v1::WorkerMessage first;
+    *first.mutable_hello() = hello;
+    writer.write(first);
+
+    std::atomic<bool> session_over{false};
+    std::atomic<bool> job_cancelled{false};
+    std::string current_job;
+    std::thread job_thread;
+    std::thread heartbeat([&] {
+      std::unique_lock<std::mutex> lock(mutex);
+      while (!session_over && !stopping) {
+        wake.wait_for(lock, std::chrono::duration<double>(options.heartbeat_seconds));
+        if (session_over || stopping) break;
+        lock.unlock();
+        v1::WorkerMessage beat;
+        beat.set_heartbeat(true);
+        writer.write(beat);
+        lock.lock();
+      }
+    });
+
+    v1::CoordinatorMessage message;
+    while (stream->Read(&message)) {
+      if (message.has_welcome()) {
+        spdlog::info("registered with {} as {}", options.coordinator, hello.worker_id());
+      } else if (message.has_assign()) {
+        if (job_thread.joinable()) job_thread.join();  // the previous job reported already
+        current_job = message.assign().job_id();
+        job_cancelled = false;
+        job_thread = std::thread(
+            [this, assignment = message.assign(), &writer, &job_cancelled] {
+              run_job(assignment, writer, job_cancelled);
+            });
+      } else if (message.cancel_job_id() == current_job && !current_job.empty()) {
+        spdlog::info("job {}: cancel requested", current_job);
+        job_cancelled = true;
+      }
+    }
+    job_cancelled = true;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      session_over = true;
+      live_context = nullptr;
+    }
+    wake.notify_all();
+    heartbeat.join();
+    if (job_thread.joinable()) job_thread.join();
+    const grpc::Status status = stream->Finish();
+    if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+        status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+        status.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
+      spdlog::error("coordinator refused worker {}: {}", hello.worker_id(), status.error_message());
+      return false;
+    }
+    if (!stopping) spdlog::warn("session ended ({}); registering again", status.error_message());
+    return true;
+  }
+};
+
+WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+}
+
+WorkerDaemon::~WorkerDaemon() = default;
+
+void WorkerDaemon::stop() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->stopping = true;
+  if (impl_->live_context) impl_->live_context->TryCancel();
+  impl_->wake.notify_all();
+}
+
+int WorkerDaemon::run() {
+  auto& o = impl_->options;
+  if (o.worker_id.empty()) {
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    o.worker_id = std::string(host) + "-" + std::to_string(getpid());
+  }
+  v1::WorkerHello hello;
+  hello.set_worker_id(o.worker_id);
+  hello.set_advertised_host(o.advertise_host);
+  hello.set_rendezvous_port(o.rendezvous_port > 0 ? o.rendezvous_port
+                                                  : pick_free_port(o.advertise_host));
+  hello.set_cpu_count(static_cast<int>(std::thread::hardware_concurrency()));
+  hello.set_gpu_count(0);
+  hello.add_backends("gloo");
+  auto channel = grpc::CreateChannel(o.coordinator, impl_->credentials());
+  auto stub = v1::Coordinator::NewStub(channel);
+  while (!impl_->stopping) {
+    if (!impl_->session(*stub, hello)) return 1;
+    std::unique_lock<std::mutex> lock(impl_->mutex);
+    impl_->wake.wait_for(lock, std::chrono::duration<double>(o.reconnect_seconds),
+                         [&] { return impl_->stopping.load(); });
+  }
+  return 0;
+}
+
+}  // namespace ddpd

@@ -1,0 +1,42 @@
+// Daemon mode of ddpd-worker: registers with the coordinator and runs the jobs it assigns.
+#pragma once
+
+#include <memory>
+#include <string>
+
+namespace ddpd {
+
+struct WorkerDaemonOptions {
+  std::string coordinator = "127.0.0.1:50051";  // host:port of ddpd-coordinator
+  std::string token;                            // shared control-plane token
+  std::string tls_ca;                           // PEM CA file: connect with TLS when set
+  std::string worker_id;                        // empty: "<hostname>-<pid>"
+  std::string advertise_host = "127.0.0.1";     // address the other ranks reach this worker at
+  int rendezvous_port = 0;                      // TCPStore port when rank 0; 0: a free port
+  double heartbeat_seconds = 2.0;
+  double reconnect_seconds = 1.0;  // wait before re-registering after the session ends
+};
+
+// Protocol (worker side of the session, see coordinator_service.h):
+//  hello → welcome; then, concurrently: heartbeats every heartbeat_seconds; for each
+//  Assignment, one job thread builds the process group from the rendezvous it names, trains,
+//  streams a StepReport per step and ends with one JobResult; a cancel for the current job
+//  stops it at the next step boundary. When the session ends (coordinator restart, network)
+//  the current job is cancelled and the worker registers again after reconnect_seconds.
+//
+// Thread contract: run() blocks on the calling thread until stop() (callable from any
+// thread, e.g. a signal watcher); it owns the heartbeat and job threads it starts.
+class WorkerDaemon {
+ public:
+  explicit WorkerDaemon(WorkerDaemonOptions options);
+  ~WorkerDaemon();
+  // Returns 0 after stop(), 1 when the coordinator refuses the worker (bad token, bad hello).
+  int run();
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddpd
