@@ -69,19 +69,28 @@ void validate_spec(const v1::JobSpec& spec) {
     throw OptionError("--world-size", "must be >= 1, got " + std::to_string(spec.world_size()));
   }
   switch (spec.kind_case()) {
-    case v1::JobSpec::kDdp: validate(from_proto(spec.ddp()), spec.world_size()); return;
-    case v1::JobSpec::KIND_NOT_SET: throw OptionError("kind", "the job spec names no job kind");
+    case v1::JobSpec::kDdp:
+      validate(from_proto(spec.ddp()), spec.world_size());
+      return;
+    case v1::JobSpec::KIND_NOT_SET:
+      throw OptionError("kind", "the job spec names no job kind");
   }
 }
 
 std::string to_string(v1::JobState state) {
   switch (state) {
-    case v1::PENDING: return "PENDING";
-    case v1::RUNNING: return "RUNNING";
-    case v1::SUCCEEDED: return "SUCCEEDED";
-    case v1::FAILED: return "FAILED";
-    case v1::CANCELLED: return "CANCELLED";
-    default: return "UNSPECIFIED";
+    case v1::PENDING:
+      return "PENDING";
+    case v1::RUNNING:
+      return "RUNNING";
+    case v1::SUCCEEDED:
+      return "SUCCEEDED";
+    case v1::FAILED:
+      return "FAILED";
+    case v1::CANCELLED:
+      return "CANCELLED";
+    default:
+      return "UNSPECIFIED";
   }
 }
 

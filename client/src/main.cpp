@@ -59,9 +59,8 @@ int run_local(int workers, bool json, const std::string& log_level, const DdpJob
   }
   const auto started = std::chrono::steady_clock::now();
   const v1::Job job_record = control.submit(ddp_spec(job, workers));
-  const v1::JobState state =
-      json ? control.watch(job_record.job_id(), [](const v1::JobEvent&) {})
-           : follow(control, job_record.job_id());
+  const v1::JobState state = json ? control.watch(job_record.job_id(), [](const v1::JobEvent&) {})
+                                  : follow(control, job_record.job_id());
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   const auto reply = control.get(job_record.job_id(), /*with_steps=*/true);

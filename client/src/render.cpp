@@ -25,10 +25,14 @@ std::string clock_time(double unix_time) {
 
 std::string worker_state(v1::WorkerState s) {
   switch (s) {
-    case v1::IDLE: return "IDLE";
-    case v1::BUSY: return "BUSY";
-    case v1::LOST: return "LOST";
-    default: return "?";
+    case v1::IDLE:
+      return "IDLE";
+    case v1::BUSY:
+      return "BUSY";
+    case v1::LOST:
+      return "LOST";
+    default:
+      return "?";
   }
 }
 
@@ -72,9 +76,8 @@ std::string steps_csv(const v1::GetJobReply& reply) {
          "comm_seconds,exposed_comm_seconds,comm_fraction,param_spread\n";
   for (const auto& s : reply.steps()) {
     out << s.rank() << ',' << s.step() << ',' << s.loss() << ',' << s.step_seconds() << ','
-        << s.forward_seconds() << ',' << s.backward_seconds() << ',' << s.optimizer_seconds()
-        << ',' << s.comm_seconds() << ',' << s.exposed_comm_seconds() << ','
-        << s.comm_fraction() << ',';
+        << s.forward_seconds() << ',' << s.backward_seconds() << ',' << s.optimizer_seconds() << ','
+        << s.comm_seconds() << ',' << s.exposed_comm_seconds() << ',' << s.comm_fraction() << ',';
     if (s.has_param_spread()) out << s.param_spread();
     out << '\n';
   }
@@ -137,8 +140,7 @@ std::string jobs_table(const v1::ListJobsReply& jobs) {
   out << format("%-12s %-10s %-5s %-6s %-10s %-20s %s\n", "JOB", "STATE", "KIND", "WORLD",
                 "STRATEGY", "SUBMITTED", "REASON");
   for (const auto& job : jobs.jobs()) {
-    const std::string submitted =
-        job.history_size() ? clock_time(job.history(0).unix_time()) : "";
+    const std::string submitted = job.history_size() ? clock_time(job.history(0).unix_time()) : "";
     const std::string reason =
         job.history_size() ? job.history(job.history_size() - 1).reason() : "";
     out << format("%-12s %-10s %-5s %-6d %-10s %-20s %s\n", job.job_id().c_str(),
@@ -158,7 +160,8 @@ std::string workers_table(const v1::ListWorkersReply& workers) {
         w.hello().advertised_host() + ":" + std::to_string(w.hello().rendezvous_port());
     out << format("%-20s %-6s %-12s %-22s %-5d %s\n", w.hello().worker_id().c_str(),
                   worker_state(w.state()).c_str(), w.job_id().empty() ? "-" : w.job_id().c_str(),
-                  address.c_str(), w.hello().cpu_count(), clock_time(w.last_seen_unix_time()).c_str());
+                  address.c_str(), w.hello().cpu_count(),
+                  clock_time(w.last_seen_unix_time()).c_str());
   }
   return out.str();
 }

@@ -12,8 +12,7 @@ namespace ddpd::coordinator {
 namespace {
 
 double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::string job_id_for(int64_t sequence) {
@@ -60,7 +59,8 @@ CoordinatorService::CoordinatorService(CoordinatorOptions options, std::unique_p
   for (auto& job : store_->load_jobs()) {
     auto entry = std::make_unique<JobEntry>();
     entry->job = std::move(job);
-    for (const auto& t : entry->job.history()) *entry->events.emplace_back().mutable_transition() = t;
+    for (const auto& t : entry->job.history())
+      *entry->events.emplace_back().mutable_transition() = t;
     std::map<int64_t, std::vector<v1::StepReport>> by_step;
     for (auto& s : store_->load_steps(entry->job.job_id())) by_step[s.step()].push_back(s);
     for (auto& [step, ranks] : by_step) {
@@ -158,8 +158,9 @@ void CoordinatorService::schedule() {
     entry.job.clear_worker_ids();
     for (const auto& id : placement->worker_ids) entry.job.add_worker_ids(id);
     transition(entry, v1::RUNNING,
-               "placed on " + std::to_string(placement->worker_ids.size()) + " workers, rendezvous " +
-                   assignment.master_addr() + ":" + std::to_string(assignment.master_port()));
+               "placed on " + std::to_string(placement->worker_ids.size()) +
+                   " workers, rendezvous " + assignment.master_addr() + ":" +
+                   std::to_string(assignment.master_port()));
     for (int rank = 0; rank < static_cast<int>(placement->worker_ids.size()); ++rank) {
       WorkerEntry& worker = *workers_[placement->worker_ids[rank]];
       worker.state = v1::BUSY;
@@ -231,6 +232,9 @@ void CoordinatorService::worker_lost(const std::string& worker_id, Session* sess
                                      const std::string& reason) {
   auto it = workers_.find(worker_id);
   if (it == workers_.end() || it->second->session.get() != session) return;  // replaced
+  // Shutting down ends every session; running jobs stay RUNNING in the store so the next
+  // start marks them "coordinator restarted" rather than blaming a worker.
+  if (stopping_) return;
   WorkerEntry& worker = *it->second;
   spdlog::warn("worker {} lost: {}", worker_id, reason);
   worker.session.reset();
@@ -374,8 +378,8 @@ grpc::Status CoordinatorService::GetJob(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
-                                          const v1::ListJobsRequest*, v1::ListJobsReply* reply) {
+grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest*,
+                                          v1::ListJobsReply* reply) {
   if (auto status = authorize(*context); !status.ok()) return status;
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& id : job_order_) {

@@ -19,9 +19,9 @@
 namespace ddpd::coordinator {
 
 struct CoordinatorOptions {
-  std::string token;                                  // required on every RPC; empty: none
-  std::chrono::milliseconds worker_timeout{15000};    // no heartbeat for this long → lost
-  std::chrono::milliseconds pending_timeout{0};       // pending longer → FAILED (0: wait)
+  std::string token;                                // required on every RPC; empty: none
+  std::chrono::milliseconds worker_timeout{15000};  // no heartbeat for this long → lost
+  std::chrono::milliseconds pending_timeout{0};     // pending longer → FAILED (0: wait)
 };
 
 // Protocol (job lifecycle), all under one mutex:

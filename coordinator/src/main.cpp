@@ -1,8 +1,8 @@
 // ddpd-coordinator: assigns ranks and rendezvous, runs the job queue, stores jobs in SQLite.
 // Exit codes: 0 after SIGINT/SIGTERM, 1 on a start-up failure, 2 on bad flags.
-#include <CLI/CLI.hpp>
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include <csignal>
 #include <cstdlib>
@@ -41,12 +41,14 @@ int main(int argc, char** argv) {
   app.add_option("--token", token, "Shared token every RPC must carry (default: $DDPD_TOKEN)");
   app.add_option("--tls-cert", tls_cert, "PEM certificate: serve TLS");
   app.add_option("--tls-key", tls_key, "PEM private key for --tls-cert");
-  app.add_option("--worker-timeout", worker_timeout_s, "Seconds without heartbeat before a worker is lost")
+  app.add_option("--worker-timeout", worker_timeout_s,
+                 "Seconds without heartbeat before a worker is lost")
       ->capture_default_str();
   app.add_option("--pending-timeout", pending_timeout_s,
                  "Seconds a job may wait for idle workers before failing (0: forever)")
       ->capture_default_str();
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
     if (token.empty()) {
@@ -68,7 +70,8 @@ int main(int argc, char** argv) {
   try {
     ddpd::coordinator::CoordinatorOptions options;
     options.token = token;
-    options.worker_timeout = std::chrono::milliseconds(static_cast<int64_t>(worker_timeout_s * 1000));
+    options.worker_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(worker_timeout_s * 1000));
     options.pending_timeout =
         std::chrono::milliseconds(static_cast<int64_t>(pending_timeout_s * 1000));
     auto store = std::make_unique<ddpd::coordinator::JobStore>(db_path);

@@ -6,9 +6,12 @@ namespace ddpd::coordinator {
 
 bool transition_allowed(v1::JobState from, v1::JobState to) {
   switch (from) {
-    case v1::PENDING: return to == v1::RUNNING || to == v1::FAILED || to == v1::CANCELLED;
-    case v1::RUNNING: return to == v1::SUCCEEDED || to == v1::FAILED || to == v1::CANCELLED;
-    default: return false;
+    case v1::PENDING:
+      return to == v1::RUNNING || to == v1::FAILED || to == v1::CANCELLED;
+    case v1::RUNNING:
+      return to == v1::SUCCEEDED || to == v1::FAILED || to == v1::CANCELLED;
+    default:
+      return false;
   }
 }
 
@@ -39,8 +42,8 @@ v1::StepReport aggregate_step(const std::vector<v1::StepReport>& ranks) {
     out.set_exposed_comm_seconds(std::max(out.exposed_comm_seconds(), r.exposed_comm_seconds()));
     out.set_comm_fraction(std::max(out.comm_fraction(), r.comm_fraction()));
     if (r.has_param_spread()) {
-      out.set_param_spread(std::max(out.has_param_spread() ? out.param_spread() : 0.0,
-                                    r.param_spread()));
+      out.set_param_spread(
+          std::max(out.has_param_spread() ? out.param_spread() : 0.0, r.param_spread()));
     }
   }
   out.set_loss(loss);

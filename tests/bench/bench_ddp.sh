@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 steps=${1:-20}
 D=256 FF=1024 L=4 H=4 V=10000 CTX=128 BATCH=8 BUCKET=25
 peer=../shared/peers/torch_ddp_ref.py
-worker=build/worker/ddpd-worker
+worker=build/bin/ddpd-worker
 export OPENBLAS_NUM_THREADS=1
 [ -x "$worker" ] || { echo "build first: bash scripts/build.sh" >&2; exit 1; }
 [ -f "$peer" ] || { echo "peer script not found at $peer" >&2; exit 1; }

@@ -33,7 +33,7 @@ struct Running {
 };
 
 Running start(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-              const std::string& tag) {
+              const std::string& tag, bool merge_stderr = false) {
   std::map<std::string, std::string> merged;
   for (char** e = environ; *e; ++e) {
     std::string entry(*e);
@@ -57,8 +57,12 @@ Running start(const std::vector<std::string>& argv, const std::map<std::string, 
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 1, r.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
                                    0644);
-  posix_spawn_file_actions_addopen(&actions, 2, r.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
+  if (merge_stderr) {
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  } else {
+    posix_spawn_file_actions_addopen(&actions, 2, r.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+  }
   const int rc = posix_spawn(&r.pid, args[0], &actions, nullptr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0)
@@ -163,5 +167,39 @@ std::vector<ProcessOutcome> run_ranks(const std::vector<std::string>& argv, int 
   }
   return wait_all(running, timeout);
 }
+
+BackgroundProcess::BackgroundProcess(const std::vector<std::string>& argv,
+                                     const std::map<std::string, std::string>& env,
+                                     const std::string& log_name) {
+  Running r = start(argv, env, log_name, /*merge_stderr=*/true);
+  pid_ = r.pid;
+  log_path_ = r.out_path;
+}
+
+BackgroundProcess::~BackgroundProcess() {
+  if (pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+}
+
+void BackgroundProcess::signal(int sig) {
+  if (pid_ > 0) kill(pid_, sig);
+}
+
+int BackgroundProcess::wait(std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return -1;
+}
+
+std::string BackgroundProcess::log() const { return slurp(log_path_); }
 
 }  // namespace ddpd::testing

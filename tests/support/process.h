@@ -34,3 +34,27 @@ std::string binary_dir();
 std::string temp_dir();
 
 }  // namespace ddpd::testing
+
+namespace ddpd::testing {
+
+// A daemon started for a test; killed (SIGKILL) on destruction if still running.
+class BackgroundProcess {
+ public:
+  BackgroundProcess(const std::vector<std::string>& argv,
+                    const std::map<std::string, std::string>& env, const std::string& log_name);
+  ~BackgroundProcess();
+  BackgroundProcess(const BackgroundProcess&) = delete;
+  BackgroundProcess& operator=(const BackgroundProcess&) = delete;
+
+  int pid() const { return pid_; }
+  void signal(int sig);
+  // Waits for exit up to `timeout`; returns the exit code, or -1 if still running.
+  int wait(std::chrono::seconds timeout);
+  std::string log() const;
+
+ private:
+  int pid_ = -1;
+  std::string log_path_;
+};
+
+}  // namespace ddpd::testing

@@ -108,11 +108,13 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--token", daemon_options.token, "Shared token (default: $DDPD_TOKEN)");
   serve_cmd->add_option("--tls-ca", daemon_options.tls_ca, "PEM CA: connect with TLS");
   serve_cmd->add_option("--worker-id", daemon_options.worker_id, "Stable id (default host-pid)");
-  serve_cmd->add_option("--advertise-host", daemon_options.advertise_host,
-                        "Address other ranks reach this worker at")
+  serve_cmd
+      ->add_option("--advertise-host", daemon_options.advertise_host,
+                   "Address other ranks reach this worker at")
       ->capture_default_str();
-  serve_cmd->add_option("--rendezvous-port", daemon_options.rendezvous_port,
-                        "TCPStore port when rank 0 (0: pick a free one)")
+  serve_cmd
+      ->add_option("--rendezvous-port", daemon_options.rendezvous_port,
+                   "TCPStore port when rank 0 (0: pick a free one)")
       ->capture_default_str();
   serve_cmd->add_option("--heartbeat", daemon_options.heartbeat_seconds, "Heartbeat seconds")
       ->capture_default_str();

@@ -170,10 +170,9 @@ struct WorkerDaemon::Impl {
         if (job_thread.joinable()) job_thread.join();  // the previous job reported already
         current_job = message.assign().job_id();
         job_cancelled = false;
-        job_thread = std::thread(
-            [this, assignment = message.assign(), &writer, &job_cancelled] {
-              run_job(assignment, writer, job_cancelled);
-            });
+        job_thread = std::thread([this, assignment = message.assign(), &writer, &job_cancelled] {
+          run_job(assignment, writer, job_cancelled);
+        });
       } else if (message.cancel_job_id() == current_job && !current_job.empty()) {
         spdlog::info("job {}: cancel requested", current_job);
         job_cancelled = true;

@@ -1,0 +1,276 @@
+// The control plane with real daemons as real processes on loopback: ddpd-coordinator,
+// ddpd-worker serve, and ddpctl as a user runs it.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <thread>
+
+#include "ddpd/v1/ddpd.grpc.pb.h"
+#include "support/process.h"
+
+namespace ddpd::testing {
+namespace {
+
+const std::string kToken = "test-token-123";
+
+std::string bin(const std::string& name) { return binary_dir() + "/" + name; }
+
+// A coordinator and N workers; the coordinator can be restarted on the same port and database.
+class Cluster {
+ public:
+  explicit Cluster(int workers, const std::string& name) : name_(name) {
+    port_ = free_port();
+    db_ = temp_dir() + "/" + name + ".db";
+    start_coordinator();
+    for (int i = 0; i < workers; ++i) start_worker(i);
+    // Ready when the coordinator answers and every worker has registered.
+    EXPECT_TRUE(wait_until(
+        [&] { return ctl({"workers"}).exit_code == 0 && count_workers("IDLE") == workers; },
+        std::chrono::seconds(60)))
+        << coordinator_->log();
+  }
+
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+  void start_coordinator() {
+    coordinator_ = std::make_unique<BackgroundProcess>(
+        std::vector<std::string>{bin("ddpd-coordinator"), "--listen", address(), "--db", db_,
+                                 "--worker-timeout", "3"},
+        std::map<std::string, std::string>{{"DDPD_TOKEN", kToken}},
+        name_ + "-coordinator" + std::to_string(restarts_++));
+  }
+
+  void stop_coordinator() {
+    coordinator_->signal(SIGTERM);
+    EXPECT_EQ(coordinator_->wait(std::chrono::seconds(20)), 0) << coordinator_->log();
+  }
+
+  void start_worker(int i) {
+    workers_.resize(std::max<size_t>(workers_.size(), i + 1));
+    workers_[i] = std::make_unique<BackgroundProcess>(
+        std::vector<std::string>{bin("ddpd-worker"), "serve", "--coordinator", address(),
+                                 "--worker-id", name_ + "-w" + std::to_string(i), "--heartbeat",
+                                 "0.5"},
+        std::map<std::string, std::string>{{"DDPD_TOKEN", kToken}},
+        name_ + "-worker" + std::to_string(i));
+  }
+
+  BackgroundProcess& worker(int i) { return *workers_[i]; }
+
+  ProcessOutcome ctl(std::vector<std::string> args, const std::string& token = kToken) {
+    std::vector<std::string> argv{bin("ddpctl"), "--coordinator", address()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_process(argv, {{"DDPD_TOKEN", token}}, std::chrono::seconds(120));
+  }
+
+  nlohmann::json show(const std::string& job) {
+    auto o = ctl({"show", job, "--json"});
+    EXPECT_EQ(o.exit_code, 0) << o.err;
+    return nlohmann::json::parse(o.out);
+  }
+
+  // Workers by state, from `ddpctl workers`.
+  int count_workers(const std::string& state) {
+    auto o = ctl({"workers"});
+    int n = 0;
+    for (size_t at = o.out.find(" " + state + " "); at != std::string::npos;
+         at = o.out.find(" " + state + " ", at + 1)) {
+      ++n;
+    }
+    return n;
+  }
+
+  bool wait_until(const std::function<bool()>& ready, std::chrono::seconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (ready()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    return false;
+  }
+
+  std::string submit(std::vector<std::string> flags) {
+    std::vector<std::string> args{"submit",  "ddp", "--world-size", "2",  "--model",   "tiny",
+                                  "--batch", "4",   "--context",    "16", "--threads", "1"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto o = ctl(args);
+    EXPECT_EQ(o.exit_code, 0) << o.err;
+    return o.out.substr(0, o.out.find('\n'));
+  }
+
+  std::string coordinator_log() const { return coordinator_->log(); }
+
+ private:
+  std::string name_;
+  int port_ = 0;
+  int restarts_ = 0;
+  std::string db_;
+  std::unique_ptr<BackgroundProcess> coordinator_;
+  std::vector<std::unique_ptr<BackgroundProcess>> workers_;
+};
+
+double transition_time(const nlohmann::json& job, const std::string& state) {
+  for (const auto& t : job["history"]) {
+    if (t["state"] == state) return t["unix_time"].get<double>();
+  }
+  return -1;
+}
+
+TEST(ControlPlane, TwoRankJobSucceedsWithMetricsFromBothRanks) {
+  Cluster cluster(2, "basic");
+  const std::string job = cluster.submit({"--steps", "4"});
+  const auto watch = cluster.ctl({"watch", job});
+  EXPECT_EQ(watch.exit_code, 0) << watch.err;
+  EXPECT_NE(watch.out.find("step 4/4"), std::string::npos) << watch.out;
+  const auto r = cluster.show(job);
+  EXPECT_EQ(r["state"], "SUCCEEDED") << r.dump();
+  EXPECT_EQ(r["job_id"], job);
+  EXPECT_LT(r["summary"]["max_param_spread"].get<double>(), 1e-6);
+  ASSERT_EQ(r["steps"].size(), 4u);
+  std::set<std::pair<int, int>> seen;
+  for (const auto& s : r["rank_steps"]) seen.insert({s["rank"].get<int>(), s["step"].get<int>()});
+  for (int rank = 0; rank < 2; ++rank) {
+    for (int step = 0; step < 4; ++step)
+      EXPECT_TRUE(seen.count({rank, step})) << rank << " " << step;
+  }
+  std::vector<std::string> states;
+  for (const auto& t : r["history"]) states.push_back(t["state"]);
+  EXPECT_EQ(states, (std::vector<std::string>{"PENDING", "RUNNING", "SUCCEEDED"}));
+  // CSV: a header and one row per rank and step.
+  const auto csv = cluster.ctl({"show", job, "--csv"});
+  EXPECT_EQ(std::count(csv.out.begin(), csv.out.end(), '\n'), 1 + 8) << csv.out;
+  const auto list = cluster.ctl({"list"}).out;
+  const auto row = list.substr(list.find(job), list.find('\n', list.find(job)) - list.find(job));
+  EXPECT_NE(row.find("SUCCEEDED"), std::string::npos) << list;
+}
+
+TEST(ControlPlane, QueuedJobsRunOneAfterTheOther) {
+  Cluster cluster(2, "queue");
+  const std::string first = cluster.submit({"--steps", "3"});
+  const std::string second = cluster.submit({"--steps", "3"});
+  EXPECT_EQ(cluster.ctl({"watch", second}).exit_code, 0);
+  const auto a = cluster.show(first), b = cluster.show(second);
+  EXPECT_EQ(a["state"], "SUCCEEDED");
+  EXPECT_EQ(b["state"], "SUCCEEDED");
+  EXPECT_GE(transition_time(b, "RUNNING"), transition_time(a, "SUCCEEDED"))
+      << "the second job started before the first ended";
+}
+
+TEST(ControlPlane, CancelStopsARunningJobAndFreesTheWorkers) {
+  Cluster cluster(2, "cancel");
+  const std::string job = cluster.submit({"--steps", "100000"});
+  ASSERT_TRUE(cluster.wait_until([&] { return !cluster.show(job)["rank_steps"].empty(); },
+                                 std::chrono::seconds(60)));
+  const auto start = std::chrono::steady_clock::now();
+  const auto cancel = cluster.ctl({"cancel", job});
+  EXPECT_EQ(cancel.exit_code, 0) << cancel.err;
+  EXPECT_EQ(cluster.show(job)["state"], "CANCELLED");
+  EXPECT_TRUE(cluster.wait_until([&] { return cluster.count_workers("IDLE") == 2; },
+                                 std::chrono::seconds(10)));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
+  EXPECT_EQ(cluster.ctl({"cancel", job}).exit_code, 1) << "cancelling twice must be refused";
+  const std::string next = cluster.submit({"--steps", "2"});
+  EXPECT_EQ(cluster.ctl({"watch", next}).exit_code, 0);
+}
+
+TEST(ControlPlane, KilledWorkerFailsTheJobAndTheOtherReturnsToIdle) {
+  Cluster cluster(2, "kill");
+  const std::string job = cluster.submit({"--steps", "100000"});
+  ASSERT_TRUE(cluster.wait_until([&] { return !cluster.show(job)["rank_steps"].empty(); },
+                                 std::chrono::seconds(60)));
+  cluster.worker(1).signal(SIGKILL);
+  ASSERT_TRUE(cluster.wait_until([&] { return cluster.show(job)["state"] == "FAILED"; },
+                                 std::chrono::seconds(20)));
+  const auto r = cluster.show(job);
+  EXPECT_NE(r["error"].get<std::string>().find("lost"), std::string::npos) << r.dump();
+  EXPECT_TRUE(cluster.wait_until([&] { return cluster.count_workers("IDLE") == 1; },
+                                 std::chrono::seconds(20)));
+  EXPECT_EQ(cluster.count_workers("LOST"), 1);
+}
+
+TEST(ControlPlane, CoordinatorRestartKeepsHistoryAndWorkersReRegister) {
+  Cluster cluster(2, "restart");
+  const std::string done = cluster.submit({"--steps", "2"});
+  ASSERT_EQ(cluster.ctl({"watch", done}).exit_code, 0);
+  const auto before = cluster.show(done);
+  const std::string running = cluster.submit({"--steps", "100000"});
+  ASSERT_TRUE(cluster.wait_until([&] { return !cluster.show(running)["rank_steps"].empty(); },
+                                 std::chrono::seconds(60)));
+  cluster.stop_coordinator();
+  cluster.start_coordinator();
+  ASSERT_TRUE(cluster.wait_until([&] { return cluster.count_workers("IDLE") == 2; },
+                                 std::chrono::seconds(30)))
+      << cluster.coordinator_log();
+  const auto after = cluster.show(done);
+  EXPECT_EQ(after["state"], "SUCCEEDED");
+  EXPECT_EQ(after["summary"], before["summary"]);
+  EXPECT_EQ(after["rank_steps"], before["rank_steps"]);
+  const auto interrupted = cluster.show(running);
+  EXPECT_EQ(interrupted["state"], "FAILED");
+  EXPECT_EQ(interrupted["error"], "coordinator restarted");
+  const std::string next = cluster.submit({"--steps", "2"});
+  EXPECT_EQ(cluster.ctl({"watch", next}).exit_code, 0);
+}
+
+TEST(ControlPlane, WrongTokenAndInvalidSpecAreRefused) {
+  Cluster cluster(0, "refuse");
+  const auto wrong = cluster.ctl({"list"}, "not-the-token");
+  EXPECT_EQ(wrong.exit_code, 1);
+  EXPECT_NE(wrong.err.find("UNAUTHENTICATED"), std::string::npos) << wrong.err;
+  // ddpctl refuses before sending ...
+  const auto bad = cluster.ctl({"submit", "ddp", "--world-size", "2", "--batch", "7"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--batch"), std::string::npos) << bad.err;
+  // ... and the coordinator refuses on its own, naming the field.
+  auto channel = grpc::CreateChannel(cluster.address(), grpc::InsecureChannelCredentials());
+  auto stub = v1::Coordinator::NewStub(channel);
+  v1::SubmitJobRequest request;
+  request.mutable_spec()->set_world_size(2);
+  request.mutable_spec()->mutable_ddp()->set_batch_size(7);
+  request.mutable_spec()->mutable_ddp()->set_strategy("bucketed");
+  for (const std::string& token : {std::string("wrong"), kToken}) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", "Bearer " + token);
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::Job reply;
+    const auto status = stub->SubmitJob(&context, request, &reply);
+    if (token == kToken) {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+      EXPECT_NE(status.error_message().find("--batch"), std::string::npos)
+          << status.error_message();
+    } else {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    }
+  }
+  EXPECT_EQ(cluster.ctl({"show", "job-999999"}).exit_code, 1);
+  // Nothing was accepted.
+  EXPECT_EQ(cluster.ctl({"list"}).out.find("job-"), std::string::npos);
+}
+
+TEST(ControlPlane, LocalRunsAJobEndToEnd) {
+  const auto o = run_process({bin("ddpctl"), "local", "--workers", "2", "--json", "ddp", "--model",
+                              "tiny", "--steps", "3", "--batch", "4", "--context", "16"},
+                             {}, std::chrono::seconds(180));
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const auto r = nlohmann::json::parse(o.out);
+  EXPECT_EQ(r["state"], "SUCCEEDED");
+  EXPECT_EQ(r["steps"].size(), 3u);
+  EXPECT_EQ(r["rank_steps"].size(), 6u);
+  EXPECT_LT(r["summary"]["max_param_spread"].get<double>(), 1e-6);
+}
+
+TEST(ControlPlane, LocalExitsNonZeroWhenTheJobFails) {
+  const auto o = run_process({bin("ddpctl"), "local", "--workers", "2", "--json", "ddp", "--steps",
+                              "2", "--data", "/nonexistent.bin"},
+                             {}, std::chrono::seconds(180));
+  EXPECT_EQ(o.exit_code, 1);
+  const auto r = nlohmann::json::parse(o.out);
+  EXPECT_EQ(r["state"], "FAILED");
+  EXPECT_NE(r["error"].get<std::string>().find("--data"), std::string::npos) << r.dump();
+}
+
+}  // namespace
+}  // namespace ddpd::testing

@@ -1,0 +1,102 @@
+// The coordinator's pure parts and its SQLite store.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "job_store.h"
+#include "scheduling.h"
+
+namespace ddpd::coordinator {
+namespace {
+
+TEST(StateMachine, OnlyTheSpecifiedTransitions) {
+  EXPECT_TRUE(transition_allowed(v1::PENDING, v1::RUNNING));
+  EXPECT_TRUE(transition_allowed(v1::PENDING, v1::CANCELLED));
+  EXPECT_TRUE(transition_allowed(v1::PENDING, v1::FAILED));
+  EXPECT_TRUE(transition_allowed(v1::RUNNING, v1::SUCCEEDED));
+  EXPECT_TRUE(transition_allowed(v1::RUNNING, v1::FAILED));
+  EXPECT_TRUE(transition_allowed(v1::RUNNING, v1::CANCELLED));
+  EXPECT_FALSE(transition_allowed(v1::PENDING, v1::SUCCEEDED));
+  EXPECT_FALSE(transition_allowed(v1::RUNNING, v1::PENDING));
+  for (auto terminal : {v1::SUCCEEDED, v1::FAILED, v1::CANCELLED}) {
+    for (auto to : {v1::PENDING, v1::RUNNING, v1::SUCCEEDED, v1::FAILED, v1::CANCELLED}) {
+      EXPECT_FALSE(transition_allowed(terminal, to));
+    }
+  }
+}
+
+TEST(Scheduler, OldestJobFirstAndNoOvertaking) {
+  const std::vector<PendingJob> pending{{"a", 3}, {"b", 1}};
+  EXPECT_FALSE(place_next(pending, {"w1", "w2"}));  // b fits, but a is first
+  const auto placed = place_next(pending, {"w1", "w2", "w3", "w4"});
+  ASSERT_TRUE(placed);
+  EXPECT_EQ(placed->job_id, "a");
+  EXPECT_EQ(placed->worker_ids, (std::vector<std::string>{"w1", "w2", "w3"}));
+  EXPECT_FALSE(place_next({}, {"w1"}));
+}
+
+TEST(Scheduler, AggregatesTheSlowestRankAndTheMeanLoss) {
+  v1::StepReport a, b;
+  a.set_step(3);
+  a.set_loss(2.0);
+  a.set_step_seconds(0.5);
+  a.set_comm_fraction(0.1);
+  a.set_param_spread(1e-7);
+  b.set_step(3);
+  b.set_loss(4.0);
+  b.set_step_seconds(0.7);
+  b.set_comm_fraction(0.3);
+  const auto s = aggregate_step({a, b});
+  EXPECT_EQ(s.step(), 3);
+  EXPECT_DOUBLE_EQ(s.loss(), 3.0);
+  EXPECT_DOUBLE_EQ(s.step_seconds(), 0.7);
+  EXPECT_DOUBLE_EQ(s.comm_fraction(), 0.3);
+  EXPECT_DOUBLE_EQ(s.param_spread(), 1e-7);
+}
+
+TEST(JobStore, SurvivesReopening) {
+  const std::string path = "/tmp/ddpd-store-test-" + std::to_string(getpid()) + ".db";
+  v1::Job job;
+  job.set_job_id("job-000007");
+  job.mutable_spec()->set_world_size(2);
+  job.mutable_spec()->mutable_ddp()->set_model("tiny");
+  job.set_state(v1::SUCCEEDED);
+  job.add_worker_ids("w0");
+  job.add_worker_ids("w1");
+  job.set_result_json("{\"state\":\"SUCCEEDED\"}");
+  v1::StepReport step;
+  step.set_rank(1);
+  step.set_step(4);
+  step.set_loss(9.5);
+  {
+    JobStore store(path);
+    store.save_job(job, 7);
+    for (auto state : {v1::PENDING, v1::RUNNING, v1::SUCCEEDED}) {
+      v1::StateTransition t;
+      t.set_state(state);
+      t.set_unix_time(100 + state);
+      t.set_reason("because");
+      store.add_transition(job.job_id(), t);
+    }
+    store.add_step(job.job_id(), step);
+  }
+  JobStore reopened(path);
+  const auto jobs = reopened.load_jobs();
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].job_id(), "job-000007");
+  EXPECT_EQ(jobs[0].state(), v1::SUCCEEDED);
+  EXPECT_EQ(jobs[0].spec().ddp().model(), "tiny");
+  EXPECT_EQ(jobs[0].worker_ids_size(), 2);
+  EXPECT_EQ(jobs[0].worker_ids(1), "w1");
+  EXPECT_EQ(jobs[0].result_json(), job.result_json());
+  ASSERT_EQ(jobs[0].history_size(), 3);
+  EXPECT_EQ(jobs[0].history(1).state(), v1::RUNNING);
+  EXPECT_EQ(reopened.max_sequence(), 7);
+  const auto steps = reopened.load_steps(job.job_id());
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_EQ(steps[0].rank(), 1);
+  EXPECT_DOUBLE_EQ(steps[0].loss(), 9.5);
+  unlink(path.c_str());
+}
+
+}  // namespace
+}  // namespace ddpd::coordinator
