@@ -11,6 +11,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libfmt-dev prometheus-cpp-dev libsqlite3-dev libcli11-dev
   nlohmann-json3-dev libgtest-dev libgmock-dev
+  openssl                                        # test certificates for the TLS test
 )
 
 missing=()

@@ -250,6 +250,41 @@ TEST(ControlPlane, WrongTokenAndInvalidSpecAreRefused) {
   EXPECT_EQ(cluster.ctl({"list"}).out.find("job-"), std::string::npos);
 }
 
+TEST(ControlPlane, TlsWhenCertificatesAreGiven) {
+  const std::string dir = temp_dir();
+  const auto made = run_process(
+      {"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+       dir + "/tls.key", "-out", dir + "/tls.crt", "-days", "1", "-subj", "/CN=localhost",
+       "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"},
+      {}, std::chrono::seconds(60));
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  const std::string address = "127.0.0.1:" + std::to_string(free_port());
+  const std::map<std::string, std::string> env{{"DDPD_TOKEN", kToken}};
+  BackgroundProcess coordinator({bin("ddpd-coordinator"), "--listen", address, "--db",
+                                 dir + "/tls.db", "--tls-cert", dir + "/tls.crt", "--tls-key",
+                                 dir + "/tls.key"},
+                                env, "tls-coordinator");
+  BackgroundProcess worker({bin("ddpd-worker"), "serve", "--coordinator", address, "--tls-ca",
+                            dir + "/tls.crt", "--worker-id", "tls-w0"},
+                           env, "tls-worker");
+  auto ctl = [&](std::vector<std::string> extra) {
+    std::vector<std::string> argv{bin("ddpctl"), "--coordinator", address};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.push_back("workers");
+    return run_process(argv, env, std::chrono::seconds(30));
+  };
+  bool registered = false;
+  for (int i = 0; i < 150 && !registered; ++i) {
+    const auto o = ctl({"--tls-ca", dir + "/tls.crt"});
+    registered = o.exit_code == 0 && o.out.find("tls-w0") != std::string::npos &&
+                 o.out.find("IDLE") != std::string::npos;
+    if (!registered) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_TRUE(registered) << coordinator.log() << worker.log();
+  // A plaintext client cannot talk to the TLS endpoint.
+  EXPECT_NE(ctl({}).exit_code, 0);
+}
+
 TEST(ControlPlane, LocalRunsAJobEndToEnd) {
   const auto o = run_process({bin("ddpctl"), "local", "--workers", "2", "--json", "ddp", "--model",
                               "tiny", "--steps", "3", "--batch", "4", "--context", "16"},
