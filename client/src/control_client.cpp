@@ -51,7 +51,14 @@ ControlClient::ControlClient(const ConnectionOptions& options) : token_(options.
     ssl.pem_root_certs = pem.str();
     credentials = grpc::SslCredentials(ssl);
   }
-  stub_ = v1::Coordinator::NewStub(grpc::CreateChannel(options.coordinator, credentials));
+  // Reconnect quickly: a coordinator that is (re)starting is the common case, and gRPC's
+  // default backoff (1 s growing to 120 s) would leave us waiting long after it is up.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  stub_ =
+      v1::Coordinator::NewStub(grpc::CreateCustomChannel(options.coordinator, credentials, args));
 }
 
 void ControlClient::prepare(grpc::ClientContext& context) const {

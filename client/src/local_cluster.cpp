@@ -42,6 +42,24 @@ int free_loopback_port() {
   return ntohs(addr.sin_port);
 }
 
+// Waits until something accepts TCP connections on 127.0.0.1:port (the coordinator is up), so
+// the workers' and ddpctl's first calls do not fail into gRPC's reconnect backoff.
+bool wait_for_listener(int port, std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    const bool up = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    close(fd);
+    if (up) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
 std::string random_token() {
   std::random_device rd;
   std::string token;
@@ -56,7 +74,8 @@ LocalCluster::LocalCluster(int workers, const std::string& log_level) {
   std::string pattern = (std::filesystem::temp_directory_path() / "ddpctl-local-XXXXXX").string();
   if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
   directory_ = pattern;
-  address_ = "127.0.0.1:" + std::to_string(free_loopback_port());
+  const int port = free_loopback_port();
+  address_ = "127.0.0.1:" + std::to_string(port);
   token_ = random_token();
   const std::string bin = own_directory();
   for (const char* name : {"ddpd-coordinator", "ddpd-worker"}) {
@@ -68,6 +87,11 @@ LocalCluster::LocalCluster(int workers, const std::string& log_level) {
   spawn({bin + "/ddpd-coordinator", "--listen", address_, "--db", directory_ + "/ddpd.db",
          "--log-level", log_level},
         "coordinator.log");
+  if (!wait_for_listener(port, std::chrono::seconds(30))) {
+    keep_ = true;
+    throw std::runtime_error("the coordinator did not start listening on " + address_ +
+                             " within 30 s; log in " + directory_ + "/coordinator.log");
+  }
   for (int i = 0; i < workers; ++i) {
     spawn({bin + "/ddpd-worker", "--log-level", log_level, "serve", "--coordinator", address_,
            "--worker-id", "local-" + std::to_string(i), "--advertise-host", "127.0.0.1"},

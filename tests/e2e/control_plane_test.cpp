@@ -252,18 +252,18 @@ TEST(ControlPlane, WrongTokenAndInvalidSpecAreRefused) {
 
 TEST(ControlPlane, TlsWhenCertificatesAreGiven) {
   const std::string dir = temp_dir();
-  const auto made = run_process(
-      {"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
-       dir + "/tls.key", "-out", dir + "/tls.crt", "-days", "1", "-subj", "/CN=localhost",
-       "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"},
-      {}, std::chrono::seconds(60));
+  const auto made =
+      run_process({"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                   dir + "/tls.key", "-out", dir + "/tls.crt", "-days", "1", "-subj",
+                   "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"},
+                  {}, std::chrono::seconds(60));
   ASSERT_EQ(made.exit_code, 0) << made.err;
   const std::string address = "127.0.0.1:" + std::to_string(free_port());
   const std::map<std::string, std::string> env{{"DDPD_TOKEN", kToken}};
-  BackgroundProcess coordinator({bin("ddpd-coordinator"), "--listen", address, "--db",
-                                 dir + "/tls.db", "--tls-cert", dir + "/tls.crt", "--tls-key",
-                                 dir + "/tls.key"},
-                                env, "tls-coordinator");
+  BackgroundProcess coordinator(
+      {bin("ddpd-coordinator"), "--listen", address, "--db", dir + "/tls.db", "--tls-cert",
+       dir + "/tls.crt", "--tls-key", dir + "/tls.key"},
+      env, "tls-coordinator");
   BackgroundProcess worker({bin("ddpd-worker"), "serve", "--coordinator", address, "--tls-ca",
                             dir + "/tls.crt", "--worker-id", "tls-w0"},
                            env, "tls-worker");

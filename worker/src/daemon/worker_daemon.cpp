@@ -227,7 +227,12 @@ int WorkerDaemon::run() {
   hello.set_cpu_count(static_cast<int>(std::thread::hardware_concurrency()));
   hello.set_gpu_count(0);
   hello.add_backends("gloo");
-  auto channel = grpc::CreateChannel(o.coordinator, impl_->credentials());
+  // Reconnect quickly after a coordinator restart (gRPC's default backoff grows to 120 s).
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  auto channel = grpc::CreateCustomChannel(o.coordinator, impl_->credentials(), args);
   auto stub = v1::Coordinator::NewStub(channel);
   while (!impl_->stopping) {
     if (!impl_->session(*stub, hello)) return 1;
