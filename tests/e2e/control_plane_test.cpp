@@ -250,6 +250,31 @@ TEST(ControlPlane, WrongTokenAndInvalidSpecAreRefused) {
   EXPECT_EQ(cluster.ctl({"list"}).out.find("job-"), std::string::npos);
 }
 
+TEST(ControlPlane, JobWaitingTooLongForWorkersFailsWithTheReason) {
+  const std::string address = "127.0.0.1:" + std::to_string(free_port());
+  const std::map<std::string, std::string> env{{"DDPD_TOKEN", kToken}};
+  BackgroundProcess coordinator({bin("ddpd-coordinator"), "--listen", address, "--db",
+                                 temp_dir() + "/pending.db", "--pending-timeout", "1"},
+                                env, "pending-coordinator");
+  auto ctl = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv{bin("ddpctl"), "--coordinator", address};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_process(argv, env, std::chrono::seconds(30));
+  };
+  ProcessOutcome submitted;
+  for (int i = 0; i < 100 && submitted.exit_code != 0; ++i) {
+    submitted = ctl({"submit", "ddp", "--world-size", "2"});  // no worker will ever come
+    if (submitted.exit_code != 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
+  const std::string job = submitted.out.substr(0, submitted.out.find('\n'));
+  const auto watch = ctl({"watch", job});
+  EXPECT_EQ(watch.exit_code, 1);
+  const auto r = nlohmann::json::parse(ctl({"show", job, "--json"}).out);
+  EXPECT_EQ(r["state"], "FAILED");
+  EXPECT_EQ(r["error"], "waited 1 s for 2 idle workers; 0 idle");
+}
+
 TEST(ControlPlane, TlsWhenCertificatesAreGiven) {
   const std::string dir = temp_dir();
   const auto made =
