@@ -1,9 +1,6 @@
 #include "control_client.h"
 
-#include <fstream>
-#include <sstream>
-
-#include "spec_convert.h"
+#include "channel.h"
 
 namespace ddpd::client {
 namespace {
@@ -40,26 +37,9 @@ RpcError::RpcError(const grpc::Status& status)
                          status.error_message()),
       exit_code_(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ? 2 : 1) {}
 
-ControlClient::ControlClient(const ConnectionOptions& options) : token_(options.token) {
-  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
-  if (!options.tls_ca.empty()) {
-    std::ifstream in(options.tls_ca);
-    if (!in) throw std::invalid_argument("--tls-ca: cannot read '" + options.tls_ca + "'");
-    std::stringstream pem;
-    pem << in.rdbuf();
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = pem.str();
-    credentials = grpc::SslCredentials(ssl);
-  }
-  // Reconnect quickly: a coordinator that is (re)starting is the common case, and gRPC's
-  // default backoff (1 s growing to 120 s) would leave us waiting long after it is up.
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  stub_ =
-      v1::Coordinator::NewStub(grpc::CreateCustomChannel(options.coordinator, credentials, args));
-}
+ControlClient::ControlClient(const ConnectionOptions& options)
+    : token_(options.token),
+      stub_(v1::Coordinator::NewStub(coordinator_channel(options.coordinator, options.tls_ca))) {}
 
 void ControlClient::prepare(grpc::ClientContext& context) const {
   if (!token_.empty()) context.AddMetadata("authorization", "Bearer " + token_);

@@ -9,10 +9,9 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
+#include "channel.h"
 #include "ddpd/communicator.h"
 #include "ddpd/rendezvous.h"
 #include "ddpd/result_json.h"
@@ -79,17 +78,6 @@ struct WorkerDaemon::Impl {
   std::mutex mutex;
   std::condition_variable wake;
   grpc::ClientContext* live_context = nullptr;  // to end the session on stop()
-
-  std::shared_ptr<grpc::ChannelCredentials> credentials() {
-    if (options.tls_ca.empty()) return grpc::InsecureChannelCredentials();
-    std::ifstream in(options.tls_ca);
-    if (!in) throw std::runtime_error("--tls-ca: cannot read '" + options.tls_ca + "'");
-    std::stringstream pem;
-    pem << in.rdbuf();
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = pem.str();
-    return grpc::SslCredentials(ssl);
-  }
 
   void run_job(const v1::Assignment& a, SessionWriter& writer, std::atomic<bool>& cancelled) {
     v1::WorkerMessage done;
@@ -227,12 +215,7 @@ int WorkerDaemon::run() {
   hello.set_cpu_count(static_cast<int>(std::thread::hardware_concurrency()));
   hello.set_gpu_count(0);
   hello.add_backends("gloo");
-  // Reconnect quickly after a coordinator restart (gRPC's default backoff grows to 120 s).
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  auto channel = grpc::CreateCustomChannel(o.coordinator, impl_->credentials(), args);
+  auto channel = coordinator_channel(o.coordinator, o.tls_ca);
   auto stub = v1::Coordinator::NewStub(channel);
   while (!impl_->stopping) {
     if (!impl_->session(*stub, hello)) return 1;
