@@ -44,4 +44,19 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
       ->capture_default_str();
 }
 
+void add_comm_flags(CLI::App& app, CommBenchOptions& o) {
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--collective", o.collectives,
+                 "all_reduce, all_gather, reduce_scatter, broadcast (several: comma-separated)")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->capture_default_str();
+  app.add_option_function<std::string>(
+      "--sizes", [&o](const std::string& list) { o.sizes_bytes = parse_sizes(list); },
+      "Buffer sizes, e.g. 1MB,10MB,100MB,1GB (units B, KB, MB, GB; binary)");
+  app.add_option("--dtype", o.dtype, "float32 or bfloat16")->capture_default_str();
+  app.add_option("--warmup", o.warmup, "Untimed iterations per size")->capture_default_str();
+  app.add_option("--iters", o.iters, "Timed iterations per size")->capture_default_str();
+}
+
 }  // namespace ddpd

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "daemon/worker_daemon.h"
+#include "ddpd/comm_bench.h"
 #include "ddpd/communicator.h"
 #include "ddpd/ddp_flags.h"
 #include "ddpd/rendezvous.h"
@@ -76,6 +77,32 @@ void print_summary(const ddpd::DdpJobOptions& o, int world, const ddpd::Training
       s.median_comm_fraction, s.max_param_spread);
 }
 
+int run_comm(const ddpd::CommBenchOptions& options, const std::string& backend, double timeout_s,
+             bool json) {
+  ddpd::RendezvousOptions rendezvous;
+  try {
+    rendezvous = ddpd::rendezvous_from_environment();
+    rendezvous.backend = backend;
+    rendezvous.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+    ddpd::validate(options);
+    if (timeout_s <= 0) throw ddpd::OptionError("--timeout", "must be > 0 seconds");
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  try {
+    auto comm = ddpd::connect(rendezvous);
+    const auto result = ddpd::to_json(ddpd::run_comm_benchmark(options, *comm));
+    if (rendezvous.rank == 0) std::cout << (json ? result.dump() + "\n" : ddpd::comm_table(result));
+    return 0;
+  } catch (const std::exception& e) {
+    const std::string error = "rank " + std::to_string(rendezvous.rank) + ": " + e.what();
+    if (rendezvous.rank == 0 && json) std::cout << ddpd::failure_json(error).dump() << std::endl;
+    std::fprintf(stderr, "FAILED: %s\n", error.c_str());
+    return 1;
+  }
+}
+
 }  // namespace
 
 // OpenMP threads that spin between parallel regions starve the thread doing the serial work
@@ -101,6 +128,16 @@ int main(int argc, char** argv) {
   std::string log_level = "warn";
   ddpd::add_ddp_flags(*ddp, options);
   ddp->add_flag("--json", json, "Print the result as JSON (rank 0)");
+  auto* comm_cmd = run->add_subcommand("comm", "Collective benchmark (nccl-tests style)");
+  ddpd::CommBenchOptions comm_options;
+  std::string backend = "gloo";
+  double comm_timeout_s = 300;
+  ddpd::add_comm_flags(*comm_cmd, comm_options);
+  comm_cmd->add_option("--backend", backend, "gloo (CPU) or nccl (CUDA builds)")
+      ->capture_default_str();
+  comm_cmd->add_option("--timeout", comm_timeout_s, "Collective timeout, seconds")
+      ->capture_default_str();
+  comm_cmd->add_flag("--json", json, "Print the result as JSON (rank 0)");
   auto* serve_cmd = app.add_subcommand("serve", "Register with a coordinator and run its jobs");
   ddpd::WorkerDaemonOptions daemon_options;
   serve_cmd->add_option("--coordinator", daemon_options.coordinator, "Coordinator host:port")
@@ -127,9 +164,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());  // one line naming the flag
     return 2;
+  } catch (const ddpd::OptionError& e) {  // from --sizes
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
   }
   spdlog::set_level(spdlog::level::from_str(log_level));
   if (serve_cmd->parsed()) return serve(daemon_options);
+
+  if (comm_cmd->parsed()) return run_comm(comm_options, backend, comm_timeout_s, json);
 
   ddpd::RendezvousOptions rendezvous;
   try {

@@ -1,5 +1,8 @@
 #include "ddpd/result_json.h"
 
+#include <cmath>
+#include <cstdio>
+
 namespace ddpd {
 namespace {
 
@@ -42,6 +45,74 @@ nlohmann::json to_json(const TrainingResult& result) {
            {{"after_init", memory_json(result.memory.after_init)},
             {"before_step", memory_json(result.memory.before_step)},
             {"after_step", memory_json(result.memory.after_step)}}}};
+}
+
+nlohmann::json to_json(const CommBenchResult& result) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& r : result.rows) {
+    const double fraction =
+        result.loopback_bytes_per_s > 0 ? r.busbw_bytes_per_s / result.loopback_bytes_per_s : 0;
+    rows.push_back({{"collective", r.collective},
+                    {"size_bytes", r.size_bytes},
+                    {"time_seconds", r.time_s},
+                    {"rank_mean_seconds", r.rank_mean_s},
+                    {"rank_std_seconds", r.rank_std_s},
+                    {"rank_min_seconds", r.rank_min_s},
+                    {"rank_max_seconds", r.rank_max_s},
+                    {"algbw_bytes_per_second", r.algbw_bytes_per_s},
+                    {"busbw_bytes_per_second", r.busbw_bytes_per_s},
+                    {"fraction_of_loopback", fraction},
+                    {"data_ok", r.data_ok}});
+  }
+  nlohmann::json fits = nlohmann::json::array();
+  for (const auto& f : result.fits) {
+    fits.push_back({{"collective", f.collective},
+                    {"alpha_seconds", f.alpha_s},
+                    {"beta_bytes_per_second", f.beta_bytes_per_s},
+                    {"rms_relative_error", f.rms_relative_error}});
+  }
+  return {{"state", "SUCCEEDED"},
+          {"world_size", result.world_size},
+          {"loopback_bytes_per_second", result.loopback_bytes_per_s},
+          {"rows", rows},
+          {"fits", fits}};
+}
+
+std::string comm_table(const nlohmann::json& result) {
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof(line), "# world size %d, loopback TCP %.2f GB/s each way\n",
+                result["world_size"].get<int>(),
+                result["loopback_bytes_per_second"].get<double>() / 1e9);
+  out += line;
+  std::snprintf(line, sizeof(line), "%-15s %12s %11s %11s %11s %10s %10s %9s %4s\n", "# collective",
+                "size(B)", "time(us)", "min(us)", "max(us)", "algbw GB/s", "busbw GB/s", "of lo",
+                "ok");
+  out += line;
+  for (const auto& r : result["rows"]) {
+    double lo = INFINITY, hi = 0;
+    for (double v : r["rank_min_seconds"]) lo = std::min(lo, v);
+    for (double v : r["rank_max_seconds"]) hi = std::max(hi, v);
+    std::snprintf(
+        line, sizeof(line), "%-15s %12lld %11.1f %11.1f %11.1f %10.3f %10.3f %8.1f%% %4s\n",
+        r["collective"].get<std::string>().c_str(),
+        static_cast<long long>(r["size_bytes"].get<int64_t>()),
+        r["time_seconds"].get<double>() * 1e6, lo * 1e6, hi * 1e6,
+        r["algbw_bytes_per_second"].get<double>() / 1e9,
+        r["busbw_bytes_per_second"].get<double>() / 1e9,
+        100 * r["fraction_of_loopback"].get<double>(), r["data_ok"].get<bool>() ? "yes" : "NO");
+    out += line;
+  }
+  for (const auto& f : result["fits"]) {
+    std::snprintf(line, sizeof(line),
+                  "# fit %s: t(S) = %.1f us + S / %.3f GB/s  (rms relative error %.1f%%)\n",
+                  f["collective"].get<std::string>().c_str(),
+                  f["alpha_seconds"].get<double>() * 1e6,
+                  f["beta_bytes_per_second"].get<double>() / 1e9,
+                  100 * f["rms_relative_error"].get<double>());
+    out += line;
+  }
+  return out;
 }
 
 nlohmann::json failure_json(const std::string& error) {

@@ -4,10 +4,13 @@
 
 #include <CLI/CLI.hpp>
 
+#include "ddpd/comm_options.h"
 #include "ddpd/job_options.h"
 
 namespace ddpd {
 
 void add_ddp_flags(CLI::App& app, DdpJobOptions& options);
+// Comm-benchmark flags; --sizes is parsed into options.sizes_bytes (OptionError on bad sizes).
+void add_comm_flags(CLI::App& app, CommBenchOptions& options);
 
 }  // namespace ddpd

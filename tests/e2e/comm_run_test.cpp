@@ -1,0 +1,56 @@
+// `ddpd-worker run comm --json` over real Gloo ranks: every collective, data checked.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "ddpd/comm_options.h"
+#include "support/process.h"
+
+namespace ddpd::testing {
+namespace {
+
+class CommRun : public ::testing::TestWithParam<int> {};
+
+TEST_P(CommRun, EveryCollectivePassesItsDataCheck) {
+  const int world = GetParam();
+  const auto outcomes = run_ranks({DDPD_WORKER_BINARY, "run", "comm", "--collective",
+                                   "all_reduce,all_gather,reduce_scatter,broadcast", "--sizes",
+                                   "4KB,1MB,3MB", "--warmup", "1", "--iters", "3", "--json"},
+                                  world, std::chrono::seconds(120));
+  for (int r = 0; r < world; ++r) ASSERT_EQ(outcomes[r].exit_code, 0) << outcomes[r].err;
+  const auto result = nlohmann::json::parse(outcomes[0].out);
+  EXPECT_EQ(result["state"], "SUCCEEDED");
+  EXPECT_EQ(result["world_size"], world);
+  EXPECT_GT(result["loopback_bytes_per_second"].get<double>(), 1e7);
+  ASSERT_EQ(result["rows"].size(), 12u);
+  for (const auto& row : result["rows"]) {
+    EXPECT_TRUE(row["data_ok"].get<bool>());
+    const std::string collective = row["collective"];
+    ASSERT_EQ(row["rank_mean_seconds"].size(), static_cast<size_t>(world));
+    double slowest = 0;
+    for (double t : row["rank_mean_seconds"]) slowest = std::max(slowest, t);
+    EXPECT_DOUBLE_EQ(row["time_seconds"].get<double>(), slowest);
+    const double bytes = row["size_bytes"].get<double>();
+    EXPECT_EQ(static_cast<int64_t>(bytes) % (4 * world), 0) << "whole elements per rank";
+    EXPECT_DOUBLE_EQ(row["algbw_bytes_per_second"].get<double>(), bytes / slowest);
+    EXPECT_NEAR(row["busbw_bytes_per_second"].get<double>(),
+                bytes / slowest * busbw_factor(collective, world), 1e-6 * bytes / slowest);
+  }
+  ASSERT_EQ(result["fits"].size(), 4u);
+  for (const auto& fit : result["fits"]) EXPECT_GT(fit["beta_bytes_per_second"].get<double>(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, CommRun, ::testing::Values(2, 3));
+
+TEST(CommRunBadInput, UnknownCollectiveAndBadSizeAreRefused) {
+  auto o = run_process({DDPD_WORKER_BINARY, "run", "comm", "--collective", "gossip"}, {},
+                       std::chrono::seconds(30));
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err.rfind("error: --collective: unknown collective 'gossip'", 0), 0u) << o.err;
+  o = run_process({DDPD_WORKER_BINARY, "run", "comm", "--sizes", "10QB"}, {},
+                  std::chrono::seconds(30));
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err.rfind("error: --sizes: unknown unit in '10QB'", 0), 0u) << o.err;
+}
+
+}  // namespace
+}  // namespace ddpd::testing

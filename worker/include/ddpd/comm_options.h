@@ -1,0 +1,60 @@
+// Collective-benchmark options and the plain arithmetic around them (SPEC §3.1): no LibTorch, so
+// the coordinator and ddpctl can validate and report comm jobs too.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ddpd {
+
+struct CommBenchOptions {
+  std::vector<std::string> collectives{
+      "all_reduce"};  // all_reduce, all_gather, reduce_scatter, broadcast
+  std::vector<int64_t> sizes_bytes{1 << 20, 10 << 20, 100 << 20, int64_t{1} << 30};
+  std::string dtype = "float32";  // float32 | bfloat16
+  int warmup = 5;                 // untimed iterations per size
+  int iters = 20;                 // timed iterations per size
+};
+
+const std::vector<std::string>& collective_names();
+// "1MB", "10MB", "1GB", "512KB", "4096B", "4096": binary units (1 MB = 2^20 bytes, as the
+// peer's size_mb). Throws OptionError("--sizes") naming the bad entry.
+int64_t parse_size(const std::string& text);
+std::vector<int64_t> parse_sizes(const std::string& comma_separated);
+// Throws OptionError naming the flag for unknown collectives, dtypes, sizes < 1 element or
+// above 8 GiB, warmup < 0, iters < 1.
+void validate(const CommBenchOptions& options);
+
+// nccl-tests' bus-bandwidth factor: 2(n-1)/n all_reduce, (n-1)/n all_gather and
+// reduce_scatter, 1 broadcast.
+double busbw_factor(const std::string& collective, int world_size);
+
+struct CommRow {
+  std::string collective;
+  int64_t size_bytes = 0;  // the per-rank buffer: all_gather's input is size/N (nccl-tests)
+  std::vector<double> rank_mean_s, rank_std_s, rank_min_s, rank_max_s;  // by rank
+  double time_s = 0;  // the slowest rank's mean iteration time
+  double algbw_bytes_per_s = 0;
+  double busbw_bytes_per_s = 0;
+  bool data_ok = false;
+};
+
+// t(S) = alpha + S / beta, least squares on relative residuals over one collective's rows.
+struct LatencyBandwidthFit {
+  std::string collective;
+  double alpha_s = 0;
+  double beta_bytes_per_s = 0;
+  double rms_relative_error = 0;  // of the fitted times against the measured ones
+};
+LatencyBandwidthFit fit_latency_bandwidth(const std::vector<int64_t>& sizes,
+                                          const std::vector<double>& times_s);
+
+struct CommBenchResult {
+  int world_size = 1;
+  std::vector<CommRow> rows;
+  std::vector<LatencyBandwidthFit> fits;
+  double loopback_bytes_per_s = 0;  // full-duplex loopback TCP, each way (rank 0 measures)
+};
+
+}  // namespace ddpd

@@ -1,0 +1,228 @@
+#include "ddpd/comm_bench.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "ddpd/job_options.h"
+
+namespace ddpd {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+struct Stats {
+  double mean = 0, std = 0, min = 0, max = 0;
+};
+
+Stats stats_of(const std::vector<double>& v) {
+  Stats s;
+  s.min = *std::min_element(v.begin(), v.end());
+  s.max = *std::max_element(v.begin(), v.end());
+  for (double x : v) s.mean += x / v.size();
+  for (double x : v) s.std += (x - s.mean) * (x - s.mean);
+  s.std = v.size() > 1 ? std::sqrt(s.std / (v.size() - 1)) : 0;
+  return s;
+}
+
+// One collective at one size: its buffers, how to refill them, run it once, and check it.
+class Trial {
+ public:
+  Trial(const std::string& collective, int64_t bytes, at::ScalarType dtype, Communicator& comm)
+      : collective_(collective), comm_(comm) {
+    const int n = comm.world_size();
+    const int64_t element = at::elementSize(dtype);
+    // Whole elements, divisible by N where the collective splits the buffer.
+    elements_ = std::max<int64_t>(bytes / element / n, 1) * n;
+    auto options = at::TensorOptions().dtype(dtype);
+    if (collective == "all_gather") {
+      input_ = at::empty({elements_ / n}, options);
+      output_ = at::empty({elements_}, options);
+    } else if (collective == "reduce_scatter") {
+      input_ = at::empty({elements_}, options);
+      output_ = at::empty({elements_ / n}, options);
+    } else {
+      input_ = at::empty({elements_}, options);
+    }
+  }
+
+  int64_t bytes() const { return elements_ * input_.element_size(); }
+
+  // Known values: rank r contributes r + 1 (broadcast: the root's 7, others 0).
+  void refill() {
+    const int rank = comm_.rank();
+    if (collective_ == "broadcast") {
+      input_.fill_(rank == 0 ? 7 : 0);
+    } else {
+      input_.fill_(rank + 1);
+    }
+  }
+
+  void run() {
+    if (collective_ == "all_reduce") {
+      comm_.all_reduce_sum(input_, "bench/all_reduce").wait();
+    } else if (collective_ == "broadcast") {
+      comm_.broadcast(input_, 0, "bench/broadcast").wait();
+    } else if (collective_ == "all_gather") {
+      comm_.all_gather(output_, input_, "bench/all_gather").wait();
+    } else {
+      comm_.reduce_scatter_sum(output_, input_, "bench/reduce_scatter");
+    }
+  }
+
+  // After one refill() + run(): every element must hold the expected value.
+  bool check() const {
+    const int n = comm_.world_size();
+    const double sum = n * (n + 1) / 2.0;
+    if (collective_ == "all_reduce") return values_equal(input_, sum);
+    if (collective_ == "broadcast") return values_equal(input_, 7);
+    if (collective_ == "reduce_scatter") return values_equal(output_, sum);
+    const int64_t chunk = output_.numel() / n;
+    for (int r = 0; r < n; ++r) {
+      if (!values_equal(output_.narrow(0, r * chunk, chunk), r + 1)) return false;
+    }
+    return true;
+  }
+
+ private:
+  std::string collective_;
+  Communicator& comm_;
+  int64_t elements_ = 0;
+  at::Tensor input_, output_;
+};
+
+}  // namespace
+
+bool values_equal(const at::Tensor& tensor, double expected) {
+  return tensor.numel() == 0 ||
+         (tensor.to(at::kDouble).sub(expected).abs().max().item<double>() == 0.0);
+}
+
+double measure_loopback_bytes_per_s(double seconds) {
+  int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      listen(listener, 1) != 0) {
+    close(listener);
+    throw std::runtime_error("loopback measurement: cannot listen on 127.0.0.1");
+  }
+  socklen_t len = sizeof(addr);
+  getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  int a = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(a, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(a);
+    close(listener);
+    throw std::runtime_error("loopback measurement: cannot connect");
+  }
+  int b = accept(listener, nullptr, nullptr);
+  close(listener);
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> received_a{0}, received_b{0};
+  auto sender = [&](int fd) {
+    std::vector<char> buf(1 << 20, 1);
+    while (!stop) {
+      if (send(fd, buf.data(), buf.size(), MSG_NOSIGNAL) <= 0) break;
+    }
+  };
+  auto receiver = [&](int fd, std::atomic<int64_t>& count) {
+    std::vector<char> buf(1 << 20);
+    for (;;) {
+      const ssize_t got = recv(fd, buf.data(), buf.size(), 0);
+      if (got <= 0) break;
+      count += got;
+    }
+  };
+  const auto start = std::chrono::steady_clock::now();
+  std::thread ta(sender, a), tb(sender, b), ra(receiver, a, std::ref(received_a)),
+      rb(receiver, b, std::ref(received_b));
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  const int64_t each_way = std::min(received_a.load(), received_b.load());
+  const double elapsed = seconds_since(start);
+  stop = true;
+  shutdown(a, SHUT_RDWR);
+  shutdown(b, SHUT_RDWR);
+  ta.join();
+  tb.join();
+  ra.join();
+  rb.join();
+  close(a);
+  close(b);
+  return each_way / elapsed;
+}
+
+CommBenchResult run_comm_benchmark(const CommBenchOptions& options, Communicator& comm) {
+  validate(options);
+  const at::ScalarType dtype = options.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
+  const int n = comm.world_size();
+  CommBenchResult result;
+  result.world_size = n;
+  for (const auto& collective : options.collectives) {
+    std::vector<int64_t> fit_sizes;
+    std::vector<double> fit_times;
+    for (int64_t size : options.sizes_bytes) {
+      Trial trial(collective, size, dtype, comm);
+      for (int i = 0; i < options.warmup; ++i) {
+        trial.refill();
+        trial.run();
+      }
+      std::vector<double> times;
+      for (int i = 0; i < options.iters; ++i) {
+        trial.refill();
+        comm.barrier();  // every rank starts the iteration together
+        const auto start = std::chrono::steady_clock::now();
+        trial.run();
+        times.push_back(seconds_since(start));
+      }
+      const bool ok = trial.check();
+      // Gather every rank's statistics and check outcome, as all_gather_object would.
+      const Stats mine = stats_of(times);
+      auto local = at::tensor({mine.mean, mine.std, mine.min, mine.max, ok ? 1.0 : 0.0},
+                              at::TensorOptions().dtype(at::kDouble));
+      auto all = at::empty({5 * n}, local.options());
+      comm.all_gather(all, local, "bench/gather_stats").wait();
+      CommRow row;
+      row.collective = collective;
+      row.size_bytes = trial.bytes();
+      row.data_ok = true;
+      for (int r = 0; r < n; ++r) {
+        auto s = all.narrow(0, 5 * r, 5);
+        row.rank_mean_s.push_back(s[0].item<double>());
+        row.rank_std_s.push_back(s[1].item<double>());
+        row.rank_min_s.push_back(s[2].item<double>());
+        row.rank_max_s.push_back(s[3].item<double>());
+        row.data_ok = row.data_ok && s[4].item<double>() == 1.0;
+      }
+      if (!row.data_ok) {
+        throw std::runtime_error("data check failed: " + collective + " of " +
+                                 std::to_string(row.size_bytes) +
+                                 " bytes produced wrong values on some rank");
+      }
+      row.time_s = *std::max_element(row.rank_mean_s.begin(), row.rank_mean_s.end());
+      row.algbw_bytes_per_s = row.size_bytes / row.time_s;
+      row.busbw_bytes_per_s = row.algbw_bytes_per_s * busbw_factor(collective, n);
+      fit_sizes.push_back(row.size_bytes);
+      fit_times.push_back(row.time_s);
+      result.rows.push_back(std::move(row));
+    }
+    auto fit = fit_latency_bandwidth(fit_sizes, fit_times);
+    fit.collective = collective;
+    result.fits.push_back(fit);
+  }
+  // The transport's own ceiling, measured while the other ranks wait.
+  if (comm.rank() == 0) result.loopback_bytes_per_s = measure_loopback_bytes_per_s(0.5);
+  comm.barrier();
+  return result;
+}
+
+}  // namespace ddpd

@@ -1,0 +1,128 @@
+#include "ddpd/comm_options.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <stdexcept>
+
+#include "ddpd/job_options.h"
+
+namespace ddpd {
+namespace {
+
+constexpr int64_t kMaxBytes = int64_t{8} << 30;
+
+void require(bool ok, const char* flag, const std::string& reason) {
+  if (!ok) throw OptionError(flag, reason);
+}
+
+}  // namespace
+
+const std::vector<std::string>& collective_names() {
+  static const std::vector<std::string> names{"all_reduce", "all_gather", "reduce_scatter",
+                                              "broadcast"};
+  return names;
+}
+
+int64_t parse_size(const std::string& text) {
+  size_t digits = 0;
+  while (digits < text.size() &&
+         (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.')) {
+    ++digits;
+  }
+  const std::string number = text.substr(0, digits), unit = text.substr(digits);
+  double value = 0;
+  try {
+    size_t used = 0;
+    value = std::stod(number, &used);
+    if (used != number.size()) throw std::invalid_argument("trailing");
+  } catch (const std::exception&) {
+    throw OptionError("--sizes", "'" + text + "' is not a size (expected e.g. 1MB, 512KB, 1GB)");
+  }
+  double scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  if (unit == "KB" || unit == "K") scale = 1 << 10;
+  if (unit == "MB" || unit == "M") scale = 1 << 20;
+  if (unit == "GB" || unit == "G") scale = 1 << 30;
+  if (scale == 0) {
+    throw OptionError("--sizes", "unknown unit in '" + text + "' (expected B, KB, MB or GB)");
+  }
+  const double bytes = value * scale;
+  if (bytes < 1 || bytes > static_cast<double>(kMaxBytes)) {
+    throw OptionError("--sizes", "'" + text + "' is out of range (1 B to 8 GB)");
+  }
+  return static_cast<int64_t>(bytes);
+}
+
+std::vector<int64_t> parse_sizes(const std::string& list) {
+  std::vector<int64_t> sizes;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    sizes.push_back(parse_size(list.substr(start, end - start)));
+    start = end + 1;
+  }
+  return sizes;
+}
+
+void validate(const CommBenchOptions& o) {
+  require(!o.collectives.empty(), "--collective", "name at least one collective");
+  for (const auto& c : o.collectives) {
+    const auto& names = collective_names();
+    require(std::find(names.begin(), names.end(), c) != names.end(), "--collective",
+            "unknown collective '" + c +
+                "' (expected all_reduce, all_gather, reduce_scatter or broadcast)");
+  }
+  require(!o.sizes_bytes.empty(), "--sizes", "name at least one size");
+  for (int64_t s : o.sizes_bytes) {
+    require(s >= 4 && s <= kMaxBytes, "--sizes",
+            std::to_string(s) + " bytes is out of range (4 B to 8 GB)");
+  }
+  require(o.dtype == "float32" || o.dtype == "bfloat16", "--dtype",
+          "unknown dtype '" + o.dtype + "' (expected float32 or bfloat16)");
+  require(o.warmup >= 0, "--warmup", "must be >= 0");
+  require(o.iters >= 1, "--iters", "must be >= 1");
+}
+
+double busbw_factor(const std::string& collective, int n) {
+  if (collective == "all_reduce") return 2.0 * (n - 1) / n;
+  if (collective == "all_gather" || collective == "reduce_scatter") return (n - 1.0) / n;
+  if (collective == "broadcast") return 1.0;
+  throw OptionError("--collective", "unknown collective '" + collective + "'");
+}
+
+LatencyBandwidthFit fit_latency_bandwidth(const std::vector<int64_t>& sizes,
+                                          const std::vector<double>& times) {
+  // Sizes span orders of magnitude, so fit relative residuals: minimise
+  // sum(((alpha + S_i * g - t_i) / t_i)^2) with g = 1/beta — linear least squares in (alpha, g)
+  // on rows [1/t_i, S_i/t_i] against 1.
+  LatencyBandwidthFit fit;
+  double a11 = 0, a12 = 0, a22 = 0, b1 = 0, b2 = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const double x1 = 1.0 / times[i], x2 = static_cast<double>(sizes[i]) / times[i];
+    a11 += x1 * x1;
+    a12 += x1 * x2;
+    a22 += x2 * x2;
+    b1 += x1;
+    b2 += x2;
+  }
+  const double det = a11 * a22 - a12 * a12;
+  double g = 0;
+  if (sizes.size() >= 2 && std::abs(det) > 0) {
+    fit.alpha_s = (b1 * a22 - b2 * a12) / det;
+    g = (a11 * b2 - a12 * b1) / det;
+  } else if (!sizes.empty()) {  // one point: all of it is bandwidth
+    g = times[0] / static_cast<double>(sizes[0]);
+  }
+  fit.beta_bytes_per_s = g > 0 ? 1.0 / g : INFINITY;
+  double squared = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const double predicted = fit.alpha_s + g * static_cast<double>(sizes[i]);
+    squared += std::pow((predicted - times[i]) / times[i], 2) / sizes.size();
+  }
+  fit.rms_relative_error = std::sqrt(squared);
+  return fit;
+}
+
+}  // namespace ddpd
