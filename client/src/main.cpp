@@ -11,6 +11,7 @@
 #include "control_client.h"
 #include "ddpd/ddp_flags.h"
 #include "local_cluster.h"
+#include "plan_command.h"
 #include "render.h"
 #include "spec_convert.h"
 
@@ -117,6 +118,13 @@ int main(int argc, char** argv) {
   cancel->add_option("job", job_id, "Job id")->required();
   app.add_subcommand("workers", "List registered workers");
 
+  auto* plan = app.add_subcommand("plan", "Memory, mesh and bucket-size accounting (SPEC 3.3)");
+  client::PlanFlags plan_flags;
+  client::add_plan_flags(*plan, plan_flags);
+  auto* plan_bucket = plan->add_subcommand("bucket", "Recommend a DDP bucket size");
+  client::BucketFlags bucket_flags;
+  client::add_bucket_flags(*plan_bucket, bucket_flags);
+
   auto* local = app.add_subcommand("local", "Run a coordinator and N workers here, and one job");
   local->require_subcommand(1);
   int local_workers = 2;
@@ -143,6 +151,14 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (plan_bucket->parsed()) {
+      client::print_bucket_plan(bucket_flags);
+      return 0;
+    }
+    if (plan->parsed()) {
+      client::print_plan(plan_flags);
+      return 0;
+    }
     if (local->parsed()) {
       if (local_workers < 1) throw OptionError("--workers", "must be >= 1");
       return run_local(local_workers, local_json, local_log_level, local_job);

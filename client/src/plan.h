@@ -1,0 +1,57 @@
+// `ddpctl plan`: memory/communication accounting (SPEC §3.3) and the bucket advisor. Pure
+// arithmetic; every figure is in bytes, seconds, FLOP/s or bytes/s.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace ddpd::plan {
+
+// An FFN-only model of `blocks` blocks of two linears d_model→d_ff→d_model, no biases.
+// Defaults: the reference config "XXL".
+struct FfnModel {
+  int64_t d_model = 16384;
+  int64_t d_ff = 53248;
+  int64_t blocks = 126;
+  int64_t parameters() const { return blocks * 2 * d_model * d_ff; }
+};
+
+struct MemoryPlan {
+  double weights_bytes = 0;      // FP32 master weights: 4 P
+  double gradients_bytes = 0;    // FP32 accumulated gradients: 4 P
+  double optimizer_bytes = 0;    // AdamW first and second moments in FP32: 8 P
+  double state_bytes = 0;        // the three above: 16 P
+  double activation_bytes = 0;   // BF16 inputs of both linears per token per block, for backward
+  double devices_for_state = 0;  // ceil(state / device memory)
+};
+
+// activation_tokens: tokens whose activations are held (per device batch × context).
+MemoryPlan memory_plan(const FfnModel& model, double activation_tokens, double device_bytes);
+
+// Per-device bytes under N-way FSDP where weights, gradients, optimizer state and half the
+// activations (every second layer's) are sharded: (16P + A/2) / N + A/2.
+double fsdp_bytes_per_device(const MemoryPlan& plan, int64_t n);
+// The smallest N with fsdp_bytes_per_device ≤ device_bytes; 0 when even N → ∞ does not fit
+// (the replicated half of the activations alone is too large).
+int64_t smallest_fsdp_degree(const MemoryPlan& plan, double device_bytes);
+
+// Forward pass on an X-way FSDP × Y-way TP mesh (TPU Scaling Book notation): compute
+// 4·B·D·F/(N·C) against FSDP's 4·D·F/(Y·W·M_X) and TP's 4·B·D/(X·W·M_Y). Compute-bound from a
+// per-device batch of C/(W·M_X·Y) tokens, provided Y ≤ F·W·M_Y/C (else TP never is).
+struct MeshPlan {
+  double min_batch_per_device = 0;  // tokens
+  double min_total_batch = 0;       // tokens, × X·Y devices
+  double max_tp_degree = 0;         // F·W·M_Y / C
+  bool tp_compute_bound = false;
+};
+MeshPlan mesh_plan(const FfnModel& model, int64_t x, int64_t y, double flops_per_s,
+                   double bandwidth_bytes_per_s, double m_x, double m_y);
+
+// Bucket advisor: with s gradient bytes, all-reduce bandwidth w (β) and per-call overhead o
+// (α), and compute per bucket equal to its communication, the overhead after backward with
+// n_b buckets is s/(n_b·w) + n_b·o; best at n_b = sqrt(s/(w·o)), a bucket of sqrt(s·w·o).
+double recommended_bucket_bytes(double gradient_bytes, double bandwidth, double overhead_s);
+double predicted_overhead_s(double gradient_bytes, double bandwidth, double overhead_s,
+                            double bucket_bytes);
+
+}  // namespace ddpd::plan

@@ -1,0 +1,159 @@
+#include "plan_command.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "ddpd/job_options.h"
+
+namespace ddpd::client {
+
+void add_plan_flags(CLI::App& app, PlanFlags& f) {
+  app.add_option("--d-model", f.model.d_model, "FFN model width")->capture_default_str();
+  app.add_option("--d-ff", f.model.d_ff, "FFN hidden size")->capture_default_str();
+  app.add_option("--blocks", f.model.blocks, "Blocks of two linears")->capture_default_str();
+  app.add_option("--tokens", f.activation_tokens, "Tokens per device whose activations are kept")
+      ->capture_default_str();
+  app.add_option("--device-memory-gb", f.device_memory_gb, "Memory per device, GB (1e9 B)")
+      ->capture_default_str();
+  app.add_option("--fsdp", f.fsdp, "Show per-device memory at this FSDP degree");
+  app.add_option("--x", f.x, "FSDP degree of the mesh")->capture_default_str();
+  app.add_option("--y", f.y, "TP degree of the mesh")->capture_default_str();
+  app.add_option("--flops", f.flops, "Device FLOP/s")->capture_default_str();
+  app.add_option("--bandwidth", f.bandwidth, "Interconnect bytes/s (W_ici)")->capture_default_str();
+  app.add_option("--mx", f.m_x, "Links along the FSDP axis (M_X)")->capture_default_str();
+  app.add_option("--my", f.m_y, "Links along the TP axis (M_Y)")->capture_default_str();
+  app.add_flag("--json", f.json, "Print JSON");
+}
+
+void add_bucket_flags(CLI::App& app, BucketFlags& f) {
+  app.add_option("--from-result", f.from_result,
+                 "A `ddpd-worker run comm --json` result: its all_reduce alpha and beta");
+  app.add_option("--alpha", f.alpha_s, "Per-call all-reduce overhead, seconds");
+  app.add_option("--beta", f.beta, "All-reduce bandwidth, bytes/s");
+  app.add_option("--model", f.model, "Model preset whose FP32 gradients are bucketed")
+      ->capture_default_str();
+  app.add_flag("--json", f.json, "Print JSON");
+}
+
+void print_plan(const PlanFlags& f) {
+  if (f.model.d_model <= 0) throw OptionError("--d-model", "must be > 0");
+  if (f.model.d_ff <= 0) throw OptionError("--d-ff", "must be > 0");
+  if (f.model.blocks <= 0) throw OptionError("--blocks", "must be > 0");
+  if (f.device_memory_gb <= 0) throw OptionError("--device-memory-gb", "must be > 0");
+  if (f.activation_tokens < 0) throw OptionError("--tokens", "must be >= 0");
+  if (f.x < 1) throw OptionError("--x", "must be >= 1");
+  if (f.y < 1) throw OptionError("--y", "must be >= 1");
+  if (f.flops <= 0) throw OptionError("--flops", "must be > 0");
+  if (f.bandwidth <= 0) throw OptionError("--bandwidth", "must be > 0");
+  const double device = f.device_memory_gb * 1e9;
+  const auto memory = plan::memory_plan(f.model, f.activation_tokens, device);
+  const int64_t smallest = plan::smallest_fsdp_degree(memory, device);
+  const auto mesh = plan::mesh_plan(f.model, f.x, f.y, f.flops, f.bandwidth, f.m_x, f.m_y);
+  if (f.json) {
+    nlohmann::json out{{"parameters", f.model.parameters()},
+                       {"weights_bytes", memory.weights_bytes},
+                       {"gradients_bytes", memory.gradients_bytes},
+                       {"optimizer_bytes", memory.optimizer_bytes},
+                       {"state_bytes", memory.state_bytes},
+                       {"activation_bytes", memory.activation_bytes},
+                       {"devices_for_state", memory.devices_for_state},
+                       {"smallest_fsdp_degree", smallest},
+                       {"min_batch_per_device", mesh.min_batch_per_device},
+                       {"min_total_batch", mesh.min_total_batch},
+                       {"max_tp_degree", mesh.max_tp_degree},
+                       {"tp_compute_bound", mesh.tp_compute_bound}};
+    if (f.fsdp > 0) out["fsdp_bytes_per_device"] = plan::fsdp_bytes_per_device(memory, f.fsdp);
+    std::cout << out.dump() << std::endl;
+    return;
+  }
+  std::printf("FFN model: d_model %lld, d_ff %lld, %lld blocks: %.4g parameters\n",
+              static_cast<long long>(f.model.d_model), static_cast<long long>(f.model.d_ff),
+              static_cast<long long>(f.model.blocks), static_cast<double>(f.model.parameters()));
+  std::printf("  FP32 master weights   %12.2f GB\n", memory.weights_bytes / 1e9);
+  std::printf("  FP32 gradients        %12.2f GB\n", memory.gradients_bytes / 1e9);
+  std::printf("  AdamW state (FP32)    %12.2f GB\n", memory.optimizer_bytes / 1e9);
+  std::printf("  total                 %12.2f GB = %.0f devices of %.0f GB\n",
+              memory.state_bytes / 1e9, memory.devices_for_state, f.device_memory_gb);
+  std::printf("  BF16 activations      %12.2f GB for %.0f tokens per device\n",
+              memory.activation_bytes / 1e9, f.activation_tokens);
+  if (f.fsdp > 0) {
+    std::printf("  per device, %lld-way FSDP (half the activations sharded): %.2f GB\n",
+                static_cast<long long>(f.fsdp), plan::fsdp_bytes_per_device(memory, f.fsdp) / 1e9);
+  }
+  if (smallest > 0) {
+    std::printf("  smallest FSDP degree fitting %.0f GB: %lld\n", f.device_memory_gb,
+                static_cast<long long>(smallest));
+  } else {
+    std::printf(
+        "  no FSDP degree fits %.0f GB: the unsharded half of the activations alone is "
+        "too large\n",
+        f.device_memory_gb);
+  }
+  std::printf("Mesh %lld-way FSDP x %lld-way TP (C %.3g FLOP/s, W %.3g B/s, M_X %g, M_Y %g):\n",
+              static_cast<long long>(f.x), static_cast<long long>(f.y), f.flops, f.bandwidth, f.m_x,
+              f.m_y);
+  std::printf("  compute-bound from %.1f tokens per device (total batch %.0f tokens)\n",
+              mesh.min_batch_per_device, mesh.min_total_batch);
+  std::printf("  TP stays compute-bound up to Y = %.1f: %s\n", mesh.max_tp_degree,
+              mesh.tp_compute_bound ? "yes" : "no, TP communication dominates");
+}
+
+void print_bucket_plan(const BucketFlags& f) {
+  double alpha = f.alpha_s, beta = f.beta;
+  if (!f.from_result.empty()) {
+    std::ifstream in(f.from_result);
+    if (!in) throw OptionError("--from-result", "cannot read '" + f.from_result + "'");
+    nlohmann::json result;
+    try {
+      result = nlohmann::json::parse(in);
+    } catch (const std::exception& e) {
+      throw OptionError("--from-result", "not JSON: " + std::string(e.what()));
+    }
+    bool found = false;
+    for (const auto& fit : result.value("fits", nlohmann::json::array())) {
+      if (fit.value("collective", "") == "all_reduce") {
+        alpha = fit["alpha_seconds"].get<double>();
+        beta = fit["beta_bytes_per_second"].get<double>();
+        found = true;
+      }
+    }
+    if (!found) throw OptionError("--from-result", "holds no all_reduce fit");
+  }
+  if (alpha <= 0) throw OptionError("--alpha", "the all-reduce overhead must be > 0 seconds");
+  if (beta <= 0) throw OptionError("--beta", "the all-reduce bandwidth must be > 0 bytes/s");
+  const double gradient_bytes = 4.0 * count_parameters(model_preset(f.model));
+  const double best = plan::recommended_bucket_bytes(gradient_bytes, beta, alpha);
+  nlohmann::json curve = nlohmann::json::array();
+  for (double mb : {1.0, 10.0, 100.0, 1000.0}) {
+    curve.push_back({{"bucket_mb", mb},
+                     {"overhead_seconds",
+                      plan::predicted_overhead_s(gradient_bytes, beta, alpha, mb * (1 << 20))}});
+  }
+  if (f.json) {
+    std::cout << nlohmann::json{{"model", f.model},
+                                {"gradient_bytes", gradient_bytes},
+                                {"alpha_seconds", alpha},
+                                {"beta_bytes_per_second", beta},
+                                {"recommended_bucket_bytes", best},
+                                {"recommended_overhead_seconds",
+                                 plan::predicted_overhead_s(gradient_bytes, beta, alpha, best)},
+                                {"curve", curve}}
+                     .dump()
+              << std::endl;
+    return;
+  }
+  std::printf("model %s: %.1f MB of FP32 gradients; all-reduce alpha %.1f us, beta %.3f GB/s\n",
+              f.model.c_str(), gradient_bytes / (1 << 20), alpha * 1e6, beta / 1e9);
+  std::printf("recommended bucket: sqrt(s*w*o) = %.1f MB (overhead after backward %.1f ms)\n",
+              best / (1 << 20),
+              plan::predicted_overhead_s(gradient_bytes, beta, alpha, best) * 1e3);
+  for (const auto& point : curve) {
+    std::printf("  bucket %6.0f MB: predicted overhead %8.1f ms\n",
+                point["bucket_mb"].get<double>(), point["overhead_seconds"].get<double>() * 1e3);
+  }
+}
+
+}  // namespace ddpd::client

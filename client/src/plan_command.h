@@ -1,0 +1,38 @@
+// The `ddpctl plan` subcommands: flags, and printing the plan module's figures.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "plan.h"
+
+namespace ddpd::client {
+
+struct PlanFlags {
+  plan::FfnModel model;
+  double activation_tokens = 0;  // tokens per device whose activations are kept
+  double device_memory_gb = 80;  // GB = 1e9 bytes
+  int64_t fsdp = 0;              // also show per-device memory at this degree (0: skip)
+  int64_t x = 16, y = 4;         // FSDP × TP mesh
+  double flops = 4.6e14;         // device FLOP/s (TPU v5p bf16, as the Scaling Book)
+  double bandwidth = 1.8e11;     // W_ici, bytes/s (2 × 9e10)
+  double m_x = 2, m_y = 1;       // links along each mesh axis
+  bool json = false;
+};
+
+struct BucketFlags {
+  std::string from_result;   // a `ddpd-worker run comm --json` result file
+  double alpha_s = 0;        // else: per-call overhead ...
+  double beta = 0;           // ... and bandwidth, bytes/s
+  std::string model = "xl";  // preset whose FP32 gradients are bucketed
+  bool json = false;
+};
+
+void add_plan_flags(CLI::App& plan, PlanFlags& flags);
+void add_bucket_flags(CLI::App& bucket, BucketFlags& flags);
+// Print the plans; throw OptionError on bad input.
+void print_plan(const PlanFlags& flags);
+void print_bucket_plan(const BucketFlags& flags);
+
+}  // namespace ddpd::client

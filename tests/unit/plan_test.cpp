@@ -1,0 +1,61 @@
+// ddpctl plan's arithmetic against figures computed by hand (stated beside each check).
+#include <gtest/gtest.h>
+
+#include "plan.h"
+
+namespace ddpd::plan {
+namespace {
+
+TEST(Plan, XxlMemoryByHand) {
+  const FfnModel xxl;  // d_model 16384, d_ff 53248, 126 blocks
+  // P = 126 * 2 * 16384 * 53248 = 219,848,638,464.
+  EXPECT_EQ(xxl.parameters(), 219848638464LL);
+  const auto m = memory_plan(xxl, /*activation_tokens=*/0, 80e9);
+  EXPECT_DOUBLE_EQ(m.weights_bytes, 879394553856.0);     // 4P: 879.39 GB
+  EXPECT_DOUBLE_EQ(m.gradients_bytes, 879394553856.0);   // 4P
+  EXPECT_DOUBLE_EQ(m.optimizer_bytes, 1758789107712.0);  // 8P: two FP32 moments
+  EXPECT_DOUBLE_EQ(m.state_bytes, 3517578215424.0);      // 16P: 3517.58 GB
+  EXPECT_EQ(m.devices_for_state, 44);                    // 3517.58 / 80 = 43.97
+  // Activations: 126 blocks * 2 bytes * (16384 + 53248) = 17,547,264 bytes per token.
+  EXPECT_DOUBLE_EQ(memory_plan(xxl, 1, 80e9).activation_bytes, 17547264.0);
+}
+
+TEST(Plan, FsdpDegreeByHand) {
+  const FfnModel xxl;
+  // No activations: N = ceil(3517.578 / 95) = 38 on a 95 GB device.
+  EXPECT_EQ(smallest_fsdp_degree(memory_plan(xxl, 0, 95e9), 95e9), 38);
+  // 1024 tokens per device: A = 17.968 GB. (16P + A/2) / N + A/2 <= 95 GB →
+  // N >= (3517.578 + 8.984) / (95 - 8.984) = 40.999… → 41.
+  const auto m = memory_plan(xxl, 1024, 95e9);
+  EXPECT_EQ(smallest_fsdp_degree(m, 95e9), 41);
+  EXPECT_LE(fsdp_bytes_per_device(m, 41), 95e9);
+  EXPECT_GT(fsdp_bytes_per_device(m, 40), 95e9);
+  // So many tokens that the replicated half alone exceeds the device: nothing fits.
+  EXPECT_EQ(smallest_fsdp_degree(memory_plan(xxl, 20000, 95e9), 95e9), 0);
+}
+
+TEST(Plan, MeshComputeBoundBatchByHand) {
+  // TPU v5p as in the Scaling Book: C = 4.6e14, W = 2 * 9e10, M_X = 2, M_Y = 1; X 16, Y 4.
+  // b = C / (W * M_X * Y) = 4.6e14 / 1.44e12 = 319.44 tokens per device; × 64 = 20,444.
+  const auto mesh = mesh_plan(FfnModel{}, 16, 4, 4.6e14, 1.8e11, 2, 1);
+  EXPECT_NEAR(mesh.min_batch_per_device, 319.444, 1e-3);
+  EXPECT_NEAR(mesh.min_total_batch, 20444.44, 1e-2);
+  // TP is compute-bound while Y <= F * W * M_Y / C = 53248 * 1.8e11 / 4.6e14 = 20.84.
+  EXPECT_NEAR(mesh.max_tp_degree, 20.836, 1e-3);
+  EXPECT_TRUE(mesh.tp_compute_bound);
+  EXPECT_FALSE(mesh_plan(FfnModel{}, 2, 32, 4.6e14, 1.8e11, 2, 1).tp_compute_bound);
+}
+
+TEST(Plan, BucketAdvisorByHand) {
+  // s = 1 GB, w = 1 GB/s, o = 100 us: bucket sqrt(1e9 * 1e9 * 1e-4) = 1e7 bytes, i.e. 100
+  // buckets with overhead 1e9 / (100 * 1e9) + 100 * 1e-4 = 0.02 s.
+  EXPECT_DOUBLE_EQ(recommended_bucket_bytes(1e9, 1e9, 1e-4), 1e7);
+  EXPECT_DOUBLE_EQ(predicted_overhead_s(1e9, 1e9, 1e-4, 1e7), 0.02);
+  // Larger and smaller buckets both cost more.
+  EXPECT_GT(predicted_overhead_s(1e9, 1e9, 1e-4, 1e6), 0.02);            // 1000 calls: 0.101 s
+  EXPECT_GT(predicted_overhead_s(1e9, 1e9, 1e-4, 1e8), 0.02);            // 10 buckets: 0.101 s
+  EXPECT_DOUBLE_EQ(predicted_overhead_s(1e9, 1e9, 1e-4, 1e10), 1.0001);  // one bucket
+}
+
+}  // namespace
+}  // namespace ddpd::plan
