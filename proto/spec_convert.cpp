@@ -64,6 +64,43 @@ DdpJobOptions from_proto(const v1::DdpSpec& s) {
   return o;
 }
 
+v1::CommSpec to_proto(const CommJob& job) {
+  v1::CommSpec s;
+  for (const auto& c : job.bench.collectives) s.add_collectives(c);
+  for (int64_t size : job.bench.sizes_bytes) s.add_sizes_bytes(size);
+  s.set_backend(job.backend);
+  s.set_dtype(job.bench.dtype);
+  s.set_warmup(job.bench.warmup);
+  s.set_iters(job.bench.iters);
+  s.set_collective_timeout_s(job.collective_timeout_s);
+  return s;
+}
+
+CommJob from_proto(const v1::CommSpec& s) {
+  CommJob job;
+  if (s.collectives_size() > 0)
+    job.bench.collectives.assign(s.collectives().begin(), s.collectives().end());
+  if (s.sizes_bytes_size() > 0)
+    job.bench.sizes_bytes.assign(s.sizes_bytes().begin(), s.sizes_bytes().end());
+  if (!s.backend().empty()) job.backend = s.backend();
+  if (!s.dtype().empty()) job.bench.dtype = s.dtype();
+  if (s.has_warmup()) job.bench.warmup = s.warmup();
+  if (s.has_iters()) job.bench.iters = s.iters();
+  if (s.has_collective_timeout_s()) job.collective_timeout_s = s.collective_timeout_s();
+  return job;
+}
+
+std::string kind_name(const v1::JobSpec& spec) {
+  switch (spec.kind_case()) {
+    case v1::JobSpec::kDdp:
+      return "ddp";
+    case v1::JobSpec::kComm:
+      return "comm";
+    default:
+      return "unknown";
+  }
+}
+
 void validate_spec(const v1::JobSpec& spec) {
   if (spec.world_size() < 1) {
     throw OptionError("--world-size", "must be >= 1, got " + std::to_string(spec.world_size()));
@@ -72,6 +109,16 @@ void validate_spec(const v1::JobSpec& spec) {
     case v1::JobSpec::kDdp:
       validate(from_proto(spec.ddp()), spec.world_size());
       return;
+    case v1::JobSpec::kComm: {
+      const CommJob job = from_proto(spec.comm());
+      validate(job.bench);
+      if (job.backend != "gloo" && job.backend != "nccl") {
+        throw OptionError("--backend",
+                          "unknown backend '" + job.backend + "' (expected gloo or nccl)");
+      }
+      if (job.collective_timeout_s <= 0) throw OptionError("--timeout", "must be > 0 seconds");
+      return;
+    }
     case v1::JobSpec::KIND_NOT_SET:
       throw OptionError("kind", "the job spec names no job kind");
   }

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "control_client.h"
+#include "ddpd/comm_table.h"
 #include "ddpd/ddp_flags.h"
 #include "local_cluster.h"
 #include "plan_command.h"
@@ -26,6 +27,21 @@ v1::JobSpec ddp_spec(const DdpJobOptions& options, int world_size) {
   return spec;
 }
 
+v1::JobSpec comm_spec(const CommJob& job, int world_size) {
+  v1::JobSpec spec;
+  spec.set_world_size(world_size);
+  *spec.mutable_comm() = to_proto(job);
+  return spec;
+}
+
+// Comm-job flags beside the benchmark's own: backend and timeout.
+void add_comm_job_flags(CLI::App& app, CommJob& job) {
+  add_comm_flags(app, job.bench);
+  app.add_option("--backend", job.backend, "gloo or nccl")->capture_default_str();
+  app.add_option("--timeout", job.collective_timeout_s, "Collective timeout, seconds")
+      ->capture_default_str();
+}
+
 // Prints live lines until the job ends; returns its final state.
 v1::JobState follow(client::ControlClient& control, const std::string& job_id) {
   return control.watch(job_id, [](const v1::JobEvent& event) {
@@ -33,8 +49,17 @@ v1::JobState follow(client::ControlClient& control, const std::string& job_id) {
   });
 }
 
-int run_local(int workers, bool json, const std::string& log_level, const DdpJobOptions& job) {
-  validate(job, workers);  // refuse bad flags before starting anything
+// Starts a local cluster of `workers`, runs `specs` one after another, prints the result (one
+// sweep table for several comm jobs), shuts down. Exit 1 unless every job SUCCEEDED.
+int run_local(int workers, bool json, const std::string& log_level,
+              const std::vector<v1::JobSpec>& specs) {
+  for (const auto& spec : specs) validate_spec(spec);  // refuse bad flags before starting
+  for (const auto& spec : specs) {
+    if (spec.world_size() > workers) {
+      throw OptionError("--world-sizes", "world size " + std::to_string(spec.world_size()) +
+                                             " exceeds --workers " + std::to_string(workers));
+    }
+  }
   client::LocalCluster cluster(workers, log_level);
   client::ConnectionOptions connection;
   connection.coordinator = cluster.address();
@@ -58,25 +83,42 @@ int run_local(int workers, bool json, const std::string& log_level, const DdpJob
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  const auto started = std::chrono::steady_clock::now();
-  const v1::Job job_record = control.submit(ddp_spec(job, workers));
-  const v1::JobState state = json ? control.watch(job_record.job_id(), [](const v1::JobEvent&) {})
-                                  : follow(control, job_record.job_id());
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  const auto reply = control.get(job_record.job_id(), /*with_steps=*/true);
-  if (json) {
+  bool all_succeeded = true;
+  std::vector<nlohmann::json> outputs, comm_results;
+  for (const auto& spec : specs) {
+    const auto started = std::chrono::steady_clock::now();
+    const v1::Job job_record = control.submit(spec);
+    const v1::JobState state = json || specs.size() > 1
+                                   ? control.watch(job_record.job_id(), [](const v1::JobEvent&) {})
+                                   : follow(control, job_record.job_id());
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    const auto reply = control.get(job_record.job_id(), /*with_steps=*/true);
     auto out = client::job_json(reply);
     out["end_to_end_seconds"] = seconds;
-    std::cout << out.dump() << std::endl;
-  } else {
-    std::cout << client::job_summary(reply);
-    std::printf("end to end %.2f s (submit to result, %d workers on loopback)\n", seconds, workers);
+    outputs.push_back(out);
+    if (state == v1::SUCCEEDED && spec.has_comm()) comm_results.push_back(out);
+    if (!json && specs.size() == 1) {
+      std::cout << client::job_summary(reply);
+      std::printf("end to end %.2f s (submit to result, %d workers on loopback)\n", seconds,
+                  workers);
+    } else if (!json && state != v1::SUCCEEDED) {
+      std::cout << client::job_summary(reply);
+    }
+    if (state != v1::SUCCEEDED) {
+      all_succeeded = false;
+      break;
+    }
   }
-  if (state != v1::SUCCEEDED) {
+  if (json) {
+    std::cout << (outputs.size() == 1 ? outputs.front() : nlohmann::json(outputs)).dump()
+              << std::endl;
+  } else if (specs.size() > 1) {
+    std::cout << comm_sweep_table(comm_results);
+  }
+  if (!all_succeeded) {
     cluster.keep_directory();
-    std::fprintf(stderr, "job %s; daemon logs in %s\n", to_string(state).c_str(),
-                 cluster.directory().c_str());
+    std::fprintf(stderr, "a job did not succeed; daemon logs in %s\n", cluster.directory().c_str());
     return 1;
   }
   return 0;
@@ -104,6 +146,12 @@ int main(int argc, char** argv) {
   submit_ddp->add_option("--world-size", world_size, "Ranks (one worker each)")
       ->capture_default_str();
   submit_ddp->add_flag("--watch", submit_watch, "Follow the job until it ends");
+  auto* submit_comm = submit->add_subcommand("comm", "Collective benchmark");
+  CommJob comm_job;
+  add_comm_job_flags(*submit_comm, comm_job);
+  submit_comm->add_option("--world-size", world_size, "Ranks (one worker each)")
+      ->capture_default_str();
+  submit_comm->add_flag("--watch", submit_watch, "Follow the job until it ends");
 
   app.add_subcommand("list", "List jobs");
   std::string job_id;
@@ -137,12 +185,23 @@ int main(int argc, char** argv) {
   auto* local_ddp = local->add_subcommand("ddp", "DDP training of the Transformer LM");
   DdpJobOptions local_job;
   add_ddp_flags(*local_ddp, local_job);
+  auto* local_comm = local->add_subcommand("comm", "Collective benchmark (one job per world size)");
+  CommJob local_comm_job;
+  std::vector<int> world_sizes;
+  add_comm_job_flags(*local_comm, local_comm_job);
+  local_comm
+      ->add_option("--world-sizes", world_sizes,
+                   "Sweep: one job per world size, e.g. 2,4,6 (default: --workers)")
+      ->delimiter(',');
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const OptionError& e) {  // from --sizes
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   }
@@ -161,12 +220,24 @@ int main(int argc, char** argv) {
     }
     if (local->parsed()) {
       if (local_workers < 1) throw OptionError("--workers", "must be >= 1");
-      return run_local(local_workers, local_json, local_log_level, local_job);
+      std::vector<v1::JobSpec> specs;
+      if (local_comm->parsed()) {
+        if (world_sizes.empty()) world_sizes.push_back(local_workers);
+        for (int w : world_sizes) {
+          if (w < 1) throw OptionError("--world-sizes", "must be >= 1");
+          specs.push_back(comm_spec(local_comm_job, w));
+        }
+      } else {
+        specs.push_back(ddp_spec(local_job, local_workers));
+      }
+      return run_local(local_workers, local_json, local_log_level, specs);
     }
     client::ControlClient control(connection);
     if (submit->parsed()) {
-      validate(job, world_size);  // the coordinator checks again; fail fast here
-      const v1::Job submitted = control.submit(ddp_spec(job, world_size));
+      const v1::JobSpec spec =
+          submit_comm->parsed() ? comm_spec(comm_job, world_size) : ddp_spec(job, world_size);
+      validate_spec(spec);  // the coordinator checks again; fail fast here
+      const v1::Job submitted = control.submit(spec);
       std::cout << submitted.job_id() << std::endl;
       if (!submit_watch) return 0;
       return follow(control, submitted.job_id()) == v1::SUCCEEDED ? 0 : 1;

@@ -4,6 +4,7 @@
 #include <ctime>
 #include <sstream>
 
+#include "ddpd/comm_table.h"
 #include "spec_convert.h"
 
 namespace ddpd::client {
@@ -99,7 +100,9 @@ std::string job_summary(const v1::GetJobReply& reply) {
         << "  " << t.reason() << "\n";
   }
   if (!job.error().empty()) out << "error: " << job.error() << "\n";
-  if (!job.result_json().empty()) {
+  if (!job.result_json().empty() && job.spec().has_comm()) {
+    out << comm_table(nlohmann::json::parse(job.result_json()));
+  } else if (!job.result_json().empty()) {
     const auto result = nlohmann::json::parse(job.result_json());
     const auto& s = result["summary"];
     out << format(
@@ -144,7 +147,7 @@ std::string jobs_table(const v1::ListJobsReply& jobs) {
     const std::string reason =
         job.history_size() ? job.history(job.history_size() - 1).reason() : "";
     out << format("%-12s %-10s %-5s %-6d %-10s %-20s %s\n", job.job_id().c_str(),
-                  to_string(job.state()).c_str(), job.spec().has_ddp() ? "ddp" : "?",
+                  to_string(job.state()).c_str(), kind_name(job.spec()).c_str(),
                   job.spec().world_size(), job.spec().ddp().strategy().c_str(), submitted.c_str(),
                   reason.c_str());
   }

@@ -15,6 +15,11 @@ double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// Steps a job reports (comm jobs report none).
+int64_t total_steps(const v1::JobSpec& spec) {
+  return spec.has_ddp() ? from_proto(spec.ddp()).steps : 0;
+}
+
 std::string job_id_for(int64_t sequence) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "job-%06lld", static_cast<long long>(sequence));
@@ -200,7 +205,7 @@ void CoordinatorService::record_step(JobEntry& entry, const v1::StepReport& step
   if (static_cast<int>(ranks.size()) == entry.job.spec().world_size()) {
     auto* event = &entry.events.emplace_back();
     *event->mutable_step() = aggregate_step(ranks);
-    event->set_total_steps(entry.job.spec().ddp().steps());
+    event->set_total_steps(total_steps(entry.job.spec()));
     entry.partial_steps.erase(step.step());
     changed_.notify_all();
   }
@@ -414,7 +419,7 @@ grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
   JobEntry* entry = find_job(request->job_id());
   if (!entry) return {grpc::StatusCode::NOT_FOUND, "job_id: no job " + request->job_id()};
   size_t cursor = 0;
-  const int64_t total = entry->job.spec().ddp().steps();
+  const int64_t total = total_steps(entry->job.spec());
   for (;;) {
     while (cursor < entry->events.size()) {
       v1::JobEvent event = entry->events[cursor++];

@@ -1,5 +1,7 @@
 #include "job_store.h"
 
+#include "spec_convert.h"
+
 #include <stdexcept>
 
 namespace ddpd::coordinator {
@@ -91,7 +93,7 @@ void JobStore::save_job(const v1::Job& job, int64_t sequence) {
             "UPDATE SET state=?6, worker_ids=?7, result_json=?8, error=?9")
       .text(1, job.job_id())
       .integer(2, sequence)
-      .text(3, job.spec().has_ddp() ? "ddp" : "unknown")
+      .text(3, kind_name(job.spec()))
       .integer(4, job.spec().world_size())
       .blob(5, job.spec().SerializeAsString())
       .text(6, v1::JobState_Name(job.state()))

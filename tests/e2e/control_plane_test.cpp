@@ -322,6 +322,40 @@ TEST(ControlPlane, LocalRunsAJobEndToEnd) {
   EXPECT_LT(r["summary"]["max_param_spread"].get<double>(), 1e-6);
 }
 
+TEST(ControlPlane, LocalCommSweepAcrossWorldSizes) {
+  const auto o = run_process({bin("ddpctl"), "local", "--workers", "3", "--json", "comm",
+                              "--world-sizes", "2,3", "--collective", "all_reduce,all_gather",
+                              "--sizes", "64KB,1MB", "--warmup", "1", "--iters", "2"},
+                             {}, std::chrono::seconds(180));
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const auto results = nlohmann::json::parse(o.out);
+  ASSERT_EQ(results.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    const auto& r = results[i];
+    EXPECT_EQ(r["state"], "SUCCEEDED") << r.dump();
+    EXPECT_EQ(r["world_size"], i + 2);
+    ASSERT_EQ(r["rows"].size(), 4u);
+    for (const auto& row : r["rows"]) {
+      EXPECT_TRUE(row["data_ok"].get<bool>());
+      EXPECT_EQ(row["rank_mean_seconds"].size(), static_cast<size_t>(i + 2));
+    }
+  }
+}
+
+TEST(ControlPlane, SubmittedCommJobShowsATable) {
+  Cluster cluster(2, "comm");
+  auto o = cluster.ctl({"submit", "comm", "--world-size", "2", "--sizes", "64KB", "--iters", "2"});
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const std::string job = o.out.substr(0, o.out.find('\n'));
+  EXPECT_EQ(cluster.ctl({"watch", job}).exit_code, 0);
+  const auto table = cluster.ctl({"show", job}).out;
+  EXPECT_NE(table.find("all_reduce"), std::string::npos) << table;
+  EXPECT_NE(table.find("busbw"), std::string::npos) << table;
+  const auto bad = cluster.ctl({"submit", "comm", "--world-size", "2", "--collective", "gossip"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--collective"), std::string::npos) << bad.err;
+}
+
 TEST(ControlPlane, LocalExitsNonZeroWhenTheJobFails) {
   const auto o = run_process({bin("ddpctl"), "local", "--workers", "2", "--json", "ddp", "--steps",
                               "2", "--data", "/nonexistent.bin"},

@@ -16,6 +16,7 @@
 
 #include "daemon/worker_daemon.h"
 #include "ddpd/comm_bench.h"
+#include "ddpd/comm_table.h"
 #include "ddpd/communicator.h"
 #include "ddpd/ddp_flags.h"
 #include "ddpd/rendezvous.h"

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "channel.h"
+#include "ddpd/comm_bench.h"
 #include "ddpd/communicator.h"
 #include "ddpd/rendezvous.h"
 #include "ddpd/result_json.h"
@@ -79,6 +80,28 @@ struct WorkerDaemon::Impl {
   std::condition_variable wake;
   grpc::ClientContext* live_context = nullptr;  // to end the session on stop()
 
+  RendezvousOptions rendezvous_for(const v1::Assignment& a, double timeout_s) const {
+    RendezvousOptions rendezvous;
+    rendezvous.master_addr = a.master_addr();
+    rendezvous.master_port = a.master_port();
+    rendezvous.rank = a.rank();
+    rendezvous.world_size = a.world_size();
+    rendezvous.local_rank = a.rank();
+    rendezvous.local_address = options.advertise_host;
+    rendezvous.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+    return rendezvous;
+  }
+
+  // Runs a comm benchmark; returns rank 0's result JSON (other ranks: empty).
+  std::string run_comm_job(const v1::Assignment& a) {
+    const CommJob job = from_proto(a.spec().comm());
+    RendezvousOptions rendezvous = rendezvous_for(a, job.collective_timeout_s);
+    rendezvous.backend = job.backend;
+    auto comm = connect(rendezvous);
+    const auto result = to_json(run_comm_benchmark(job.bench, *comm));
+    return a.rank() == 0 ? result.dump() : "";
+  }
+
   void run_job(const v1::Assignment& a, SessionWriter& writer, std::atomic<bool>& cancelled) {
     v1::WorkerMessage done;
     done.set_job_id(a.job_id());
@@ -86,16 +109,14 @@ struct WorkerDaemon::Impl {
     result->set_job_id(a.job_id());
     result->set_rank(a.rank());
     try {
+      if (a.spec().has_comm()) {
+        result->set_result_json(run_comm_job(a));
+        result->set_succeeded(true);
+        writer.write(done);
+        return;
+      }
       DdpJobOptions job = from_proto(a.spec().ddp());
-      RendezvousOptions rendezvous;
-      rendezvous.master_addr = a.master_addr();
-      rendezvous.master_port = a.master_port();
-      rendezvous.rank = a.rank();
-      rendezvous.world_size = a.world_size();
-      rendezvous.local_rank = a.rank();
-      rendezvous.local_address = options.advertise_host;
-      rendezvous.timeout =
-          std::chrono::milliseconds(static_cast<int64_t>(job.collective_timeout_s * 1000));
+      RendezvousOptions rendezvous = rendezvous_for(a, job.collective_timeout_s);
       spdlog::info("job {} rank {}/{}: rendezvous {}:{}", a.job_id(), a.rank(), a.world_size(),
                    a.master_addr(), a.master_port());
       auto comm = connect(rendezvous);
