@@ -211,7 +211,15 @@ int main(int argc, char** argv) {
 
   try {
     if (plan_bucket->parsed()) {
-      client::print_bucket_plan(bucket_flags);
+      std::string comm_result;
+      if (!bucket_flags.from_job.empty()) {
+        const auto reply = client::ControlClient(connection).get(bucket_flags.from_job, false);
+        if (!reply.job().spec().has_comm() || reply.job().state() != v1::SUCCEEDED) {
+          throw OptionError("--from-job", bucket_flags.from_job + " is not a succeeded comm job");
+        }
+        comm_result = reply.job().result_json();
+      }
+      client::print_bucket_plan(bucket_flags, comm_result);
       return 0;
     }
     if (plan->parsed()) {

@@ -31,6 +31,7 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
 void add_bucket_flags(CLI::App& app, BucketFlags& f) {
   app.add_option("--from-result", f.from_result,
                  "A `ddpd-worker run comm --json` result: its all_reduce alpha and beta");
+  app.add_option("--from-job", f.from_job, "A finished comm job: its all_reduce alpha and beta");
   app.add_option("--alpha", f.alpha_s, "Per-call all-reduce overhead, seconds");
   app.add_option("--beta", f.beta, "All-reduce bandwidth, bytes/s");
   app.add_option("--model", f.model, "Model preset whose FP32 gradients are bucketed")
@@ -101,16 +102,21 @@ void print_plan(const PlanFlags& f) {
               mesh.tp_compute_bound ? "yes" : "no, TP communication dominates");
 }
 
-void print_bucket_plan(const BucketFlags& f) {
+void print_bucket_plan(const BucketFlags& f, const std::string& comm_result) {
   double alpha = f.alpha_s, beta = f.beta;
-  if (!f.from_result.empty()) {
-    std::ifstream in(f.from_result);
-    if (!in) throw OptionError("--from-result", "cannot read '" + f.from_result + "'");
+  if (!f.from_result.empty() || !f.from_job.empty()) {
+    const char* flag = f.from_job.empty() ? "--from-result" : "--from-job";
+    std::string text = comm_result;
+    if (f.from_job.empty()) {
+      std::ifstream in(f.from_result);
+      if (!in) throw OptionError(flag, "cannot read '" + f.from_result + "'");
+      text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
     nlohmann::json result;
     try {
-      result = nlohmann::json::parse(in);
+      result = nlohmann::json::parse(text);
     } catch (const std::exception& e) {
-      throw OptionError("--from-result", "not JSON: " + std::string(e.what()));
+      throw OptionError(flag, "holds no comm result: " + std::string(e.what()));
     }
     bool found = false;
     for (const auto& fit : result.value("fits", nlohmann::json::array())) {
@@ -120,7 +126,7 @@ void print_bucket_plan(const BucketFlags& f) {
         found = true;
       }
     }
-    if (!found) throw OptionError("--from-result", "holds no all_reduce fit");
+    if (!found) throw OptionError(flag, "holds no all_reduce fit");
   }
   if (alpha <= 0) throw OptionError("--alpha", "the all-reduce overhead must be > 0 seconds");
   if (beta <= 0) throw OptionError("--beta", "the all-reduce bandwidth must be > 0 bytes/s");

@@ -23,6 +23,7 @@ struct PlanFlags {
 
 struct BucketFlags {
   std::string from_result;   // a `ddpd-worker run comm --json` result file
+  std::string from_job;      // or a finished comm job on the coordinator
   double alpha_s = 0;        // else: per-call overhead ...
   double beta = 0;           // ... and bandwidth, bytes/s
   std::string model = "xl";  // preset whose FP32 gradients are bucketed
@@ -33,6 +34,7 @@ void add_plan_flags(CLI::App& plan, PlanFlags& flags);
 void add_bucket_flags(CLI::App& bucket, BucketFlags& flags);
 // Print the plans; throw OptionError on bad input.
 void print_plan(const PlanFlags& flags);
-void print_bucket_plan(const BucketFlags& flags);
+// comm_result: the comm job's result JSON when --from-job was given (fetched by the caller).
+void print_bucket_plan(const BucketFlags& flags, const std::string& comm_result = "");
 
 }  // namespace ddpd::client

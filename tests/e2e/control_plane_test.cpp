@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <memory>
 #include <thread>
 
@@ -344,13 +345,26 @@ TEST(ControlPlane, LocalCommSweepAcrossWorldSizes) {
 
 TEST(ControlPlane, SubmittedCommJobShowsATable) {
   Cluster cluster(2, "comm");
-  auto o = cluster.ctl({"submit", "comm", "--world-size", "2", "--sizes", "64KB", "--iters", "2"});
+  auto o = cluster.ctl(
+      {"submit", "comm", "--world-size", "2", "--sizes", "4KB,1MB,4MB", "--iters", "3"});
   ASSERT_EQ(o.exit_code, 0) << o.err;
   const std::string job = o.out.substr(0, o.out.find('\n'));
   EXPECT_EQ(cluster.ctl({"watch", job}).exit_code, 0);
   const auto table = cluster.ctl({"show", job}).out;
   EXPECT_NE(table.find("all_reduce"), std::string::npos) << table;
   EXPECT_NE(table.find("busbw"), std::string::npos) << table;
+  // The bucket advisor reads alpha and beta from the finished comm job.
+  const auto advice =
+      cluster.ctl({"plan", "bucket", "--from-job", job, "--model", "small", "--json"});
+  ASSERT_EQ(advice.exit_code, 0) << advice.err;
+  const auto a = nlohmann::json::parse(advice.out);
+  EXPECT_GT(a["alpha_seconds"].get<double>(), 0);
+  EXPECT_GT(a["beta_bytes_per_second"].get<double>(), 0);
+  EXPECT_DOUBLE_EQ(
+      a["recommended_bucket_bytes"].get<double>(),
+      std::sqrt(a["gradient_bytes"].get<double>() * a["beta_bytes_per_second"].get<double>() *
+                a["alpha_seconds"].get<double>()));
+  EXPECT_EQ(a["curve"].size(), 4u);
   const auto bad = cluster.ctl({"submit", "comm", "--world-size", "2", "--collective", "gossip"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--collective"), std::string::npos) << bad.err;
