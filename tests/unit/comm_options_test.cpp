@@ -76,6 +76,15 @@ TEST(CommOptions, FitRecoversKnownAlphaAndBeta) {
   EXPECT_NEAR(perfect.beta_bytes_per_s, beta, 1e-3 * beta);
 }
 
+TEST(CommOptions, FitStaysPhysicalOnNoisyData) {
+  // The smallest size measured slowest: an unconstrained fit would give a negative bandwidth
+  // term. The fit keeps alpha >= 0 and a finite, positive beta.
+  const auto fit = fit_latency_bandwidth({4096, 1 << 20, 3 << 20}, {3e-3, 1e-3, 2.5e-3});
+  EXPECT_GE(fit.alpha_s, 0);
+  EXPECT_GT(fit.beta_bytes_per_s, 0);
+  EXPECT_TRUE(std::isfinite(fit.beta_bytes_per_s));
+}
+
 TEST(CommCheck, CatchesAWrongSum) {
   auto t = at::full({1000}, 3.0);
   EXPECT_TRUE(values_equal(t, 3.0));

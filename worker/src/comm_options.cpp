@@ -112,10 +112,15 @@ LatencyBandwidthFit fit_latency_bandwidth(const std::vector<int64_t>& sizes,
   if (sizes.size() >= 2 && std::abs(det) > 0) {
     fit.alpha_s = (b1 * a22 - b2 * a12) / det;
     g = (a11 * b2 - a12 * b1) / det;
-  } else if (!sizes.empty()) {  // one point: all of it is bandwidth
-    g = times[0] / static_cast<double>(sizes[0]);
   }
-  fit.beta_bytes_per_s = g > 0 ? 1.0 / g : INFINITY;
+  // A negative overhead or bandwidth term is noise, not physics (small sizes measured slower
+  // than large ones): keep alpha >= 0 by fitting the bandwidth term alone, which is always
+  // positive for positive times and sizes.
+  if (fit.alpha_s < 0 || g <= 0) {
+    fit.alpha_s = 0;
+    g = a22 > 0 ? b2 / a22 : 0;
+  }
+  fit.beta_bytes_per_s = g > 0 ? 1.0 / g : 0;
   double squared = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
     const double predicted = fit.alpha_s + g * static_cast<double>(sizes[i]);

@@ -40,7 +40,8 @@ struct CommRow {
   bool data_ok = false;
 };
 
-// t(S) = alpha + S / beta, least squares on relative residuals over one collective's rows.
+// t(S) = alpha + S / beta, least squares on relative residuals over one collective's rows;
+// alpha >= 0 and beta > 0 always (noisy data falls back to the bandwidth term alone).
 struct LatencyBandwidthFit {
   std::string collective;
   double alpha_s = 0;
