@@ -36,6 +36,7 @@ void add_bucket_flags(CLI::App& app, BucketFlags& f) {
   app.add_option("--beta", f.beta, "All-reduce bandwidth, bytes/s");
   app.add_option("--model", f.model, "Model preset whose FP32 gradients are bucketed")
       ->capture_default_str();
+  app.add_option("--params", f.params, "Parameter count (overrides --model)");
   app.add_flag("--json", f.json, "Print JSON");
 }
 
@@ -130,7 +131,9 @@ void print_bucket_plan(const BucketFlags& f, const std::string& comm_result) {
   }
   if (alpha <= 0) throw OptionError("--alpha", "the all-reduce overhead must be > 0 seconds");
   if (beta <= 0) throw OptionError("--beta", "the all-reduce bandwidth must be > 0 bytes/s");
-  const double gradient_bytes = 4.0 * count_parameters(model_preset(f.model));
+  if (f.params < 0) throw OptionError("--params", "must be > 0");
+  const double gradient_bytes =
+      4.0 * (f.params > 0 ? f.params : count_parameters(model_preset(f.model)));
   const double best = plan::recommended_bucket_bytes(gradient_bytes, beta, alpha);
   nlohmann::json curve = nlohmann::json::array();
   for (double mb : {1.0, 10.0, 100.0, 1000.0}) {

@@ -27,6 +27,7 @@ struct BucketFlags {
   double alpha_s = 0;        // else: per-call overhead ...
   double beta = 0;           // ... and bandwidth, bytes/s
   std::string model = "xl";  // preset whose FP32 gradients are bucketed
+  int64_t params = 0;        // or this many parameters (overrides --model)
   bool json = false;
 };
 
