@@ -141,8 +141,10 @@ void print_bucket_plan(const BucketFlags& f, const std::string& comm_result) {
                      {"overhead_seconds",
                       plan::predicted_overhead_s(gradient_bytes, beta, alpha, mb * (1 << 20))}});
   }
+  const std::string model_name =
+      f.params > 0 ? std::to_string(f.params) + " parameters" : "model " + f.model;
   if (f.json) {
-    std::cout << nlohmann::json{{"model", f.model},
+    std::cout << nlohmann::json{{"model", f.params > 0 ? "custom" : f.model},
                                 {"gradient_bytes", gradient_bytes},
                                 {"alpha_seconds", alpha},
                                 {"beta_bytes_per_second", beta},
@@ -154,8 +156,8 @@ void print_bucket_plan(const BucketFlags& f, const std::string& comm_result) {
               << std::endl;
     return;
   }
-  std::printf("model %s: %.1f MB of FP32 gradients; all-reduce alpha %.1f us, beta %.3f GB/s\n",
-              f.model.c_str(), gradient_bytes / (1 << 20), alpha * 1e6, beta / 1e9);
+  std::printf("%s: %.1f MB of FP32 gradients; all-reduce alpha %.1f us, beta %.3f GB/s\n",
+              model_name.c_str(), gradient_bytes / (1 << 20), alpha * 1e6, beta / 1e9);
   std::printf("recommended bucket: sqrt(s*w*o) = %.1f MB (overhead after backward %.1f ms)\n",
               best / (1 << 20),
               plan::predicted_overhead_s(gradient_bytes, beta, alpha, best) * 1e3);

@@ -15,7 +15,7 @@ comm=$(mktemp)
 bash scripts/launch-local.sh 2 -- $bin/ddpd-worker run comm --sizes 1MB,4MB,16MB,64MB,256MB \
   --warmup 2 --iters 5 --json > "$comm"
 advice=$($bin/ddpctl plan bucket --from-result "$comm" --params "$params" --json)
-echo "model: $params parameters; $($bin/ddpctl plan bucket --from-result "$comm" --params "$params" | head -2 | tr '\n' ' ')"
+$bin/ddpctl plan bucket --from-result "$comm" --params "$params" | head -2
 printf "%10s %14s %16s %14s\n" "bucket MB" "step ms" "exposed ms" "predicted ms"
 for mb in 1 10 100 1000; do
   out=$(bash scripts/launch-local.sh 2 -- $bin/ddpd-worker run ddp "${model[@]}" --strategy bucketed \
