@@ -12,6 +12,7 @@ packages=(
   libspdlog-dev libfmt-dev prometheus-cpp-dev libsqlite3-dev libcli11-dev
   nlohmann-json3-dev libgtest-dev libgmock-dev
   openssl                                        # test certificates for the TLS test
+  gnuplot-nox                                    # ddpctl --plot (optional at run time)
 )
 
 missing=()

@@ -13,6 +13,7 @@
 #include "ddpd/ddp_flags.h"
 #include "local_cluster.h"
 #include "plan_command.h"
+#include "plot.h"
 #include "render.h"
 #include "spec_convert.h"
 
@@ -52,7 +53,7 @@ v1::JobState follow(client::ControlClient& control, const std::string& job_id) {
 // Starts a local cluster of `workers`, runs `specs` one after another, prints the result (one
 // sweep table for several comm jobs), shuts down. Exit 1 unless every job SUCCEEDED.
 int run_local(int workers, bool json, const std::string& log_level,
-              const std::vector<v1::JobSpec>& specs) {
+              const std::vector<v1::JobSpec>& specs, const std::string& plot_path) {
   for (const auto& spec : specs) validate_spec(spec);  // refuse bad flags before starting
   for (const auto& spec : specs) {
     if (spec.world_size() > workers) {
@@ -116,6 +117,14 @@ int run_local(int workers, bool json, const std::string& log_level,
   } else if (specs.size() > 1) {
     std::cout << comm_sweep_table(comm_results);
   }
+  if (all_succeeded && !plot_path.empty()) {
+    if (specs.front().has_comm()) {
+      client::plot_comm(comm_results, plot_path);
+    } else {
+      client::plot_ddp(outputs.front(), plot_path);
+    }
+    if (!json) std::cout << "wrote " << plot_path << std::endl;
+  }
   if (!all_succeeded) {
     cluster.keep_directory();
     std::fprintf(stderr, "a job did not succeed; daemon logs in %s\n", cluster.directory().c_str());
@@ -162,6 +171,10 @@ int main(int argc, char** argv) {
   bool as_json = false, as_csv = false;
   show->add_flag("--json", as_json, "The run --json envelope plus job_id and history");
   show->add_flag("--csv", as_csv, "Per-rank step rows");
+  std::string plot_path;
+  show->add_option("--plot", plot_path,
+                   "Draw a chart (.png or .svg): busbw by size for comm jobs, step time and comm "
+                   "fraction for DDP jobs (needs gnuplot)");
   auto* cancel = app.add_subcommand("cancel", "Cancel a pending or running job");
   cancel->add_option("job", job_id, "Job id")->required();
   app.add_subcommand("workers", "List registered workers");
@@ -182,6 +195,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   local->add_flag("--json", local_json, "Print the result as JSON");
   local->add_option("--log-level", local_log_level, "Daemons' log level")->capture_default_str();
+  std::string local_plot;
+  local->add_option("--plot", local_plot, "Also draw the result (.png or .svg; needs gnuplot)");
   auto* local_ddp = local->add_subcommand("ddp", "DDP training of the Transformer LM");
   DdpJobOptions local_job;
   add_ddp_flags(*local_ddp, local_job);
@@ -238,7 +253,7 @@ int main(int argc, char** argv) {
       } else {
         specs.push_back(ddp_spec(local_job, local_workers));
       }
-      return run_local(local_workers, local_json, local_log_level, specs);
+      return run_local(local_workers, local_json, local_log_level, specs, local_plot);
     }
     client::ControlClient control(connection);
     if (submit->parsed()) {
@@ -255,8 +270,16 @@ int main(int argc, char** argv) {
     } else if (watch->parsed()) {
       return follow(control, job_id) == v1::SUCCEEDED ? 0 : 1;
     } else if (show->parsed()) {
-      const auto reply = control.get(job_id, as_json || as_csv);
-      if (as_json) {
+      const auto reply = control.get(job_id, as_json || as_csv || !plot_path.empty());
+      if (!plot_path.empty()) {
+        const auto job_json = client::job_json(reply);
+        if (reply.job().spec().has_comm()) {
+          client::plot_comm({job_json}, plot_path);
+        } else {
+          client::plot_ddp(job_json, plot_path);
+        }
+        std::cout << "wrote " << plot_path << std::endl;
+      } else if (as_json) {
         std::cout << client::job_json(reply).dump() << std::endl;
       } else if (as_csv) {
         std::cout << client::steps_csv(reply);

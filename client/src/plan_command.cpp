@@ -129,6 +129,16 @@ void print_bucket_plan(const BucketFlags& f, const std::string& comm_result) {
     }
     if (!found) throw OptionError(flag, "holds no all_reduce fit");
   }
+  if (alpha <= 0 && !f.from_result.empty()) {
+    throw OptionError("--from-result",
+                      "its all_reduce fit found no per-call overhead (alpha 0); "
+                      "measure more sizes, small ones included");
+  }
+  if (alpha <= 0 && !f.from_job.empty()) {
+    throw OptionError("--from-job",
+                      "its all_reduce fit found no per-call overhead (alpha 0); "
+                      "measure more sizes, small ones included");
+  }
   if (alpha <= 0) throw OptionError("--alpha", "the all-reduce overhead must be > 0 seconds");
   if (beta <= 0) throw OptionError("--beta", "the all-reduce bandwidth must be > 0 bytes/s");
   if (f.params < 0) throw OptionError("--params", "must be > 0");

@@ -6,6 +6,9 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <thread>
 
@@ -136,6 +139,11 @@ TEST(ControlPlane, TwoRankJobSucceedsWithMetricsFromBothRanks) {
   for (int rank = 0; rank < 2; ++rank) {
     for (int step = 0; step < 4; ++step)
       EXPECT_TRUE(seen.count({rank, step})) << rank << " " << step;
+  }
+  if (std::system("command -v gnuplot >/dev/null 2>&1") == 0) {
+    const std::string png = temp_dir() + "/ddp.png";
+    EXPECT_EQ(cluster.ctl({"show", job, "--plot", png}).exit_code, 0);
+    EXPECT_GT(std::filesystem::file_size(png), 1000u);
   }
   std::vector<std::string> states;
   for (const auto& t : r["history"]) states.push_back(t["state"]);
@@ -346,7 +354,7 @@ TEST(ControlPlane, LocalCommSweepAcrossWorldSizes) {
 TEST(ControlPlane, SubmittedCommJobShowsATable) {
   Cluster cluster(2, "comm");
   auto o = cluster.ctl(
-      {"submit", "comm", "--world-size", "2", "--sizes", "4KB,1MB,4MB", "--iters", "3"});
+      {"submit", "comm", "--world-size", "2", "--sizes", "4KB,4MB,16MB", "--iters", "5"});
   ASSERT_EQ(o.exit_code, 0) << o.err;
   const std::string job = o.out.substr(0, o.out.find('\n'));
   EXPECT_EQ(cluster.ctl({"watch", job}).exit_code, 0);
@@ -365,6 +373,24 @@ TEST(ControlPlane, SubmittedCommJobShowsATable) {
       std::sqrt(a["gradient_bytes"].get<double>() * a["beta_bytes_per_second"].get<double>() *
                 a["alpha_seconds"].get<double>()));
   EXPECT_EQ(a["curve"].size(), 4u);
+  // Charts (gnuplot is installed by scripts/setup.sh).
+  if (std::system("command -v gnuplot >/dev/null 2>&1") == 0) {
+    const std::string png = temp_dir() + "/comm.png", svg = temp_dir() + "/comm.svg";
+    EXPECT_EQ(cluster.ctl({"show", job, "--plot", png}).exit_code, 0);
+    EXPECT_EQ(cluster.ctl({"show", job, "--plot", svg}).exit_code, 0);
+    std::ifstream in(png, std::ios::binary);
+    char magic[4] = {0};
+    in.read(magic, 4);
+    EXPECT_EQ(std::string(magic + 1, 3), "PNG");
+    std::ifstream svg_in(svg);
+    const std::string svg_text((std::istreambuf_iterator<char>(svg_in)),
+                               std::istreambuf_iterator<char>());
+    EXPECT_NE(svg_text.find("<svg"), std::string::npos);
+    EXPECT_NE(svg_text.find("all_reduce, 2 ranks"), std::string::npos);
+  }
+  const auto bad_plot = cluster.ctl({"show", job, "--plot", temp_dir() + "/chart.bmp"});
+  EXPECT_EQ(bad_plot.exit_code, 2);
+  EXPECT_NE(bad_plot.err.find("--plot"), std::string::npos) << bad_plot.err;
   const auto bad = cluster.ctl({"submit", "comm", "--world-size", "2", "--collective", "gossip"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--collective"), std::string::npos) << bad.err;
