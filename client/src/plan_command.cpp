@@ -119,6 +119,17 @@ void print_bucket_plan(const BucketFlags& f, const std::string& comm_result) {
     } catch (const std::exception& e) {
       throw OptionError(flag, "holds no comm result: " + std::string(e.what()));
     }
+    // A sweep (`ddpctl local --json comm --world-sizes …`) is an array: use its largest world.
+    if (result.is_array()) {
+      nlohmann::json largest;
+      for (const auto& r : result) {
+        if (largest.is_null() || r.value("world_size", 0) > largest.value("world_size", 0)) {
+          largest = r;
+        }
+      }
+      result = largest;
+    }
+    if (!result.is_object()) throw OptionError(flag, "holds no comm result");
     bool found = false;
     for (const auto& fit : result.value("fits", nlohmann::json::array())) {
       if (fit.value("collective", "") == "all_reduce") {
