@@ -21,8 +21,6 @@ PendingCollective::~PendingCollective() = default;
 PendingCollective::PendingCollective(PendingCollective&&) noexcept = default;
 PendingCollective& PendingCollective::operator=(PendingCollective&&) noexcept = default;
 
-bool PendingCollective::valid() const { return static_cast<bool>(work_); }
-
 void PendingCollective::wait() {
   if (!work_) return;  // world size 1, or already waited
   auto work = std::move(work_);

@@ -33,7 +33,6 @@ class PendingCollective {
   PendingCollective& operator=(PendingCollective&&) noexcept;
 
   void wait();
-  bool valid() const;
 
  private:
   c10::intrusive_ptr<c10d::Work> work_;
