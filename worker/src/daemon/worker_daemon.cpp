@@ -23,19 +23,29 @@
 namespace ddpd {
 namespace {
 
-int pick_free_port(const std::string& host) {
+bool can_bind(const std::string& host, int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) addr.sin_addr.s_addr = INADDR_ANY;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    throw std::runtime_error("--rendezvous-port: cannot find a free port on " + host);
-  }
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   close(fd);
-  return ntohs(addr.sin_port);
+  return ok;
+}
+
+// The port this worker's TCPStore will use whenever it is rank 0. It stays reserved only by
+// convention between jobs, so it is taken below Linux's default ephemeral range (32768–60999):
+// outgoing connections (gRPC, Gloo) are never given it meanwhile. The start is spread by pid
+// so workers started together probe different ports.
+int pick_rendezvous_port(const std::string& host) {
+  constexpr int kFirst = 20000, kCount = 12000;
+  const int start = static_cast<int>((getpid() * 7919L) % kCount);
+  for (int i = 0; i < kCount; ++i) {
+    const int port = kFirst + (start + i) % kCount;
+    if (can_bind(host, port)) return port;
+  }
+  throw std::runtime_error("--rendezvous-port: no free port in 20000-31999 on " + host);
 }
 
 v1::StepReport to_report(const StepMetrics& m, int rank) {
@@ -232,7 +242,7 @@ int WorkerDaemon::run() {
   hello.set_worker_id(o.worker_id);
   hello.set_advertised_host(o.advertise_host);
   hello.set_rendezvous_port(o.rendezvous_port > 0 ? o.rendezvous_port
-                                                  : pick_free_port(o.advertise_host));
+                                                  : pick_rendezvous_port(o.advertise_host));
   hello.set_cpu_count(static_cast<int>(std::thread::hardware_concurrency()));
   hello.set_gpu_count(0);
   hello.add_backends("gloo");
