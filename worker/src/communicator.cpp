@@ -39,12 +39,17 @@ Communicator::Communicator(c10::intrusive_ptr<c10d::ProcessGroup> group, int ran
       world_size_(world_size),
       timeout_(timeout),
       epoch_(std::chrono::steady_clock::now()),
+      unix_epoch_s_(
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+              .count()),
       spans_(std::make_shared<SpanLog>()) {
   TORCH_CHECK(world_size_ == 1 || group_, "a process group is required for world size ",
               world_size_);
 }
 
 Communicator::~Communicator() = default;
+
+double Communicator::unix_seconds(double clock_s) const { return unix_epoch_s_ + clock_s; }
 
 double Communicator::now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_).count();

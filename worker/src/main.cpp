@@ -12,9 +12,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <thread>
 
 #include "daemon/worker_daemon.h"
+#include "daemon/worker_metrics.h"
 #include "ddpd/comm_bench.h"
 #include "ddpd/comm_table.h"
 #include "ddpd/communicator.h"
@@ -22,6 +24,7 @@
 #include "ddpd/rendezvous.h"
 #include "ddpd/result_json.h"
 #include "ddpd/trainer.h"
+#include "logging.h"
 
 namespace {
 
@@ -32,17 +35,23 @@ int serve(ddpd::WorkerDaemonOptions options) {
   if (options.token.empty()) {
     if (const char* env = std::getenv("DDPD_TOKEN")) options.token = env;
   }
-  ddpd::WorkerDaemon daemon(options);
+  std::unique_ptr<ddpd::WorkerDaemon> daemon;
+  try {
+    daemon = std::make_unique<ddpd::WorkerDaemon>(options);
+  } catch (const std::exception& e) {
+    spdlog::error("worker cannot start: {}", e.what());
+    return 1;
+  }
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   std::atomic<bool> done{false};
   std::thread watcher([&] {
     while (!done && !stop_requested) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    daemon.stop();
+    daemon->stop();
   });
   int rc = 1;
   try {
-    rc = daemon.run();
+    rc = daemon->run();
   } catch (const std::exception& e) {
     spdlog::error("worker failed: {}", e.what());
   }
@@ -121,14 +130,20 @@ int main(int argc, char** argv) {
   keep_freed_memory_for_reuse();
   CLI::App app{"ddpd worker: runs DDP training, alone (run) or for a coordinator (serve)"};
   app.require_subcommand(1);
+  app.fallthrough();  // --log-level/--log-format also after the subcommand
   auto* run = app.add_subcommand("run", "Run one job without a coordinator (torchrun-style env)");
   run->require_subcommand(1);
   auto* ddp = run->add_subcommand("ddp", "Data-parallel training of the Transformer LM");
   ddpd::DdpJobOptions options;
   bool json = false;
-  std::string log_level = "warn";
   ddpd::add_ddp_flags(*ddp, options);
   ddp->add_flag("--json", json, "Print the result as JSON (rank 0)");
+  ddpd::WorkerMetricsOptions run_metrics;
+  std::string run_job_id = "run";
+  ddp->add_option("--metrics-port", run_metrics.port,
+                  "Serve Prometheus /metrics on this port + LOCAL_RANK (0: off)")
+      ->capture_default_str();
+  ddp->add_option("--job-id", run_job_id, "The job_id label of the metrics")->capture_default_str();
   auto* comm_cmd = run->add_subcommand("comm", "Collective benchmark (nccl-tests style)");
   ddpd::CommBenchOptions comm_options;
   std::string backend = "gloo";
@@ -156,7 +171,19 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   serve_cmd->add_option("--heartbeat", daemon_options.heartbeat_seconds, "Heartbeat seconds")
       ->capture_default_str();
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+  serve_cmd
+      ->add_option("--metrics-port", daemon_options.metrics.port,
+                   "Serve Prometheus /metrics on this port (0: off)")
+      ->capture_default_str();
+  serve_cmd
+      ->add_option("--metrics-host", daemon_options.metrics.bind_host,
+                   "Address the /metrics endpoint listens on")
+      ->capture_default_str();
+  ddpd::LogOptions log_options;
+  log_options.level = "warn";
+  app.add_option("--log-level", log_options.level, "trace, debug, info, warn, error, off")
+      ->capture_default_str();
+  app.add_option("--log-format", log_options.format, "text, or json (one object per line)")
       ->capture_default_str();
   try {
     app.parse(argc, argv);
@@ -169,7 +196,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   }
-  spdlog::set_level(spdlog::level::from_str(log_level));
+  try {
+    ddpd::configure_logging(log_options);
+  } catch (const ddpd::OptionError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
   if (serve_cmd->parsed()) return serve(daemon_options);
 
   if (comm_cmd->parsed()) return run_comm(comm_options, backend, comm_timeout_s, json);
@@ -187,14 +219,21 @@ int main(int argc, char** argv) {
 
   const bool prints_result = rendezvous.rank == 0;
   try {
-    spdlog::info("rank {}/{}: rendezvous at {}:{}", rendezvous.rank, rendezvous.world_size,
+    spdlog::info("rank={} world={} rendezvous at {}:{}", rendezvous.rank, rendezvous.world_size,
                  rendezvous.master_addr, rendezvous.master_port);
     auto comm = ddpd::connect(rendezvous);
+    if (run_metrics.port > 0) run_metrics.port += rendezvous.local_rank;
+    ddpd::WorkerMetrics metrics(run_metrics);
+    metrics.ddp_job_started(run_job_id, rendezvous.rank, options.strategy);
     ddpd::Trainer trainer(options, comm);
+    metrics.record_memory(trainer.memory(), /*final_points=*/false);
     auto result = trainer.run([&](const ddpd::StepMetrics& s) {
-      spdlog::info("rank {} step {} loss {:.4f} step {:.1f} ms", rendezvous.rank, s.step, s.loss,
+      metrics.record_step(s);
+      spdlog::info("rank={} step={} loss={:.4f} step_ms={:.2f}", rendezvous.rank, s.step, s.loss,
                    s.step_seconds * 1e3);
     });
+    metrics.record_memory(result.memory, /*final_points=*/true);
+    metrics.job_finished(true);
     if (prints_result) {
       if (json) {
         std::cout << ddpd::to_json(result).dump() << std::endl;

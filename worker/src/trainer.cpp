@@ -67,6 +67,27 @@ class AutocastScope {
   bool enabled_;
 };
 
+struct Phase {
+  const char* name;
+  double begin_s, end_s;  // communicator clock
+};
+
+// The step's phases (empty ones left out) and its collectives, as unix-time spans.
+void record_spans(StepMetrics& metrics, const Communicator& comm,
+                  const std::vector<CommSpan>& collectives, std::initializer_list<Phase> phases) {
+  metrics.spans.reserve(phases.size() + collectives.size());
+  for (const auto& p : phases) {
+    if (p.end_s > p.begin_s) {
+      metrics.spans.push_back(
+          {p.name, false, comm.unix_seconds(p.begin_s), comm.unix_seconds(p.end_s)});
+    }
+  }
+  for (const auto& c : collectives) {
+    metrics.spans.push_back(
+        {c.name, true, comm.unix_seconds(c.launch_s), comm.unix_seconds(c.complete_s)});
+  }
+}
+
 }  // namespace
 
 TrainingSummary summarize(const std::vector<StepMetrics>& steps, int64_t warmup_steps) {
@@ -165,6 +186,7 @@ StepMetrics Trainer::train_step(int64_t step) {
   metrics.step = step;
   const double t0 = comm.now();
   m.sync->zero_grad();
+  const double t_zeroed = comm.now();
   m.sync->prepare_forward();
   const double t_gathered = comm.now();
   torch::Tensor loss;
@@ -194,13 +216,22 @@ StepMetrics Trainer::train_step(int64_t step) {
   metrics.forward_seconds = t_forward - t_gathered;
   metrics.backward_seconds = t_backward - t_forward;
   metrics.optimizer_seconds = t_end - t_opt_start;
-  metrics.comm_seconds = covered_seconds(comm.take_spans(), t0, t_end);
-  metrics.exposed_comm_seconds = (t_gathered - t0) + (t_synced - t_backward) + broadcast_seconds;
+  auto collectives = comm.take_spans();
+  metrics.comm_seconds = covered_seconds(collectives, t0, t_end);
+  metrics.exposed_comm_seconds =
+      (t_gathered - t_zeroed) + (t_synced - t_backward) + broadcast_seconds;
   metrics.comm_fraction =
       metrics.step_seconds > 0 ? metrics.exposed_comm_seconds / metrics.step_seconds : 0;
   const double global_tokens = static_cast<double>(m.options.batch_size) * m.options.context_length;
   metrics.tokens_per_second = metrics.step_seconds > 0 ? global_tokens / metrics.step_seconds : 0;
   if (last) m.memory.after_step = m.measure();
+  record_spans(metrics, comm, collectives,
+               {{"zero_grad", t0, t_zeroed},
+                {"gather", t_zeroed, t_gathered},
+                {"forward", t_gathered, t_forward},
+                {"backward", t_forward, t_backward},
+                {"wait", t_backward, t_synced},
+                {"optimizer", t_opt_start, t_end}});
 
   // Bookkeeping collectives, outside the timed step.
   auto loss_sum = loss.detach().to(torch::kFloat32).reshape({1}).clone();

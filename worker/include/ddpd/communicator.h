@@ -75,6 +75,9 @@ class Communicator {
   std::vector<CommSpan> take_spans();
   // Seconds since this communicator was created (the clock of CommSpan).
   double now() const;
+  // A time on that clock as unix seconds (the wall clock read once at creation), so spans of
+  // ranks on different hosts line up on one timeline (to within their clocks' offset).
+  double unix_seconds(double clock_s) const;
 
  private:
   PendingCollective track(c10::intrusive_ptr<c10d::Work> work, const std::string& name,
@@ -86,6 +89,7 @@ class Communicator {
   int world_size_;
   std::chrono::milliseconds timeout_;
   std::chrono::steady_clock::time_point epoch_;
+  double unix_epoch_s_;  // system clock at epoch_
   std::mutex launch_mutex_;
   struct SpanLog;
   std::shared_ptr<SpanLog> spans_;  // shared with completion callbacks that may outlive a call

@@ -14,6 +14,15 @@
 
 namespace ddpd {
 
+// One interval of a step on one rank, for timelines. Times are unix seconds (see
+// Communicator::unix_seconds) so that the ranks' tracks line up.
+struct TraceSpan {
+  std::string name;  // zero_grad, gather, forward, backward, wait, optimizer, or a collective's
+  bool communication = false;  // a collective from launch to completion (else the step's thread)
+  double begin_unix_s = 0;
+  double end_unix_s = 0;
+};
+
 struct StepMetrics {
   int64_t step = 0;
   double loss = 0;  // mean over ranks
@@ -26,6 +35,10 @@ struct StepMetrics {
   double comm_fraction = 0;            // exposed_comm_seconds / step_seconds
   double tokens_per_second = 0;        // global tokens / step_seconds
   std::optional<double> param_spread;  // measured every spread_every steps
+  // The step's phases (zero_grad, gather, forward, backward, wait, optimizer) and every
+  // collective launched within it: a handful of records per step, from timestamps the step
+  // reads anyway.
+  std::vector<TraceSpan> spans;
 };
 
 struct MemoryBytes {

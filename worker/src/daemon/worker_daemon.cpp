@@ -62,6 +62,13 @@ v1::StepReport to_report(const StepMetrics& m, int rank) {
   r.set_comm_fraction(m.comm_fraction);
   r.set_tokens_per_second(m.tokens_per_second);
   if (m.param_spread) r.set_param_spread(*m.param_spread);
+  for (const auto& span : m.spans) {
+    auto* out = r.add_spans();
+    out->set_name(span.name);
+    out->set_communication(span.communication);
+    out->set_begin_unix_s(span.begin_unix_s);
+    out->set_end_unix_s(span.end_unix_s);
+  }
   return r;
 }
 
@@ -89,6 +96,7 @@ struct WorkerDaemon::Impl {
   std::mutex mutex;
   std::condition_variable wake;
   grpc::ClientContext* live_context = nullptr;  // to end the session on stop()
+  std::unique_ptr<WorkerMetrics> metrics;
 
   RendezvousOptions rendezvous_for(const v1::Assignment& a, double timeout_s) const {
     RendezvousOptions rendezvous;
@@ -107,9 +115,11 @@ struct WorkerDaemon::Impl {
     const CommJob job = from_proto(a.spec().comm());
     RendezvousOptions rendezvous = rendezvous_for(a, job.collective_timeout_s);
     rendezvous.backend = job.backend;
+    metrics->comm_job_started(a.job_id(), a.rank());
     auto comm = connect(rendezvous);
-    const auto result = to_json(run_comm_benchmark(job.bench, *comm));
-    return a.rank() == 0 ? result.dump() : "";
+    const CommBenchResult bench = run_comm_benchmark(job.bench, *comm);
+    metrics->record_comm(bench);
+    return a.rank() == 0 ? to_json(bench).dump() : "";
   }
 
   void run_job(const v1::Assignment& a, SessionWriter& writer, std::atomic<bool>& cancelled) {
@@ -122,31 +132,45 @@ struct WorkerDaemon::Impl {
       if (a.spec().has_comm()) {
         result->set_result_json(run_comm_job(a));
         result->set_succeeded(true);
-        writer.write(done);
-        return;
+      } else {
+        run_ddp_job(a, writer, cancelled, *result);
       }
-      DdpJobOptions job = from_proto(a.spec().ddp());
-      RendezvousOptions rendezvous = rendezvous_for(a, job.collective_timeout_s);
-      spdlog::info("job {} rank {}/{}: rendezvous {}:{}", a.job_id(), a.rank(), a.world_size(),
-                   a.master_addr(), a.master_port());
-      auto comm = connect(rendezvous);
-      Trainer trainer(job, comm);
-      auto training = trainer.run(
-          [&](const StepMetrics& m) {
-            v1::WorkerMessage step;
-            step.set_job_id(a.job_id());
-            *step.mutable_step() = to_report(m, a.rank());
-            writer.write(step);
-          },
-          [&] { return cancelled.load(); });
-      result->set_succeeded(true);
-      if (a.rank() == 0) result->set_result_json(to_json(training).dump());
     } catch (const std::exception& e) {
       result->set_succeeded(false);
       result->set_error(e.what());
-      spdlog::warn("job {} rank {} failed: {}", a.job_id(), a.rank(), e.what());
+      spdlog::warn("job={} rank={} failed: {}", a.job_id(), a.rank(), e.what());
     }
+    metrics->job_finished(result->succeeded());
+    if (result->succeeded()) spdlog::info("job={} rank={} succeeded", a.job_id(), a.rank());
     writer.write(done);
+  }
+
+  // Trains; every step goes to the coordinator, the metrics and the debug log.
+  void run_ddp_job(const v1::Assignment& a, SessionWriter& writer, std::atomic<bool>& cancelled,
+                   v1::JobResult& result) {
+    DdpJobOptions job = from_proto(a.spec().ddp());
+    RendezvousOptions rendezvous = rendezvous_for(a, job.collective_timeout_s);
+    spdlog::info("job={} rank={} world={} rendezvous {}:{}", a.job_id(), a.rank(), a.world_size(),
+                 a.master_addr(), a.master_port());
+    metrics->ddp_job_started(a.job_id(), a.rank(), job.strategy);
+    auto comm = connect(rendezvous);
+    Trainer trainer(job, comm);
+    metrics->record_memory(trainer.memory(), /*final_points=*/false);
+    auto training = trainer.run(
+        [&](const StepMetrics& m) {
+          metrics->record_step(m);
+          spdlog::debug("job={} rank={} step={} loss={:.4f} step_ms={:.2f} comm_fraction={:.3f}",
+                        a.job_id(), a.rank(), m.step, m.loss, m.step_seconds * 1e3,
+                        m.comm_fraction);
+          v1::WorkerMessage step;
+          step.set_job_id(a.job_id());
+          *step.mutable_step() = to_report(m, a.rank());
+          writer.write(step);
+        },
+        [&] { return cancelled.load(); });
+    metrics->record_memory(training.memory, /*final_points=*/true);
+    result.set_succeeded(true);
+    if (a.rank() == 0) result.set_result_json(to_json(training).dump());
   }
 
   // One registration; returns false when the coordinator refused us for good.
@@ -193,7 +217,7 @@ struct WorkerDaemon::Impl {
           run_job(assignment, writer, job_cancelled);
         });
       } else if (message.cancel_job_id() == current_job && !current_job.empty()) {
-        spdlog::info("job {}: cancel requested", current_job);
+        spdlog::info("job={} cancel requested", current_job);
         job_cancelled = true;
       }
     }
@@ -220,6 +244,7 @@ struct WorkerDaemon::Impl {
 
 WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
+  impl_->metrics = std::make_unique<WorkerMetrics>(impl_->options.metrics);
 }
 
 WorkerDaemon::~WorkerDaemon() = default;

@@ -4,6 +4,8 @@
 #include <memory>
 #include <string>
 
+#include "daemon/worker_metrics.h"
+
 namespace ddpd {
 
 struct WorkerDaemonOptions {
@@ -15,6 +17,7 @@ struct WorkerDaemonOptions {
   int rendezvous_port = 0;                      // TCPStore port when rank 0; 0: a free port
   double heartbeat_seconds = 2.0;
   double reconnect_seconds = 1.0;  // wait before re-registering after the session ends
+  WorkerMetricsOptions metrics;    // Prometheus /metrics (off unless metrics.port is set)
 };
 
 // Protocol (worker side of the session, see coordinator_service.h):
@@ -28,6 +31,7 @@ struct WorkerDaemonOptions {
 // thread, e.g. a signal watcher); it owns the heartbeat and job threads it starts.
 class WorkerDaemon {
  public:
+  // Throws std::runtime_error when the metrics port cannot be bound.
   explicit WorkerDaemon(WorkerDaemonOptions options);
   ~WorkerDaemon();
   // Returns 0 after stop(), 1 when the coordinator refuses the worker (bad token, bad hello).

@@ -1,0 +1,233 @@
+#include "daemon/worker_metrics.h"
+
+#include "metrics_endpoint.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <deque>
+#include <functional>
+#include <mutex>
+
+namespace ddpd {
+namespace {
+
+using prometheus::Counter;
+using prometheus::Gauge;
+using prometheus::Histogram;
+using prometheus::Labels;
+
+// Step times from 1 ms (tiny on CPU) to 2 minutes (large models on few GPUs).
+const Histogram::BucketBoundaries kStepBuckets{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                               0.5,   1,      2.5,   5,    10,    30,   120};
+
+const char* const kPhases[] = {"forward", "backward", "optimizer", "comm", "exposed_comm"};
+const char* const kMemoryKinds[] = {"parameters", "gradients", "optimizer_state", "peak"};
+
+}  // namespace
+
+struct WorkerMetrics::Impl {
+  std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<MetricsEndpoint> endpoint;  // serves `registry`, which outlives it
+  int retained_jobs = 4;
+
+  prometheus::Family<Histogram>& step_duration =
+      prometheus::BuildHistogram()
+          .Name("ddpd_step_duration_seconds")
+          .Help("Training step time per rank (warm-up steps included)")
+          .Register(*registry);
+  prometheus::Family<Gauge>& phase =
+      prometheus::BuildGauge()
+          .Name("ddpd_step_phase_seconds")
+          .Help(
+              "Last step's time by phase: forward, backward, optimizer, comm (collectives' "
+              "span), exposed_comm (waiting on communication outside backward)")
+          .Register(*registry);
+  prometheus::Family<Counter>& phase_total =
+      prometheus::BuildCounter()
+          .Name("ddpd_step_phase_seconds_total")
+          .Help("Sum over steps of ddpd_step_phase_seconds, by phase")
+          .Register(*registry);
+  prometheus::Family<Gauge>& comm_fraction =
+      prometheus::BuildGauge()
+          .Name("ddpd_comm_fraction")
+          .Help("Last step's exposed communication time / step time")
+          .Register(*registry);
+  prometheus::Family<Gauge>& loss = prometheus::BuildGauge()
+                                        .Name("ddpd_loss")
+                                        .Help("Last step's loss (mean over ranks)")
+                                        .Register(*registry);
+  prometheus::Family<Gauge>& tokens = prometheus::BuildGauge()
+                                          .Name("ddpd_tokens_per_second")
+                                          .Help("Last step's global tokens / step time")
+                                          .Register(*registry);
+  prometheus::Family<Gauge>& spread =
+      prometheus::BuildGauge()
+          .Name("ddpd_param_spread")
+          .Help("Last measured max over parameters of (max - min across ranks)")
+          .Register(*registry);
+  prometheus::Family<Counter>& steps = prometheus::BuildCounter()
+                                           .Name("ddpd_steps_total")
+                                           .Help("Steps finished")
+                                           .Register(*registry);
+  prometheus::Family<Gauge>& memory =
+      prometheus::BuildGauge()
+          .Name("ddpd_memory_bytes")
+          .Help(
+              "Bytes on this rank by kind (parameters, gradients, optimizer_state, peak: CUDA "
+              "allocator peak or peak RSS) at point (after_init, before_step, after_step)")
+          .Register(*registry);
+  prometheus::Family<Gauge>& comm_time =
+      prometheus::BuildGauge()
+          .Name("ddpd_comm_time_seconds")
+          .Help("Comm benchmark: slowest rank's mean iteration time")
+          .Register(*registry);
+  prometheus::Family<Gauge>& algbw = prometheus::BuildGauge()
+                                         .Name("ddpd_comm_algbw_bytes_per_second")
+                                         .Help("Comm benchmark: size / time")
+                                         .Register(*registry);
+  prometheus::Family<Gauge>& busbw = prometheus::BuildGauge()
+                                         .Name("ddpd_comm_busbw_bytes_per_second")
+                                         .Help("Comm benchmark: algbw times nccl-tests' bus factor")
+                                         .Register(*registry);
+  prometheus::Family<Gauge>& busy_family = prometheus::BuildGauge()
+                                               .Name("ddpd_worker_busy")
+                                               .Help("1 while the worker runs a job")
+                                               .Register(*registry);
+  prometheus::Family<Counter>& jobs_family = prometheus::BuildCounter()
+                                                 .Name("ddpd_worker_jobs_total")
+                                                 .Help("Jobs this worker ran, by kind and result")
+                                                 .Register(*registry);
+  Gauge& busy = busy_family.Add({});
+
+  // The current job's series, created at start; removed when the job falls out of retention.
+  struct JobSeries {
+    std::string kind;  // ddp | comm
+    Labels labels;
+    std::vector<std::function<void()>> removers;
+    Histogram* step_duration = nullptr;
+    Gauge* phase[5] = {};
+    Counter* phase_total[5] = {};
+    Gauge *comm_fraction = nullptr, *loss = nullptr, *tokens = nullptr, *spread = nullptr;
+    Counter* steps = nullptr;
+  };
+  std::mutex mutex;  // guards jobs (start/finish and recording are on the job thread, but
+                     // keep the bookkeeping safe against a late call from another thread)
+  std::deque<JobSeries> jobs;
+
+  template <typename T, typename... Args>
+  T* add(JobSeries& job, prometheus::Family<T>& family, Labels extra, Args&&... args) {
+    Labels labels = job.labels;
+    labels.insert(extra.begin(), extra.end());
+    T* metric = &family.Add(labels, std::forward<Args>(args)...);
+    job.removers.push_back([&family, metric] { family.Remove(metric); });
+    return metric;
+  }
+
+  JobSeries& start(const std::string& kind, Labels labels) {
+    std::lock_guard<std::mutex> lock(mutex);
+    while (!jobs.empty() && static_cast<int>(jobs.size()) >= retained_jobs) {
+      for (auto& remove : jobs.front().removers) remove();
+      jobs.pop_front();
+    }
+    jobs.emplace_back();
+    jobs.back().kind = kind;
+    jobs.back().labels = std::move(labels);
+    busy.Set(1);
+    return jobs.back();
+  }
+
+  JobSeries* current() { return jobs.empty() ? nullptr : &jobs.back(); }
+};
+
+WorkerMetrics::WorkerMetrics(const WorkerMetricsOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->retained_jobs = std::max(1, options.retained_jobs);
+  if (options.port <= 0) return;
+  impl_->endpoint = std::make_unique<MetricsEndpoint>(
+      options.bind_host, options.port,
+      std::vector<std::weak_ptr<prometheus::Collectable>>{impl_->registry});
+}
+
+WorkerMetrics::~WorkerMetrics() = default;
+
+void WorkerMetrics::ddp_job_started(const std::string& job_id, int rank,
+                                    const std::string& strategy) {
+  auto& job = impl_->start(
+      "ddp", {{"job_id", job_id}, {"rank", std::to_string(rank)}, {"strategy", strategy}});
+  Impl& m = *impl_;
+  job.step_duration = m.add(job, m.step_duration, {}, kStepBuckets);
+  for (int i = 0; i < 5; ++i) {
+    job.phase[i] = m.add(job, m.phase, {{"phase", kPhases[i]}});
+    job.phase_total[i] = m.add(job, m.phase_total, {{"phase", kPhases[i]}});
+  }
+  job.comm_fraction = m.add(job, m.comm_fraction, {});
+  job.loss = m.add(job, m.loss, {});
+  job.tokens = m.add(job, m.tokens, {});
+  job.spread = m.add(job, m.spread, {});
+  job.steps = m.add(job, m.steps, {});
+}
+
+void WorkerMetrics::comm_job_started(const std::string& job_id, int rank) {
+  impl_->start("comm", {{"job_id", job_id}, {"rank", std::to_string(rank)}});
+}
+
+void WorkerMetrics::record_step(const StepMetrics& s) {
+  auto* job = impl_->current();
+  if (!job || !job->step_duration) return;
+  job->step_duration->Observe(s.step_seconds);
+  const double phases[5] = {s.forward_seconds, s.backward_seconds, s.optimizer_seconds,
+                            s.comm_seconds, s.exposed_comm_seconds};
+  for (int i = 0; i < 5; ++i) {
+    job->phase[i]->Set(phases[i]);
+    job->phase_total[i]->Increment(phases[i]);
+  }
+  job->comm_fraction->Set(s.comm_fraction);
+  job->loss->Set(s.loss);
+  job->tokens->Set(s.tokens_per_second);
+  if (s.param_spread) job->spread->Set(*s.param_spread);
+  job->steps->Increment();
+}
+
+void WorkerMetrics::record_memory(const MemoryProfile& profile, bool final_points) {
+  auto* job = impl_->current();
+  if (!job) return;
+  auto record = [&](const char* point, const MemoryBytes& bytes) {
+    const int64_t values[4] = {bytes.param_bytes, bytes.grad_bytes, bytes.optimizer_state_bytes,
+                               bytes.peak_bytes};
+    for (int i = 0; i < 4; ++i) {
+      impl_->add(*job, impl_->memory, {{"kind", kMemoryKinds[i]}, {"point", point}})
+          ->Set(static_cast<double>(values[i]));
+    }
+  };
+  if (!final_points) {
+    record("after_init", profile.after_init);
+  } else {
+    record("before_step", profile.before_step);
+    record("after_step", profile.after_step);
+  }
+}
+
+void WorkerMetrics::record_comm(const CommBenchResult& result) {
+  auto* job = impl_->current();
+  if (!job) return;
+  for (const auto& row : result.rows) {
+    const Labels labels{{"collective", row.collective},
+                        {"size_bytes", std::to_string(row.size_bytes)},
+                        {"world_size", std::to_string(result.world_size)}};
+    impl_->add(*job, impl_->comm_time, labels)->Set(row.time_s);
+    impl_->add(*job, impl_->algbw, labels)->Set(row.algbw_bytes_per_s);
+    impl_->add(*job, impl_->busbw, labels)->Set(row.busbw_bytes_per_s);
+  }
+}
+
+void WorkerMetrics::job_finished(bool succeeded) {
+  const std::string kind = impl_->current() ? impl_->current()->kind : "unknown";
+  impl_->jobs_family.Add({{"kind", kind}, {"result", succeeded ? "succeeded" : "failed"}})
+      .Increment();
+  impl_->busy.Set(0);
+}
+
+}  // namespace ddpd
