@@ -134,7 +134,7 @@ void CoordinatorService::transition(JobEntry& entry, v1::JobState to, const std:
   *entry.events.emplace_back().mutable_transition() = t;
   store_->save_job(job, entry.sequence);
   store_->add_transition(job.job_id(), t);
-  spdlog::info("job {} {}: {}", job.job_id(), to_string(to), reason);
+  spdlog::info("job={} state={} {}", job.job_id(), to_string(to), reason);
   changed_.notify_all();
 }
 
@@ -241,7 +241,7 @@ void CoordinatorService::worker_lost(const std::string& worker_id, Session* sess
   // start marks them "coordinator restarted" rather than blaming a worker.
   if (stopping_) return;
   WorkerEntry& worker = *it->second;
-  spdlog::warn("worker {} lost: {}", worker_id, reason);
+  spdlog::warn("worker={} lost: {}", worker_id, reason);
   worker.session.reset();
   worker.state = v1::LOST;
   if (!worker.job_id.empty()) {
@@ -314,7 +314,7 @@ grpc::Status CoordinatorService::WorkerSession(
     entry->session = session;
     entry->last_seen = unix_now();
     entry->last_heartbeat = std::chrono::steady_clock::now();
-    spdlog::info("worker {} registered ({}:{}, {} cpus)", hello.worker_id(),
+    spdlog::info("worker={} registered ({}:{}, {} cpus)", hello.worker_id(),
                  hello.advertised_host(), hello.rendezvous_port(), hello.cpu_count());
     v1::CoordinatorMessage welcome;
     welcome.set_welcome(true);
@@ -328,6 +328,7 @@ grpc::Status CoordinatorService::WorkerSession(
     worker.last_heartbeat = std::chrono::steady_clock::now();
     if (message.has_step()) {
       JobEntry* entry = find_job(message.job_id());
+      if (on_step_report_) on_step_report_();
       if (entry && entry->job.state() == v1::RUNNING) record_step(*entry, message.step());
     } else if (message.has_result()) {
       record_result(worker, message.result());
@@ -364,7 +365,7 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
   const std::string id = entry->job.job_id();
   job_order_.push_back(id);
   jobs_[id] = std::move(entry);
-  spdlog::info("job {} submitted (world size {})", id, request->spec().world_size());
+  spdlog::info("job={} submitted (world size {})", id, request->spec().world_size());
   schedule();
   *reply = jobs_[id]->job;
   return grpc::Status::OK;
@@ -449,6 +450,17 @@ grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext* context,
     info->set_last_seen_unix_time(w.last_seen);
   }
   return grpc::Status::OK;
+}
+
+StateCounts CoordinatorService::state_counts() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  StateCounts counts;
+  for (const auto& [id, worker] : workers_) ++counts.workers[v1::WorkerState_Name(worker->state)];
+  for (const auto& [id, entry] : jobs_) {
+    ++counts.jobs[to_string(entry->job.state())];
+    counts.queue_length += entry->job.state() == v1::PENDING;
+  }
+  return counts;
 }
 
 }  // namespace ddpd::coordinator

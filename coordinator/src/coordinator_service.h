@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -13,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "coordinator_metrics.h"
 #include "ddpd/v1/ddpd.grpc.pb.h"
 #include "job_store.h"
 
@@ -64,6 +66,11 @@ class CoordinatorService final : public v1::Coordinator::Service {
   // Ends worker sessions and the reaper (call before the server shuts down).
   void shutdown();
 
+  // Workers and jobs by state, and the pending queue's length (for /metrics).
+  StateCounts state_counts() const;
+  // Called for every per-rank step report received (for /metrics); set before serving.
+  void on_step_report(std::function<void()> callback) { on_step_report_ = std::move(callback); }
+
  private:
   struct Session;
   struct WorkerEntry;
@@ -91,6 +98,7 @@ class CoordinatorService final : public v1::Coordinator::Service {
   int64_t next_sequence_ = 1;
   bool stopping_ = false;
   std::thread reaper_;
+  std::function<void()> on_step_report_;
 };
 
 }  // namespace ddpd::coordinator

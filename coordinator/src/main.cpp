@@ -11,6 +11,8 @@
 #include <thread>
 
 #include "coordinator_service.h"
+#include "ddpd/job_options.h"
+#include "logging.h"
 
 namespace {
 
@@ -33,7 +35,8 @@ int main(int argc, char** argv) {
   std::string db_path = "ddpd.db";
   std::string token;
   std::string tls_cert, tls_key;
-  std::string log_level = "info";
+  ddpd::LogOptions log_options;                                  // level info, format text
+  ddpd::coordinator::CoordinatorMetricsOptions metrics_options;  // port 9400
   double worker_timeout_s = 15, pending_timeout_s = 0;
   app.add_option("--listen", listen, "host:port to serve gRPC on")->capture_default_str();
   app.add_option("--db", db_path, "SQLite database file (created if missing)")
@@ -47,7 +50,15 @@ int main(int argc, char** argv) {
   app.add_option("--pending-timeout", pending_timeout_s,
                  "Seconds a job may wait for idle workers before failing (0: forever)")
       ->capture_default_str();
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+  app.add_option("--metrics-port", metrics_options.port,
+                 "Serve Prometheus /metrics on this port (0: off)")
+      ->capture_default_str();
+  app.add_option("--metrics-host", metrics_options.bind_host,
+                 "Address the /metrics endpoint listens on")
+      ->capture_default_str();
+  app.add_option("--log-level", log_options.level, "trace, debug, info, warn, error, off")
+      ->capture_default_str();
+  app.add_option("--log-format", log_options.format, "text, or json (one object per line)")
       ->capture_default_str();
   try {
     app.parse(argc, argv);
@@ -59,13 +70,19 @@ int main(int argc, char** argv) {
     }
     if (worker_timeout_s <= 0) throw CLI::ValidationError("--worker-timeout", "must be > 0");
     if (pending_timeout_s < 0) throw CLI::ValidationError("--pending-timeout", "must be >= 0");
+    if (metrics_options.port < 0 || metrics_options.port > 65535) {
+      throw CLI::ValidationError("--metrics-port", "must be 0 (off) or a port up to 65535");
+    }
+    ddpd::configure_logging(log_options);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
+  } catch (const ddpd::OptionError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
   }
-  spdlog::set_level(spdlog::level::from_str(log_level));
 
   try {
     ddpd::coordinator::CoordinatorOptions options;
@@ -76,6 +93,9 @@ int main(int argc, char** argv) {
         std::chrono::milliseconds(static_cast<int64_t>(pending_timeout_s * 1000));
     auto store = std::make_unique<ddpd::coordinator::JobStore>(db_path);
     ddpd::coordinator::CoordinatorService service(options, std::move(store));
+    ddpd::coordinator::CoordinatorMetrics metrics(metrics_options,
+                                                  [&service] { return service.state_counts(); });
+    service.on_step_report([&metrics] { metrics.count_step_report(); });
 
     std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
     if (!tls_cert.empty()) {
@@ -88,13 +108,19 @@ int main(int argc, char** argv) {
     int bound_port = 0;
     builder.AddListeningPort(listen, credentials, &bound_port);
     builder.RegisterService(&service);
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> counters;
+    counters.push_back(metrics.rpc_counter());
+    builder.experimental().SetInterceptorCreators(std::move(counters));
     auto server = builder.BuildAndStart();
     if (!server || bound_port == 0) {
       spdlog::error("cannot listen on {}", listen);
       return 1;
     }
-    spdlog::info("coordinator listening on {} (db {}, tls {})", listen, db_path,
-                 tls_cert.empty() ? "off" : "on");
+    spdlog::info("coordinator listening on {} (db {}, tls {}, metrics {})", listen, db_path,
+                 tls_cert.empty() ? "off" : "on",
+                 metrics_options.port > 0
+                     ? metrics_options.bind_host + ":" + std::to_string(metrics_options.port)
+                     : std::string("off"));
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
     while (!stop_requested) std::this_thread::sleep_for(std::chrono::milliseconds(100));

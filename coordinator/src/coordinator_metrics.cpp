@@ -1,0 +1,180 @@
+#include "coordinator_metrics.h"
+
+#include "metrics_endpoint.h"
+
+#include <prometheus/collectable.h>
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+
+#include <mutex>
+
+namespace ddpd::coordinator {
+namespace {
+
+const char* const kWorkerStates[] = {"IDLE", "BUSY", "LOST"};
+const char* const kJobStates[] = {"PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"};
+
+// Refreshes the state gauges from a snapshot, then collects the registry: state gauges are
+// read when scraped instead of being kept in step with every transition.
+class RefreshOnScrape final : public prometheus::Collectable {
+ public:
+  RefreshOnScrape(std::shared_ptr<prometheus::Registry> registry, std::function<void()> refresh)
+      : registry_(std::move(registry)), refresh_(std::move(refresh)) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    std::lock_guard<std::mutex> lock(mutex_);  // two concurrent scrapes refresh in turn
+    refresh_();
+    return registry_->Collect();
+  }
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::function<void()> refresh_;
+  mutable std::mutex mutex_;
+};
+
+class RpcCounter final : public grpc::experimental::Interceptor {
+ public:
+  RpcCounter(CoordinatorMetrics& metrics, const char* full_method) : metrics_(metrics) {
+    const std::string name = full_method ? full_method : "";
+    method_ = name.substr(name.rfind('/') + 1);  // "/ddpd.v1.Coordinator/SubmitJob" → SubmitJob
+  }
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      metrics_.count_rpc(method_, methods->GetSendStatus().error_code());
+    }
+    methods->Proceed();
+  }
+
+ private:
+  CoordinatorMetrics& metrics_;
+  std::string method_;
+};
+
+class RpcCounterFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit RpcCounterFactory(CoordinatorMetrics& metrics) : metrics_(metrics) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new RpcCounter(metrics_, info->method());
+  }
+
+ private:
+  CoordinatorMetrics& metrics_;
+};
+
+}  // namespace
+
+std::string status_code_name(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::OK:
+      return "OK";
+    case grpc::CANCELLED:
+      return "CANCELLED";
+    case grpc::UNKNOWN:
+      return "UNKNOWN";
+    case grpc::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::NOT_FOUND:
+      return "NOT_FOUND";
+    case grpc::ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
+    case grpc::PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    case grpc::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case grpc::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case grpc::ABORTED:
+      return "ABORTED";
+    case grpc::OUT_OF_RANGE:
+      return "OUT_OF_RANGE";
+    case grpc::UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case grpc::INTERNAL:
+      return "INTERNAL";
+    case grpc::UNAVAILABLE:
+      return "UNAVAILABLE";
+    case grpc::DATA_LOSS:
+      return "DATA_LOSS";
+    case grpc::UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
+    default:
+      return "CODE_" + std::to_string(static_cast<int>(code));
+  }
+}
+
+struct CoordinatorMetrics::Impl {
+  std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+  std::function<StateCounts()> snapshot;
+  prometheus::Family<prometheus::Gauge>& workers = prometheus::BuildGauge()
+                                                       .Name("ddpd_coordinator_workers")
+                                                       .Help("Registered workers by state")
+                                                       .Register(*registry);
+  prometheus::Family<prometheus::Gauge>& jobs = prometheus::BuildGauge()
+                                                    .Name("ddpd_coordinator_jobs")
+                                                    .Help("Jobs in the store by state")
+                                                    .Register(*registry);
+  prometheus::Gauge& queue_length = prometheus::BuildGauge()
+                                        .Name("ddpd_coordinator_queue_length")
+                                        .Help("Jobs pending, waiting for idle workers")
+                                        .Register(*registry)
+                                        .Add({});
+  prometheus::Family<prometheus::Counter>& rpcs =
+      prometheus::BuildCounter()
+          .Name("ddpd_coordinator_rpcs_total")
+          .Help("RPCs finished, by method and gRPC status code")
+          .Register(*registry);
+  prometheus::Counter& step_reports = prometheus::BuildCounter()
+                                          .Name("ddpd_coordinator_step_reports_total")
+                                          .Help("Per-rank step reports received")
+                                          .Register(*registry)
+                                          .Add({});
+  std::shared_ptr<RefreshOnScrape> collectable;
+  std::unique_ptr<MetricsEndpoint> endpoint;
+
+  void refresh() {
+    const StateCounts counts = snapshot();
+    for (const char* state : kWorkerStates) {
+      const auto it = counts.workers.find(state);
+      workers.Add({{"state", state}}).Set(it == counts.workers.end() ? 0 : it->second);
+    }
+    for (const char* state : kJobStates) {
+      const auto it = counts.jobs.find(state);
+      jobs.Add({{"state", state}}).Set(it == counts.jobs.end() ? 0 : it->second);
+    }
+    queue_length.Set(counts.queue_length);
+  }
+};
+
+CoordinatorMetrics::CoordinatorMetrics(const CoordinatorMetricsOptions& options,
+                                       std::function<StateCounts()> snapshot)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->snapshot = std::move(snapshot);
+  if (options.port <= 0) return;
+  impl_->collectable =
+      std::make_shared<RefreshOnScrape>(impl_->registry, [impl = impl_.get()] { impl->refresh(); });
+  impl_->endpoint = std::make_unique<MetricsEndpoint>(
+      options.bind_host, options.port,
+      std::vector<std::weak_ptr<prometheus::Collectable>>{impl_->collectable});
+}
+
+CoordinatorMetrics::~CoordinatorMetrics() {
+  impl_->endpoint.reset();  // stop scrapes before the snapshot's owner goes away
+}
+
+void CoordinatorMetrics::count_rpc(const std::string& method, grpc::StatusCode code) {
+  impl_->rpcs.Add({{"method", method}, {"code", status_code_name(code)}}).Increment();
+}
+
+void CoordinatorMetrics::count_step_report() { impl_->step_reports.Increment(); }
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+CoordinatorMetrics::rpc_counter() {
+  return std::make_unique<RpcCounterFactory>(*this);
+}
+
+}  // namespace ddpd::coordinator
