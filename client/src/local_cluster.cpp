@@ -70,7 +70,7 @@ std::string random_token() {
 
 }  // namespace
 
-LocalCluster::LocalCluster(int workers, const std::string& log_level) {
+LocalCluster::LocalCluster(const LocalClusterOptions& options) {
   std::string pattern = (std::filesystem::temp_directory_path() / "ddpctl-local-XXXXXX").string();
   if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
   directory_ = pattern;
@@ -84,18 +84,24 @@ LocalCluster::LocalCluster(int workers, const std::string& log_level) {
                                bin);
     }
   }
+  auto metrics_port = [&](int index) {
+    return std::to_string(options.metrics_port > 0 ? options.metrics_port + index : 0);
+  };
   spawn({bin + "/ddpd-coordinator", "--listen", address_, "--db", directory_ + "/ddpd.db",
-         "--log-level", log_level},
+         "--log-level", options.log_level, "--log-format", options.log_format, "--metrics-port",
+         metrics_port(0)},
         "coordinator.log");
   if (!wait_for_listener(port, std::chrono::seconds(30))) {
     keep_ = true;
     throw std::runtime_error("the coordinator did not start listening on " + address_ +
                              " within 30 s; log in " + directory_ + "/coordinator.log");
   }
-  for (int i = 0; i < workers; ++i) {
-    spawn({bin + "/ddpd-worker", "--log-level", log_level, "serve", "--coordinator", address_,
-           "--worker-id", "local-" + std::to_string(i), "--advertise-host", "127.0.0.1"},
-          "worker-" + std::to_string(i) + ".log");
+  for (int i = 0; i < options.workers; ++i) {
+    spawn(
+        {bin + "/ddpd-worker", "--log-level", options.log_level, "--log-format", options.log_format,
+         "serve", "--coordinator", address_, "--worker-id", "local-" + std::to_string(i),
+         "--advertise-host", "127.0.0.1", "--metrics-port", metrics_port(1 + i)},
+        "worker-" + std::to_string(i) + ".log");
   }
 }
 

@@ -13,9 +13,18 @@ namespace ddpd::client {
 // keep_directory() was called (their logs stay there for a failed job).
 //
 // Thread contract: single-threaded; owned by ddpctl's main thread.
+struct LocalClusterOptions {
+  int workers = 2;
+  std::string log_level = "warn";   // the daemons' --log-level
+  std::string log_format = "text";  // the daemons' --log-format
+  // 0: no /metrics. Else the coordinator serves it on this port and worker i on port + 1 + i
+  // (the targets deploy/prometheus/prometheus.yml scrapes for 9400).
+  int metrics_port = 0;
+};
+
 class LocalCluster {
  public:
-  LocalCluster(int workers, const std::string& log_level);
+  explicit LocalCluster(const LocalClusterOptions& options);
   ~LocalCluster();
   LocalCluster(const LocalCluster&) = delete;
   LocalCluster& operator=(const LocalCluster&) = delete;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -16,6 +17,7 @@
 #include "plot.h"
 #include "render.h"
 #include "spec_convert.h"
+#include "trace.h"
 
 namespace {
 
@@ -50,10 +52,22 @@ v1::JobState follow(client::ControlClient& control, const std::string& job_id) {
   });
 }
 
+// `show --trace` and `local --trace`: the Chrome trace file and the overlap table.
+void write_trace(const v1::GetJobReply& reply, const std::string& path, std::ostream& report) {
+  const auto trace = client::chrome_trace(reply);
+  std::ofstream out(path);
+  if (!(out << trace.dump() << "\n"))
+    throw std::runtime_error("--trace: cannot write '" + path + "'");
+  report << "wrote " << path << " (" << trace["traceEvents"].size() << " events)\n"
+         << client::overlap_table(client::overlap_by_rank(reply));
+}
+
 // Starts a local cluster of `workers`, runs `specs` one after another, prints the result (one
 // sweep table for several comm jobs), shuts down. Exit 1 unless every job SUCCEEDED.
-int run_local(int workers, bool json, const std::string& log_level,
-              const std::vector<v1::JobSpec>& specs, const std::string& plot_path) {
+int run_local(const client::LocalClusterOptions& cluster_options, bool json,
+              const std::vector<v1::JobSpec>& specs, const std::string& plot_path,
+              const std::string& trace_path) {
+  const int workers = cluster_options.workers;
   for (const auto& spec : specs) validate_spec(spec);  // refuse bad flags before starting
   for (const auto& spec : specs) {
     if (spec.world_size() > workers) {
@@ -61,7 +75,7 @@ int run_local(int workers, bool json, const std::string& log_level,
                                              " exceeds --workers " + std::to_string(workers));
     }
   }
-  client::LocalCluster cluster(workers, log_level);
+  client::LocalCluster cluster(cluster_options);
   client::ConnectionOptions connection;
   connection.coordinator = cluster.address();
   connection.token = cluster.token();
@@ -109,6 +123,9 @@ int run_local(int workers, bool json, const std::string& log_level,
     if (state != v1::SUCCEEDED) {
       all_succeeded = false;
       break;
+    }
+    if (!trace_path.empty() && spec.has_ddp()) {
+      write_trace(reply, trace_path, json ? std::cerr : std::cout);
     }
   }
   if (json) {
@@ -175,6 +192,10 @@ int main(int argc, char** argv) {
   show->add_option("--plot", plot_path,
                    "Draw a chart (.png or .svg): busbw by size for comm jobs, step time and comm "
                    "fraction for DDP jobs (needs gnuplot)");
+  std::string trace_path;
+  show->add_option("--trace", trace_path,
+                   "Write a per-rank timeline (Chrome trace JSON: open in ui.perfetto.dev or "
+                   "chrome://tracing) and print how much communication overlapped backward");
   auto* cancel = app.add_subcommand("cancel", "Cancel a pending or running job");
   cancel->add_option("job", job_id, "Job id")->required();
   app.add_subcommand("workers", "List registered workers");
@@ -188,15 +209,23 @@ int main(int argc, char** argv) {
 
   auto* local = app.add_subcommand("local", "Run a coordinator and N workers here, and one job");
   local->require_subcommand(1);
-  int local_workers = 2;
+  client::LocalClusterOptions local_cluster;
   bool local_json = false;
-  std::string local_log_level = "warn";
-  local->add_option("--workers", local_workers, "Workers (the job's world size)")
+  local->add_option("--workers", local_cluster.workers, "Workers (the job's world size)")
       ->capture_default_str();
   local->add_flag("--json", local_json, "Print the result as JSON");
-  local->add_option("--log-level", local_log_level, "Daemons' log level")->capture_default_str();
-  std::string local_plot;
+  local->add_option("--log-level", local_cluster.log_level, "Daemons' log level")
+      ->capture_default_str();
+  local->add_option("--log-format", local_cluster.log_format, "Daemons' log format: text, json")
+      ->capture_default_str();
+  local
+      ->add_option("--metrics-port", local_cluster.metrics_port,
+                   "Serve /metrics: the coordinator on this port, worker i on port+1+i (0: off)")
+      ->capture_default_str();
+  std::string local_plot, local_trace;
   local->add_option("--plot", local_plot, "Also draw the result (.png or .svg; needs gnuplot)");
+  local->add_option("--trace", local_trace,
+                    "Also write the DDP job's per-rank timeline (see show)");
   auto* local_ddp = local->add_subcommand("ddp", "DDP training of the Transformer LM");
   DdpJobOptions local_job;
   add_ddp_flags(*local_ddp, local_job);
@@ -242,18 +271,23 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (local->parsed()) {
-      if (local_workers < 1) throw OptionError("--workers", "must be >= 1");
+      if (local_cluster.workers < 1) throw OptionError("--workers", "must be >= 1");
+      if (local_cluster.metrics_port < 0 ||
+          local_cluster.metrics_port + local_cluster.workers > 65535) {
+        throw OptionError("--metrics-port",
+                          "must be 0 (off) or leave room for one port per worker");
+      }
       std::vector<v1::JobSpec> specs;
       if (local_comm->parsed()) {
-        if (world_sizes.empty()) world_sizes.push_back(local_workers);
+        if (world_sizes.empty()) world_sizes.push_back(local_cluster.workers);
         for (int w : world_sizes) {
           if (w < 1) throw OptionError("--world-sizes", "must be >= 1");
           specs.push_back(comm_spec(local_comm_job, w));
         }
       } else {
-        specs.push_back(ddp_spec(local_job, local_workers));
+        specs.push_back(ddp_spec(local_job, local_cluster.workers));
       }
-      return run_local(local_workers, local_json, local_log_level, specs, local_plot);
+      return run_local(local_cluster, local_json, specs, local_plot, local_trace);
     }
     client::ControlClient control(connection);
     if (submit->parsed()) {
@@ -270,8 +304,11 @@ int main(int argc, char** argv) {
     } else if (watch->parsed()) {
       return follow(control, job_id) == v1::SUCCEEDED ? 0 : 1;
     } else if (show->parsed()) {
-      const auto reply = control.get(job_id, as_json || as_csv || !plot_path.empty());
-      if (!plot_path.empty()) {
+      const auto reply =
+          control.get(job_id, as_json || as_csv || !plot_path.empty() || !trace_path.empty());
+      if (!trace_path.empty()) {
+        write_trace(reply, trace_path, std::cout);
+      } else if (!plot_path.empty()) {
         const auto job_json = client::job_json(reply);
         if (reply.job().spec().has_comm()) {
           client::plot_comm({job_json}, plot_path);
