@@ -13,108 +13,11 @@
 #include <thread>
 
 #include "ddpd/v1/ddpd.grpc.pb.h"
+#include "e2e/cluster.h"
 #include "support/process.h"
 
 namespace ddpd::testing {
 namespace {
-
-const std::string kToken = "test-token-123";
-
-std::string bin(const std::string& name) { return binary_dir() + "/" + name; }
-
-// A coordinator and N workers; the coordinator can be restarted on the same port and database.
-class Cluster {
- public:
-  explicit Cluster(int workers, const std::string& name) : name_(name) {
-    port_ = free_port();
-    db_ = temp_dir() + "/" + name + ".db";
-    start_coordinator();
-    for (int i = 0; i < workers; ++i) start_worker(i);
-    // Ready when the coordinator answers and every worker has registered.
-    EXPECT_TRUE(wait_until(
-        [&] { return ctl({"workers"}).exit_code == 0 && count_workers("IDLE") == workers; },
-        std::chrono::seconds(60)))
-        << coordinator_->log();
-  }
-
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-
-  void start_coordinator() {
-    coordinator_ = std::make_unique<BackgroundProcess>(
-        std::vector<std::string>{bin("ddpd-coordinator"), "--listen", address(), "--db", db_,
-                                 "--worker-timeout", "3"},
-        std::map<std::string, std::string>{{"DDPD_TOKEN", kToken}},
-        name_ + "-coordinator" + std::to_string(restarts_++));
-  }
-
-  void stop_coordinator() {
-    coordinator_->signal(SIGTERM);
-    EXPECT_EQ(coordinator_->wait(std::chrono::seconds(20)), 0) << coordinator_->log();
-  }
-
-  void start_worker(int i) {
-    workers_.resize(std::max<size_t>(workers_.size(), i + 1));
-    workers_[i] = std::make_unique<BackgroundProcess>(
-        std::vector<std::string>{bin("ddpd-worker"), "serve", "--coordinator", address(),
-                                 "--worker-id", name_ + "-w" + std::to_string(i), "--heartbeat",
-                                 "0.5"},
-        std::map<std::string, std::string>{{"DDPD_TOKEN", kToken}},
-        name_ + "-worker" + std::to_string(i));
-  }
-
-  BackgroundProcess& worker(int i) { return *workers_[i]; }
-
-  ProcessOutcome ctl(std::vector<std::string> args, const std::string& token = kToken) {
-    std::vector<std::string> argv{bin("ddpctl"), "--coordinator", address()};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run_process(argv, {{"DDPD_TOKEN", token}}, std::chrono::seconds(120));
-  }
-
-  nlohmann::json show(const std::string& job) {
-    auto o = ctl({"show", job, "--json"});
-    EXPECT_EQ(o.exit_code, 0) << o.err;
-    return nlohmann::json::parse(o.out);
-  }
-
-  // Workers by state, from `ddpctl workers`.
-  int count_workers(const std::string& state) {
-    auto o = ctl({"workers"});
-    int n = 0;
-    for (size_t at = o.out.find(" " + state + " "); at != std::string::npos;
-         at = o.out.find(" " + state + " ", at + 1)) {
-      ++n;
-    }
-    return n;
-  }
-
-  bool wait_until(const std::function<bool()>& ready, std::chrono::seconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (ready()) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-    return false;
-  }
-
-  std::string submit(std::vector<std::string> flags) {
-    std::vector<std::string> args{"submit",  "ddp", "--world-size", "2",  "--model",   "tiny",
-                                  "--batch", "4",   "--context",    "16", "--threads", "1"};
-    args.insert(args.end(), flags.begin(), flags.end());
-    auto o = ctl(args);
-    EXPECT_EQ(o.exit_code, 0) << o.err;
-    return o.out.substr(0, o.out.find('\n'));
-  }
-
-  std::string coordinator_log() const { return coordinator_->log(); }
-
- private:
-  std::string name_;
-  int port_ = 0;
-  int restarts_ = 0;
-  std::string db_;
-  std::unique_ptr<BackgroundProcess> coordinator_;
-  std::vector<std::unique_ptr<BackgroundProcess>> workers_;
-};
 
 double transition_time(const nlohmann::json& job, const std::string& state) {
   for (const auto& t : job["history"]) {
@@ -262,9 +165,10 @@ TEST(ControlPlane, WrongTokenAndInvalidSpecAreRefused) {
 TEST(ControlPlane, JobWaitingTooLongForWorkersFailsWithTheReason) {
   const std::string address = "127.0.0.1:" + std::to_string(free_port());
   const std::map<std::string, std::string> env{{"DDPD_TOKEN", kToken}};
-  BackgroundProcess coordinator({bin("ddpd-coordinator"), "--listen", address, "--db",
-                                 temp_dir() + "/pending.db", "--pending-timeout", "1"},
-                                env, "pending-coordinator");
+  BackgroundProcess coordinator(
+      {bin("ddpd-coordinator"), "--metrics-port", "0", "--listen", address, "--db",
+       temp_dir() + "/pending.db", "--pending-timeout", "1"},
+      env, "pending-coordinator");
   auto ctl = [&](std::vector<std::string> args) {
     std::vector<std::string> argv{bin("ddpctl"), "--coordinator", address};
     argv.insert(argv.end(), args.begin(), args.end());
@@ -295,8 +199,8 @@ TEST(ControlPlane, TlsWhenCertificatesAreGiven) {
   const std::string address = "127.0.0.1:" + std::to_string(free_port());
   const std::map<std::string, std::string> env{{"DDPD_TOKEN", kToken}};
   BackgroundProcess coordinator(
-      {bin("ddpd-coordinator"), "--listen", address, "--db", dir + "/tls.db", "--tls-cert",
-       dir + "/tls.crt", "--tls-key", dir + "/tls.key"},
+      {bin("ddpd-coordinator"), "--metrics-port", "0", "--listen", address, "--db", dir + "/tls.db",
+       "--tls-cert", dir + "/tls.crt", "--tls-key", dir + "/tls.key"},
       env, "tls-coordinator");
   BackgroundProcess worker({bin("ddpd-worker"), "serve", "--coordinator", address, "--tls-ca",
                             dir + "/tls.crt", "--worker-id", "tls-w0"},

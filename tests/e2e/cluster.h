@@ -1,0 +1,138 @@
+// A coordinator and N workers as real processes on loopback, driven with ddpctl: the fixture of
+// the end-to-end suites.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/process.h"
+
+namespace ddpd::testing {
+
+inline const std::string kToken = "test-token-123";
+
+inline std::string bin(const std::string& name) { return binary_dir() + "/" + name; }
+
+// A coordinator and N workers; the coordinator can be restarted on the same port and database.
+class Cluster {
+ public:
+  // coordinator_args / worker_args(i) are appended to the daemons' command lines. The
+  // coordinator's /metrics is off unless coordinator_args name --metrics-port (tests run in
+  // parallel and would all take its default port).
+  explicit Cluster(int workers, const std::string& name,
+                   std::vector<std::string> coordinator_args = {},
+                   std::function<std::vector<std::string>(int)> worker_args = {})
+      : name_(name),
+        coordinator_args_(std::move(coordinator_args)),
+        worker_args_(std::move(worker_args)) {
+    if (std::find(coordinator_args_.begin(), coordinator_args_.end(), "--metrics-port") ==
+        coordinator_args_.end()) {
+      coordinator_args_.insert(coordinator_args_.end(), {"--metrics-port", "0"});
+    }
+    port_ = free_port();
+    db_ = temp_dir() + "/" + name + ".db";
+    start_coordinator();
+    for (int i = 0; i < workers; ++i) start_worker(i);
+    // Ready when the coordinator answers and every worker has registered.
+    EXPECT_TRUE(wait_until(
+        [&] { return ctl({"workers"}).exit_code == 0 && count_workers("IDLE") == workers; },
+        std::chrono::seconds(60)))
+        << coordinator_->log();
+  }
+
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+  void start_coordinator() {
+    std::vector<std::string> argv{bin("ddpd-coordinator"), "--listen", address(), "--db", db_,
+                                  "--worker-timeout",      "3"};
+    argv.insert(argv.end(), coordinator_args_.begin(), coordinator_args_.end());
+    coordinator_ = std::make_unique<BackgroundProcess>(
+        argv, std::map<std::string, std::string>{{"DDPD_TOKEN", kToken}},
+        name_ + "-coordinator" + std::to_string(restarts_++));
+  }
+
+  void stop_coordinator() {
+    coordinator_->signal(SIGTERM);
+    EXPECT_EQ(coordinator_->wait(std::chrono::seconds(20)), 0) << coordinator_->log();
+  }
+
+  void start_worker(int i) {
+    workers_.resize(std::max<size_t>(workers_.size(), i + 1));
+    std::vector<std::string> argv{bin("ddpd-worker"), "serve",
+                                  "--coordinator",    address(),
+                                  "--worker-id",      name_ + "-w" + std::to_string(i),
+                                  "--heartbeat",      "0.5"};
+    if (worker_args_) {
+      const auto extra = worker_args_(i);
+      argv.insert(argv.end(), extra.begin(), extra.end());
+    }
+    workers_[i] = std::make_unique<BackgroundProcess>(
+        argv, std::map<std::string, std::string>{{"DDPD_TOKEN", kToken}},
+        name_ + "-worker" + std::to_string(i));
+  }
+
+  BackgroundProcess& worker(int i) { return *workers_[i]; }
+
+  ProcessOutcome ctl(std::vector<std::string> args, const std::string& token = kToken) {
+    std::vector<std::string> argv{bin("ddpctl"), "--coordinator", address()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_process(argv, {{"DDPD_TOKEN", token}}, std::chrono::seconds(120));
+  }
+
+  nlohmann::json show(const std::string& job) {
+    auto o = ctl({"show", job, "--json"});
+    EXPECT_EQ(o.exit_code, 0) << o.err;
+    return nlohmann::json::parse(o.out);
+  }
+
+  // Workers by state, from `ddpctl workers`.
+  int count_workers(const std::string& state) {
+    auto o = ctl({"workers"});
+    int n = 0;
+    for (size_t at = o.out.find(" " + state + " "); at != std::string::npos;
+         at = o.out.find(" " + state + " ", at + 1)) {
+      ++n;
+    }
+    return n;
+  }
+
+  bool wait_until(const std::function<bool()>& ready, std::chrono::seconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (ready()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    return false;
+  }
+
+  std::string submit(std::vector<std::string> flags) {
+    std::vector<std::string> args{"submit",  "ddp", "--world-size", "2",  "--model",   "tiny",
+                                  "--batch", "4",   "--context",    "16", "--threads", "1"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto o = ctl(args);
+    EXPECT_EQ(o.exit_code, 0) << o.err;
+    return o.out.substr(0, o.out.find('\n'));
+  }
+
+  std::string coordinator_log() const { return coordinator_->log(); }
+
+ private:
+  std::string name_;
+  std::vector<std::string> coordinator_args_;
+  std::function<std::vector<std::string>(int)> worker_args_;
+  int port_ = 0;
+  int restarts_ = 0;
+  std::string db_;
+  std::unique_ptr<BackgroundProcess> coordinator_;
+  std::vector<std::unique_ptr<BackgroundProcess>> workers_;
+};
+
+}  // namespace ddpd::testing
