@@ -13,6 +13,7 @@ packages=(
   nlohmann-json3-dev libgtest-dev libgmock-dev
   openssl                                        # test certificates for the TLS test
   gnuplot-nox                                    # ddpctl --plot (optional at run time)
+  prometheus                                     # the real Prometheus server the tests scrape with
 )
 
 missing=()
