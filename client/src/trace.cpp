@@ -1,5 +1,7 @@
 #include "trace.h"
 
+#include "ddpd/intervals.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <limits>
@@ -8,25 +10,6 @@
 
 namespace ddpd::client {
 namespace {
-
-struct Interval {
-  double begin, end;
-};
-
-// Length of the union of `spans` clipped to `window` (overlapping spans count once).
-double covered(std::vector<Interval> spans, Interval window) {
-  std::sort(spans.begin(), spans.end(),
-            [](const Interval& a, const Interval& b) { return a.begin < b.begin; });
-  double total = 0, cursor = window.begin;
-  for (const auto& s : spans) {
-    const double lo = std::max(s.begin, cursor), hi = std::min(s.end, window.end);
-    if (hi > lo) {
-      total += hi - lo;
-      cursor = hi;
-    }
-  }
-  return total;
-}
 
 double earliest_span(const v1::GetJobReply& reply) {
   double t0 = std::numeric_limits<double>::infinity();
@@ -145,8 +128,8 @@ std::vector<RankOverlap> overlap_by_rank(const v1::GetJobReply& reply) {
     r.rank = step.rank();
     ++r.steps;
     r.backward_seconds += backward.end - backward.begin;
-    r.comm_seconds += covered(collectives, {begin, end});
-    r.overlapped_seconds += covered(collectives, backward);
+    r.comm_seconds += covered_seconds(collectives, {begin, end});
+    r.overlapped_seconds += covered_seconds(collectives, backward);
   }
   std::vector<RankOverlap> out;
   for (auto& [rank, r] : by_rank) out.push_back(r);

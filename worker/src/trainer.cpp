@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "ddpd/grad_sync.h"
+#include "ddpd/intervals.h"
 #include "ddpd/model.h"
 #include "ddpd/sharded_optimizer.h"
 #include "memory.h"
@@ -16,21 +17,6 @@
 
 namespace ddpd {
 namespace {
-
-// Total time covered by the spans, clipped to [begin, end] (overlapping spans count once).
-double covered_seconds(std::vector<CommSpan> spans, double begin, double end) {
-  std::sort(spans.begin(), spans.end(),
-            [](const CommSpan& a, const CommSpan& b) { return a.launch_s < b.launch_s; });
-  double total = 0, cursor = begin;
-  for (const auto& s : spans) {
-    const double lo = std::max(s.launch_s, cursor), hi = std::min(s.complete_s, end);
-    if (hi > lo) {
-      total += hi - lo;
-      cursor = hi;
-    }
-  }
-  return total;
-}
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -217,7 +203,9 @@ StepMetrics Trainer::train_step(int64_t step) {
   metrics.backward_seconds = t_backward - t_forward;
   metrics.optimizer_seconds = t_end - t_opt_start;
   auto collectives = comm.take_spans();
-  metrics.comm_seconds = covered_seconds(collectives, t0, t_end);
+  std::vector<Interval> comm_intervals;
+  for (const auto& c : collectives) comm_intervals.push_back({c.launch_s, c.complete_s});
+  metrics.comm_seconds = covered_seconds(std::move(comm_intervals), {t0, t_end});
   metrics.exposed_comm_seconds =
       (t_gathered - t_zeroed) + (t_synced - t_backward) + broadcast_seconds;
   metrics.comm_fraction =
