@@ -51,7 +51,8 @@ class CoordinatorMetrics {
   std::unique_ptr<Impl> impl_;
 };
 
-// Name of a gRPC status code as Prometheus label value ("OK", "UNAUTHENTICATED", …).
+// A gRPC status code as a label value, as go-grpc-prometheus writes it ("OK",
+// "InvalidArgument", "Unauthenticated", …).
 std::string status_code_name(grpc::StatusCode code);
 
 }  // namespace ddpd::coordinator

@@ -225,7 +225,14 @@ TEST(Observability, DashboardQueriesOnlyExportedMetrics) {
   ASSERT_EQ(comm.exit_code, 0) << comm.out << comm.err;
   const std::string comm_job = comm.out.substr(0, comm.out.find('\n'));
 
+  EXPECT_NE(cluster.ctl({"list"}, "wrong-token").exit_code, 0);  // refused, and counted
+
   std::map<std::string, double> all = scrape(coordinator_port);
+  EXPECT_EQ(sample(all, "ddpd_coordinator_rpcs_total",
+                   {"method=\"ListJobs\"", "code=\"Unauthenticated\""}),
+            1.0);
+  EXPECT_EQ(sample(all, "ddpd_coordinator_rpcs_total", {"method=\"SubmitJob\"", "code=\"OK\""}),
+            2.0);
   for (int port : worker_ports) {
     const auto worker = scrape(port);
     all.insert(worker.begin(), worker.end());
