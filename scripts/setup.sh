@@ -14,6 +14,7 @@ packages=(
   openssl                                        # test certificates for the TLS test
   gnuplot-nox                                    # ddpctl --plot (optional at run time)
   prometheus                                     # the real Prometheus server the tests scrape with
+  iproute2                                       # ip netns: the multi-host test's own hosts
 )
 
 missing=()

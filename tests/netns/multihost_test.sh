@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Multi-host test in network namespaces: the project's own three test hosts on one machine.
+#
+#   coordinator host  C  10.R.0.1 ─┐
+#   worker host       W0 10.R.0.2 ─┼─ bridge in its own namespace (the "switch"), so the
+#   worker host       W1 10.R.0.3 ─┘   host's firewall and addresses are never involved
+#
+# 1. A 2-rank DDP job rendezvouses across hosts: rank 0's TCPStore is reached at W0's own
+#    address (a rank 0 that advertised 127.0.0.1 would fail here).
+# 2. Partition: W1's link is cut mid-job. The job FAILS with the reason, rank 0 gives up within
+#    the collective timeout, W0 is IDLE again (W1 LOST), and a new job runs on W0.
+# 3. The link comes back: W1 registers again and a 2-rank job succeeds.
+# Namespaces, links and daemons are removed on exit, also when a check fails.
+#
+# Usage: multihost_test.sh BIN_DIR   (exit 0 pass, 1 fail, 77 skip: not root / no netns)
+set -uo pipefail
+bin=${1:?usage: multihost_test.sh BIN_DIR}
+collective_timeout=8  # seconds; the job's --timeout
+worker_timeout=3      # seconds; the coordinator's --worker-timeout
+
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "network namespaces need root"
+command -v ip >/dev/null || skip "iproute2 (ip) is not installed"
+
+tag=$(( $$ % 100000 ))            # keeps names unique (and ≤ 15 chars) across parallel runs
+subnet="10.$(( 100 + $$ % 100 )).$(( $$ / 100 % 250 ))"
+sw="ddsw$tag"; hosts=(c w0 w1); declare -A ip_of=([c]=$subnet.1 [w0]=$subnet.2 [w1]=$subnet.3)
+work=$(mktemp -d /tmp/ddpd-netns-XXXXXX)
+pids=()
+export DDPD_TOKEN="netns-$tag"
+
+cleanup() {
+  kill "${pids[@]}" 2>/dev/null
+  for _ in $(seq 50); do kill -0 "${pids[@]}" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "${pids[@]}" 2>/dev/null
+  wait 2>/dev/null
+  for h in "${hosts[@]}"; do ip netns del "dd$h$tag" 2>/dev/null; done
+  ip netns del "$sw" 2>/dev/null
+  if [ "${failed:-0}" = 1 ]; then
+    echo "logs kept in $work"; tail -n 20 "$work"/*.log
+  else
+    rm -rf "$work"
+  fi
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; failed=1; exit 1; }
+
+ip netns add "$sw" || skip "cannot create network namespaces here"
+ip -n "$sw" link add br0 type bridge && ip -n "$sw" link set br0 up && ip -n "$sw" link set lo up ||
+  fail "bridge"
+for h in "${hosts[@]}"; do
+  ns="dd$h$tag"
+  ip netns add "$ns" && ip -n "$ns" link set lo up &&
+    ip link add "v$h$tag" netns "$ns" type veth peer name "p$h" netns "$sw" &&
+    ip -n "$ns" addr add "${ip_of[$h]}/24" dev "v$h$tag" && ip -n "$ns" link set "v$h$tag" up &&
+    ip -n "$sw" link set "p$h" master br0 && ip -n "$sw" link set "p$h" up || fail "host $h"
+done
+on() { local h=$1; shift; ip netns exec "dd$h$tag" "$@"; }
+ctl() { on c "$bin/ddpctl" --coordinator "${ip_of[c]}:50051" "$@"; }
+json_field() { /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
+now() { date +%s.%N; }
+elapsed() { /usr/bin/python3 -c "print(f'{$2 - $1:.1f}')"; }
+wait_for() {  # seconds, description, command...
+  local deadline=$(( $(date +%s) + $1 )) what=$2; shift 2
+  until "$@" >/dev/null 2>&1; do
+    [ "$(date +%s)" -lt "$deadline" ] || fail "timed out waiting for $what"
+    sleep 0.2
+  done
+}
+worker_state() { ctl workers | awk -v id="$1" '$1 == id {print $2}'; }
+is_state() { [ "$(worker_state "$1")" = "$2" ]; }
+job_state() { ctl show "$1" --json | json_field 'd["state"]'; }
+has_state() { [ "$(job_state "$1")" = "$2" ]; }
+
+on c "$bin/ddpd-coordinator" --listen "${ip_of[c]}:50051" --db "$work/ddpd.db" --metrics-port 0 \
+  --worker-timeout "$worker_timeout" --log-level info >"$work/coordinator.log" 2>&1 &
+pids+=($!)
+for w in w0 w1; do
+  on "$w" "$bin/ddpd-worker" --log-level info serve --coordinator "${ip_of[c]}:50051" \
+    --worker-id "$w" --advertise-host "${ip_of[$w]}" --heartbeat 0.5 >"$work/$w.log" 2>&1 &
+  pids+=($!)
+done
+start=$(now)
+both_idle() { is_state w0 IDLE && is_state w1 IDLE; }
+wait_for 60 "both workers idle" both_idle
+echo "up: coordinator and 2 workers registered across 3 hosts in $(elapsed "$start" "$(now)") s"
+
+# 1. Rendezvous across hosts.
+ddp=(ddp --world-size 2 --model tiny --batch 4 --context 16 --threads 1)
+job=$(ctl submit "${ddp[@]}" --steps 4 | head -n1)
+ctl watch "$job" >/dev/null || fail "cross-host job $job did not succeed: $(ctl show "$job")"
+show=$(ctl show "$job" --json)
+running=$(json_field '[t["reason"] for t in d["history"] if t["state"]=="RUNNING"][0]' <<<"$show")
+echo "job $job SUCCEEDED; $running"
+[[ "$running" == *"${ip_of[w0]}:"* || "$running" == *"${ip_of[w1]}:"* ]] ||
+  fail "rendezvous is not at a worker host's address: $running"
+[[ "$running" != *127.0.0.1* ]] || fail "rank 0 advertised loopback: $running"
+
+# 2. Partition mid-job.
+job=$(ctl submit "${ddp[@]}" --steps 100000 --timeout "$collective_timeout" | head -n1)
+stepping() { [ "$(ctl show "$job" --json | json_field 'len(d["rank_steps"])')" -gt 2 ]; }
+wait_for 60 "job $job to report steps" stepping
+ip -n "$sw" link set pw1 down   # W1 falls off the network
+cut=$(now)
+wait_for $(( worker_timeout + 30 )) "job $job to fail" has_state "$job" FAILED
+failed_after=$(elapsed "$cut" "$(now)")
+error=$(ctl show "$job" --json | json_field 'd.get("error","")')
+echo "partition: job $job FAILED ${failed_after} s after the cut: $error"
+[[ "$error" == *w1* ]] || fail "the failure does not name the lost worker: $error"
+wait_for $(( collective_timeout + 30 )) "w0 to return to IDLE" is_state w0 IDLE
+idle_after=$(elapsed "$cut" "$(now)")
+echo "partition: w0 IDLE ${idle_after} s after the cut (collective timeout ${collective_timeout} s); w1 $(worker_state w1)"
+[ "$(worker_state w1)" = LOST ] || fail "w1 should be LOST, is $(worker_state w1)"
+/usr/bin/python3 -c "import sys; sys.exit(0 if $idle_after <= $collective_timeout + 10 else 1)" ||
+  fail "w0 took ${idle_after} s, more than the collective timeout ${collective_timeout} s + 10"
+grep -q "job=$job rank=.* failed" "$work/w0.log" || fail "w0's rank did not fail with a reason"
+echo "partition: w0's rank failed with: $(grep -o "job=$job rank=.* failed.*" "$work/w0.log" | head -n1 | cut -c1-200)"
+job=$(ctl submit ddp --world-size 1 --model tiny --batch 4 --context 16 --steps 3 | head -n1)
+ctl watch "$job" >/dev/null || fail "job $job on the surviving worker failed"
+echo "after the partition: 1-rank job $job SUCCEEDED on w0"
+
+# 3. Heal: W1 re-registers and the pair trains again.
+ip -n "$sw" link set pw1 up
+wait_for 60 "w1 to register again" is_state w1 IDLE
+job=$(ctl submit "${ddp[@]}" --steps 4 | head -n1)
+ctl watch "$job" >/dev/null || fail "2-rank job $job after healing failed"
+echo "healed: w1 IDLE again; 2-rank job $job SUCCEEDED"
+echo PASS
