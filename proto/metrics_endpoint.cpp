@@ -8,6 +8,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <sstream>
@@ -37,25 +38,34 @@ std::string response(const char* status, const char* content_type, const std::st
 
 MetricsEndpoint::MetricsEndpoint(const std::string& bind_host, int port,
                                  std::vector<std::weak_ptr<prometheus::Collectable>> collectables,
-                                 const std::string& flag)
+                                 int attempts)
     : collectables_(std::move(collectables)) {
-  const std::string where = bind_host + ":" + std::to_string(port);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
   if (inet_pton(AF_INET, bind_host.c_str(), &addr.sin_addr) != 1) {
-    throw std::runtime_error(flag + ": '" + bind_host + "' is not an IPv4 address to listen on");
+    throw std::runtime_error("--metrics-host: '" + bind_host +
+                             "' is not an IPv4 address to listen on");
   }
-  listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const int one = 1;
-  setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (listen_fd_ < 0 || bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      listen(listen_fd_, 16) != 0) {
-    const std::string reason = std::strerror(errno);
-    if (listen_fd_ >= 0) close(listen_fd_);
-    throw std::runtime_error(flag + " " + std::to_string(port) + ": cannot serve /metrics on " +
-                             where + " (" + reason +
-                             "); give each daemon on a host its own port, or 0 for none");
+  std::string reason;
+  for (int i = 0; i < std::max(1, attempts) && listen_fd_ < 0; ++i) {
+    addr.sin_port = htons(static_cast<uint16_t>(port + i));
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && listen(fd, 16) == 0) {
+      listen_fd_ = fd;
+    } else {
+      reason = std::strerror(errno);
+      close(fd);
+    }
+  }
+  if (listen_fd_ < 0) {
+    const std::string ports = attempts > 1
+                                  ? std::to_string(port) + "-" + std::to_string(port + attempts - 1)
+                                  : std::to_string(port);
+    throw std::runtime_error("--metrics-port " + std::to_string(port) +
+                             ": cannot serve /metrics on " + bind_host + ":" + ports + " (" +
+                             reason + "); give each daemon on a host its own port, or 0 for none");
   }
   socklen_t length = sizeof(addr);
   getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &length);

@@ -22,11 +22,12 @@ namespace ddpd {
 // and joins it. Collectables are held weakly: one that is gone is skipped.
 class MetricsEndpoint {
  public:
-  // Listens on bind_host:port (port 0: any free port). Throws std::runtime_error naming
-  // `flag` when the address cannot be bound.
+  // Listens on bind_host:port, or the first of port … port + attempts - 1 that is free (several
+  // daemons on one host started alike, e.g. `docker-compose --scale worker=N`). Throws
+  // std::runtime_error naming --metrics-port when none can be bound.
   MetricsEndpoint(const std::string& bind_host, int port,
                   std::vector<std::weak_ptr<prometheus::Collectable>> collectables,
-                  const std::string& flag = "--metrics-port");
+                  int attempts = 1);
   ~MetricsEndpoint();
   MetricsEndpoint(const MetricsEndpoint&) = delete;
   MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;

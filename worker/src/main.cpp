@@ -176,6 +176,11 @@ int main(int argc, char** argv) {
                    "Serve Prometheus /metrics on this port (0: off)")
       ->capture_default_str();
   serve_cmd
+      ->add_option("--metrics-port-attempts", daemon_options.metrics.port_attempts,
+                   "Try --metrics-port and the ports after it, up to this many (workers "
+                   "started alike on one host, e.g. docker-compose --scale)")
+      ->capture_default_str();
+  serve_cmd
       ->add_option("--metrics-host", daemon_options.metrics.bind_host,
                    "Address the /metrics endpoint listens on")
       ->capture_default_str();

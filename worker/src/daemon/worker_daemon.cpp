@@ -245,6 +245,10 @@ struct WorkerDaemon::Impl {
 WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
   impl_->metrics = std::make_unique<WorkerMetrics>(impl_->options.metrics);
+  if (impl_->metrics->port() > 0) {
+    spdlog::info("serving /metrics on {}:{}", impl_->options.metrics.bind_host,
+                 impl_->metrics->port());
+  }
 }
 
 WorkerDaemon::~WorkerDaemon() = default;

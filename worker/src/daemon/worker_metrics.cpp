@@ -148,10 +148,12 @@ WorkerMetrics::WorkerMetrics(const WorkerMetricsOptions& options)
   if (options.port <= 0) return;
   impl_->endpoint = std::make_unique<MetricsEndpoint>(
       options.bind_host, options.port,
-      std::vector<std::weak_ptr<prometheus::Collectable>>{impl_->registry});
+      std::vector<std::weak_ptr<prometheus::Collectable>>{impl_->registry}, options.port_attempts);
 }
 
 WorkerMetrics::~WorkerMetrics() = default;
+
+int WorkerMetrics::port() const { return impl_->endpoint ? impl_->endpoint->port() : 0; }
 
 void WorkerMetrics::ddp_job_started(const std::string& job_id, int rank,
                                     const std::string& strategy) {

@@ -12,7 +12,8 @@ namespace ddpd {
 struct WorkerMetricsOptions {
   int port = 0;                       // 0: no /metrics endpoint (nothing is recorded)
   std::string bind_host = "0.0.0.0";  // address the endpoint listens on
-  int retained_jobs = 4;              // per-job series kept after a job ends, so the last ones stay
+  int port_attempts = 1;  // try port … port + attempts - 1: workers started alike on one host
+  int retained_jobs = 4;  // per-job series kept after a job ends, so the last ones stay
                           // scrapeable; older jobs' series are removed (bounded label sets)
 };
 
@@ -32,8 +33,9 @@ struct WorkerMetricsOptions {
 // server threads read them on scrape. Only one job is current at a time.
 class WorkerMetrics {
  public:
-  // Throws std::runtime_error naming --metrics-port when the port cannot be bound.
+  // Throws std::runtime_error naming --metrics-port when no port can be bound.
   explicit WorkerMetrics(const WorkerMetricsOptions& options);
+  int port() const;  // the port serving /metrics (0: none)
   ~WorkerMetrics();
 
   // The job now running; series recorded until the next start carry its labels.
