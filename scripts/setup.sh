@@ -15,6 +15,7 @@ packages=(
   gnuplot-nox                                    # ddpctl --plot (optional at run time)
   prometheus                                     # the real Prometheus server the tests scrape with
   iproute2                                       # ip netns: the multi-host test's own hosts
+  curl docker.io docker-compose                  # the compose stack and its test (dockerd)
 )
 
 missing=()

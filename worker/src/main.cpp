@@ -160,7 +160,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   serve_cmd->add_option("--token", daemon_options.token, "Shared token (default: $DDPD_TOKEN)");
   serve_cmd->add_option("--tls-ca", daemon_options.tls_ca, "PEM CA: connect with TLS");
-  serve_cmd->add_option("--worker-id", daemon_options.worker_id, "Stable id (default host-pid)");
+  serve_cmd->add_option("--worker-id", daemon_options.worker_id,
+                        "Stable id (default host-pid-tag)");
   serve_cmd
       ->add_option("--advertise-host", daemon_options.advertise_host,
                    "Address other ranks reach this worker at")

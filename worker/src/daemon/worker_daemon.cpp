@@ -9,6 +9,9 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
+#include <functional>
+#include <random>
 #include <thread>
 
 #include "channel.h"
@@ -36,11 +39,13 @@ bool can_bind(const std::string& host, int port) {
 
 // The port this worker's TCPStore will use whenever it is rank 0. It stays reserved only by
 // convention between jobs, so it is taken below Linux's default ephemeral range (32768–60999):
-// outgoing connections (gRPC, Gloo) are never given it meanwhile. The start is spread by pid
-// so workers started together probe different ports.
-int pick_rendezvous_port(const std::string& host) {
+// outgoing connections (gRPC, Gloo) are never given it meanwhile. The start is spread by the
+// worker's id (and pid), so workers started together probe different ports, also in containers
+// that share the host's network but each run as pid 1.
+int pick_rendezvous_port(const std::string& host, const std::string& worker_id) {
   constexpr int kFirst = 20000, kCount = 12000;
-  const int start = static_cast<int>((getpid() * 7919L) % kCount);
+  const size_t spread = std::hash<std::string>{}(worker_id) + getpid() * 7919UL;
+  const int start = static_cast<int>(spread % kCount);
   for (int i = 0; i < kCount; ++i) {
     const int port = kFirst + (start + i) % kCount;
     if (can_bind(host, port)) return port;
@@ -265,13 +270,18 @@ int WorkerDaemon::run() {
   if (o.worker_id.empty()) {
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
-    o.worker_id = std::string(host) + "-" + std::to_string(getpid());
+    // Host and pid, plus a random tag: containers on the host's network share its hostname and
+    // each run as pid 1, and the coordinator refuses a second worker with the same id.
+    char tag[8];
+    std::snprintf(tag, sizeof(tag), "%04x", std::random_device{}() & 0xffff);
+    o.worker_id = std::string(host) + "-" + std::to_string(getpid()) + "-" + tag;
   }
   v1::WorkerHello hello;
   hello.set_worker_id(o.worker_id);
   hello.set_advertised_host(o.advertise_host);
-  hello.set_rendezvous_port(o.rendezvous_port > 0 ? o.rendezvous_port
-                                                  : pick_rendezvous_port(o.advertise_host));
+  hello.set_rendezvous_port(o.rendezvous_port > 0
+                                ? o.rendezvous_port
+                                : pick_rendezvous_port(o.advertise_host, o.worker_id));
   hello.set_cpu_count(static_cast<int>(std::thread::hardware_concurrency()));
   hello.set_gpu_count(0);
   hello.add_backends("gloo");

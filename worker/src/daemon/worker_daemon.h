@@ -12,7 +12,7 @@ struct WorkerDaemonOptions {
   std::string coordinator = "127.0.0.1:50051";  // host:port of ddpd-coordinator
   std::string token;                            // shared control-plane token
   std::string tls_ca;                           // PEM CA file: connect with TLS when set
-  std::string worker_id;                        // empty: "<hostname>-<pid>"
+  std::string worker_id;                        // empty: "<hostname>-<pid>-<random tag>"
   std::string advertise_host = "127.0.0.1";     // address the other ranks reach this worker at
   int rendezvous_port = 0;                      // TCPStore port when rank 0; 0: a free port
   double heartbeat_seconds = 2.0;
