@@ -24,6 +24,7 @@ v1::DdpSpec to_proto(const DdpJobOptions& o) {
   s.set_eps(o.eps);
   s.set_weight_decay(o.weight_decay);
   s.set_precision(o.precision);
+  s.set_attention(o.attention);
   s.set_data_path(o.data_path);
   s.set_data_dtype(o.data_dtype);
   s.set_spread_every(o.spread_every);
@@ -55,6 +56,7 @@ DdpJobOptions from_proto(const v1::DdpSpec& s) {
   if (s.has_eps()) o.eps = s.eps();
   if (s.has_weight_decay()) o.weight_decay = s.weight_decay();
   if (!s.precision().empty()) o.precision = s.precision();
+  if (!s.attention().empty()) o.attention = s.attention();
   o.data_path = s.data_path();
   if (!s.data_dtype().empty()) o.data_dtype = s.data_dtype();
   if (s.has_spread_every()) o.spread_every = s.spread_every();

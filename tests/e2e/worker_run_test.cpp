@@ -98,6 +98,22 @@ TEST_P(WorkerRunMultiRank, TwoRanksMatchSingleProcessLoss) {
 INSTANTIATE_TEST_SUITE_P(Strategies, WorkerRunMultiRank,
                          ::testing::Values("naive", "flat", "overlap", "bucketed", "fsdp"));
 
+// Two ranks training with the tiled (flash) attention follow the single process with naive
+// attention: same losses at every step.
+TEST(WorkerRun, FlashAttentionTrainsLikeNaiveAttention) {
+  const auto outcomes = run_ranks(job({"--attention", "flash"}), 2, std::chrono::seconds(120));
+  ASSERT_EQ(outcomes[0].exit_code, 0) << outcomes[0].err;
+  const auto r = result_of(outcomes[0]);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_NEAR(r["steps"][i]["loss"].get<double>(),
+                single_process()["steps"][i]["loss"].get<double>(), 1e-4)
+        << "step " << i;
+  }
+  const auto bad = run_process(job({"--attention", "sparse"}), {}, std::chrono::seconds(60));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--attention"), std::string::npos) << bad.err;
+}
+
 TEST(WorkerRun, ShardingHalvesOptimizerStateAndFsdpHalvesParameters) {
   const int64_t bytes = 4 * count_parameters(model_preset("tiny"));
   const auto sharded = result_of(

@@ -92,6 +92,7 @@ ModelConfig DdpJobOptions::resolved_model() const {
   if (num_layers) config.num_layers = *num_layers;
   if (num_heads) config.num_heads = *num_heads;
   if (vocab_size) config.vocab_size = *vocab_size;
+  config.flash_attention = attention == "flash";
   return config;
 }
 
@@ -129,6 +130,8 @@ void validate(const DdpJobOptions& o, int world_size) {
   require(o.weight_decay >= 0, "--weight-decay", "must be >= 0");
   require(o.precision == "fp32" || o.precision == "bf16", "--precision",
           "unknown precision '" + o.precision + "' (expected fp32 or bf16)");
+  require(o.attention == "naive" || o.attention == "flash", "--attention",
+          "unknown attention '" + o.attention + "' (expected naive or flash)");
   require(o.data_dtype == "uint16" || o.data_dtype == "int32", "--data-dtype",
           "unknown dtype '" + o.data_dtype + "' (expected uint16 or int32)");
   require(o.spread_every >= 0, "--spread-every", "must be >= 0");

@@ -1,5 +1,7 @@
 #include "ddpd/model.h"
 
+#include "ddpd/kernels/flash_attention.h"
+
 #include <cmath>
 #include <unordered_set>
 
@@ -67,7 +69,9 @@ class Rope {
 class BlockImpl : public torch::nn::Module {
  public:
   BlockImpl(const ModelConfig& c)
-      : heads_(c.num_heads), rope_(c.d_model / c.num_heads, c.rope_theta) {
+      : heads_(c.num_heads),
+        flash_(c.flash_attention),
+        rope_(c.d_model / c.num_heads, c.rope_theta) {
     // Registration order matches the Python peer: norms, attention, then the FFN.
     norm1 = register_module("norm1", RMSNorm(c.d_model));
     norm2 = register_module("norm2", RMSNorm(c.d_model));
@@ -87,9 +91,14 @@ class BlockImpl : public torch::nn::Module {
     auto qh = rope_.apply(split(q));
     auto kh = rope_.apply(split(k));
     auto vh = split(v);
-    auto scores = torch::matmul(qh, kh.transpose(-1, -2)) / std::sqrt(static_cast<double>(hd));
-    scores = scores.masked_fill(causal_mask(t), -std::numeric_limits<float>::infinity());
-    auto attended = torch::matmul(scores.softmax(-1), vh);
+    torch::Tensor attended;
+    if (flash_) {
+      attended = kernels::flash_attention(qh, kh, vh, {/*causal=*/true});
+    } else {
+      auto scores = torch::matmul(qh, kh.transpose(-1, -2)) / std::sqrt(static_cast<double>(hd));
+      scores = scores.masked_fill(causal_mask(t), -std::numeric_limits<float>::infinity());
+      attended = torch::matmul(scores.softmax(-1), vh);
+    }
     auto h = x + o(attended.transpose(1, 2).reshape({b, t, d}));
     auto z = norm2(h);
     return h + w2(torch::silu(w1(z)) * w3(z));
@@ -104,6 +113,7 @@ class BlockImpl : public torch::nn::Module {
     return mask_;
   }
   int64_t heads_;
+  bool flash_;
   Rope rope_;
   torch::Tensor mask_ = torch::empty({0}, torch::kBool);
 };

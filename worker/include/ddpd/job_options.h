@@ -22,6 +22,9 @@ struct ModelConfig {
   // The LM head reuses the embedding matrix. Off in every preset (SPEC: untied head); tests use
   // it to check that a parameter shared by two modules is synchronised once.
   bool tie_embeddings = false;
+  // Attention by the tiled FlashAttention-2 algorithm (kernels/) instead of the full score
+  // matrix; same values and gradients within float tolerance.
+  bool flash_attention = false;
 };
 
 // Preset names in SPEC order: tiny, small, medium, large, xl, 2.7B.
@@ -70,6 +73,7 @@ struct DdpJobOptions {
   double eps = 1e-8;
   double weight_decay = 0.01;
   std::string precision = "fp32";     // fp32 | bf16 (autocast, FP32 master weights)
+  std::string attention = "naive";    // naive (full score matrix) | flash (tiled, kernels/)
   std::string data_path;              // empty: random tokens; else a flat binary token file
   std::string data_dtype = "uint16";  // uint16 | int32, element type of data_path
   int64_t spread_every = 1;           // measure param spread every K steps (0: never)
