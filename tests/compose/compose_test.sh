@@ -19,25 +19,17 @@ started_dockerd=""
 export DDPD_TOKEN="compose-$$-$RANDOM" DDPD_PORT=$(( 40000 + $$ % 9000 ))
 export DDPD_PROMETHEUS_PORT=$(( 49100 + $$ % 800 ))
 ctl() { "$bin/ddpctl" --coordinator "127.0.0.1:$DDPD_PORT" "$@"; }
-now() { date +%s.%N; }
-elapsed() { /usr/bin/python3 -c "print(f'{$2 - $1:.1f}')"; }
 
 cleanup() {
   "${compose[@]}" down -v >"$work/down.log" 2>&1
   if [ -n "$started_dockerd" ]; then kill "$started_dockerd" 2>/dev/null; wait 2>/dev/null; fi
   if [ "${failed:-0}" = 1 ]; then echo "logs kept in $work"; else rm -rf "$work"; fi
 }
+source "$(dirname "$0")/../support/shell_helpers.sh"
 fail() {
   echo "FAIL: $*"
   "${compose[@]}" logs --tail 30 >"$work/compose.log" 2>&1; tail -n 60 "$work/compose.log"
   failed=1; exit 1
-}
-wait_for() {  # seconds, description, command...
-  local deadline=$(( $(date +%s) + $1 )) what=$2; shift 2
-  until "$@" >/dev/null 2>&1; do
-    [ "$(date +%s)" -lt "$deadline" ] || fail "timed out waiting for $what"
-    sleep 0.5
-  done
 }
 
 if ! docker info >/dev/null 2>&1; then

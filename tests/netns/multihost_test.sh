@@ -43,6 +43,7 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
+source "$(dirname "$0")/../support/shell_helpers.sh"
 fail() { echo "FAIL: $*"; failed=1; exit 1; }
 
 ip netns add "$sw" || skip "cannot create network namespaces here"
@@ -58,15 +59,6 @@ done
 on() { local h=$1; shift; ip netns exec "dd$h$tag" "$@"; }
 ctl() { on c "$bin/ddpctl" --coordinator "${ip_of[c]}:50051" "$@"; }
 json_field() { /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
-now() { date +%s.%N; }
-elapsed() { /usr/bin/python3 -c "print(f'{$2 - $1:.1f}')"; }
-wait_for() {  # seconds, description, command...
-  local deadline=$(( $(date +%s) + $1 )) what=$2; shift 2
-  until "$@" >/dev/null 2>&1; do
-    [ "$(date +%s)" -lt "$deadline" ] || fail "timed out waiting for $what"
-    sleep 0.2
-  done
-}
 worker_state() { ctl workers | awk -v id="$1" '$1 == id {print $2}'; }
 is_state() { [ "$(worker_state "$1")" = "$2" ]; }
 job_state() { ctl show "$1" --json | json_field 'd["state"]'; }
