@@ -9,7 +9,6 @@
 
 #include <deque>
 #include <functional>
-#include <mutex>
 
 namespace ddpd {
 namespace {
@@ -113,8 +112,8 @@ struct WorkerMetrics::Impl {
     Gauge *comm_fraction = nullptr, *loss = nullptr, *tokens = nullptr, *spread = nullptr;
     Counter* steps = nullptr;
   };
-  std::mutex mutex;  // guards jobs (start/finish and recording are on the job thread, but
-                     // keep the bookkeeping safe against a late call from another thread)
+  // Only the recording thread touches `jobs` (the class's thread contract); scrapes read the
+  // registry, which prometheus-cpp guards.
   std::deque<JobSeries> jobs;
 
   template <typename T, typename... Args>
@@ -127,7 +126,6 @@ struct WorkerMetrics::Impl {
   }
 
   JobSeries& start(const std::string& kind, Labels labels) {
-    std::lock_guard<std::mutex> lock(mutex);
     while (!jobs.empty() && static_cast<int>(jobs.size()) >= retained_jobs) {
       for (auto& remove : jobs.front().removers) remove();
       jobs.pop_front();

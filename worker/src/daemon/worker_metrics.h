@@ -29,8 +29,9 @@ struct WorkerMetricsOptions {
 //                                         {collective, size_bytes, world_size}: comm jobs
 //   ddpd_worker_busy, ddpd_worker_jobs_total{kind, result}
 //
-// Thread contract: the job thread records; prometheus-cpp's metrics are thread-safe and its
-// server threads read them on scrape. Only one job is current at a time.
+// Thread contract: one thread at a time records (the daemon's job thread, or main in `run`);
+// the /metrics endpoint's thread reads the registry on scrape, which prometheus-cpp makes safe.
+// Only one job is current at a time.
 class WorkerMetrics {
  public:
   // Throws std::runtime_error naming --metrics-port when no port can be bound.
