@@ -208,6 +208,30 @@ TEST(Observability, PrometheusFindsStepTimeAndCommFractionOfBothRanks) {
       [](const nlohmann::json& r) { return r.size() == 1; }, std::chrono::seconds(30));
   ASSERT_EQ(submits.size(), 1u);
   EXPECT_EQ(value_of(submits[0]), 1);
+
+  // Every panel of the Grafana dashboard, as Grafana would send it (variables = all): valid
+  // PromQL that returns series once a DDP job and a comm job have run.
+  auto comm = cluster.ctl({"submit", "comm", "--world-size", "2", "--sizes", "64KB,1MB", "--warmup",
+                           "1", "--iters", "2", "--watch"});
+  ASSERT_EQ(comm.exit_code, 0) << comm.err;
+  std::ifstream file(kSource + "/deploy/grafana/dashboards/ddpd.json");
+  const auto dashboard = nlohmann::json::parse(file);
+  int panels_checked = 0;
+  for (const auto& panel : dashboard["panels"]) {
+    for (const auto& target : panel["targets"]) {
+      std::string expr = target["expr"];
+      for (const std::string variable : {"$job", "$rank"}) {
+        for (size_t at; (at = expr.find(variable)) != std::string::npos;) {
+          expr.replace(at, variable.size(), ".*");
+        }
+      }
+      const auto result = prometheus.query_until(
+          expr, [](const nlohmann::json& r) { return !r.empty(); }, std::chrono::seconds(30));
+      EXPECT_FALSE(result.empty()) << panel["title"] << ": " << expr;
+    }
+    ++panels_checked;
+  }
+  EXPECT_GE(panels_checked, 12);
 }
 
 // Every metric the Grafana dashboard queries is one the daemons export (after a DDP job and a
