@@ -4,6 +4,10 @@
 #include <limits>
 #include <stdexcept>
 
+#if defined(DDPD_WITH_CUDA)
+#include "flash_attention_cuda_op.h"
+#endif
+
 namespace ddpd::kernels {
 namespace {
 
@@ -13,8 +17,9 @@ constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 void mask_causal_tile(torch::Tensor& s, int64_t row0, int64_t col0) {
   const int64_t rows = s.size(1), cols = s.size(2);
   if (col0 + cols - 1 <= row0) return;  // the whole tile is at or below the diagonal
-  auto r = torch::arange(row0, row0 + rows).unsqueeze(1);
-  auto c = torch::arange(col0, col0 + cols).unsqueeze(0);
+  const auto index = s.options().dtype(torch::kLong);
+  auto r = torch::arange(row0, row0 + rows, index).unsqueeze(1);
+  auto c = torch::arange(col0, col0 + cols, index).unsqueeze(0);
   s.masked_fill_((c > r).unsqueeze(0), kMinusInf);
 }
 
@@ -136,6 +141,11 @@ torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k,
   if (options.block_q <= 0 || options.block_k <= 0) {
     throw std::invalid_argument("flash_attention: block sizes must be > 0");
   }
+#if defined(DDPD_WITH_CUDA)
+  // CUDA tensors of a shape and dtype the CUDA kernels take go to them; anything else (other
+  // head dims, fp16, CPU) runs the tiled algorithm below in LibTorch ops on q's device.
+  if (cuda_kernels_take(q, k, v)) return flash_attention_cuda(q, k, v, options.causal);
+#endif
   return FlashAttentionFunction::apply(q, k, v, options.causal, options.block_q, options.block_k);
 }
 
@@ -144,7 +154,8 @@ torch::Tensor naive_attention(const torch::Tensor& q, const torch::Tensor& k,
   const int64_t t = q.size(-2);
   auto scores = torch::matmul(q, k.transpose(-1, -2)) / std::sqrt(static_cast<double>(q.size(-1)));
   if (causal) {
-    scores = scores.masked_fill(torch::ones({t, t}, torch::kBool).triu(1), kMinusInf);
+    const auto mask_options = torch::TensorOptions().dtype(torch::kBool).device(q.device());
+    scores = scores.masked_fill(torch::ones({t, t}, mask_options).triu(1), kMinusInf);
   }
   return torch::matmul(scores.softmax(-1), v);
 }

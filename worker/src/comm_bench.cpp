@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "ddpd/job_options.h"
+#include "device.h"
 
 namespace ddpd {
 namespace {
@@ -43,7 +44,7 @@ class Trial {
     const int64_t element = at::elementSize(dtype);
     // Whole elements, divisible by N where the collective splits the buffer.
     elements_ = std::max<int64_t>(bytes / element / n, 1) * n;
-    auto options = at::TensorOptions().dtype(dtype);
+    auto options = at::TensorOptions().dtype(dtype).device(comm.device());
     if (collective == "all_gather") {
       input_ = at::empty({elements_ / n}, options);
       output_ = at::empty({elements_}, options);
@@ -184,20 +185,28 @@ CommBenchResult run_comm_benchmark(const CommBenchOptions& options, Communicator
         trial.run();
       }
       std::vector<double> times;
+      detail::Timeline& timeline = comm.timeline();
       for (int i = 0; i < options.iters; ++i) {
         trial.refill();
-        comm.barrier();  // every rank starts the iteration together
-        const auto start = std::chrono::steady_clock::now();
+        comm.barrier();     // every rank starts the iteration together
+        comm.take_spans();  // the benchmark times iterations itself; drop the spans
+        timeline.anchor();
+        // Host clock on CPU; on CUDA, events around the collective in stream order (the
+        // collective's completion is waited for on the stream, as nccl-tests times it).
+        const auto start = timeline.mark();
         trial.run();
-        times.push_back(seconds_since(start));
+        const auto end = timeline.mark();
+        times.push_back(timeline.seconds(end) - timeline.seconds(start));
       }
       const bool ok = trial.check();
       // Gather every rank's statistics and check outcome, as all_gather_object would.
       const Stats mine = stats_of(times);
       auto local = at::tensor({mine.mean, mine.std, mine.min, mine.max, ok ? 1.0 : 0.0},
-                              at::TensorOptions().dtype(at::kDouble));
-      auto all = at::empty({5 * n}, local.options());
-      comm.all_gather(all, local, "bench/gather_stats").wait();
+                              at::TensorOptions().dtype(at::kDouble))
+                       .to(comm.device());
+      auto gathered = at::empty({5 * n}, local.options());
+      comm.all_gather(gathered, local, "bench/gather_stats").wait();
+      const auto all = gathered.cpu();
       CommRow row;
       row.collective = collective;
       row.size_bytes = trial.bytes();

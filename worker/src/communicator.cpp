@@ -1,17 +1,24 @@
 #include "ddpd/communicator.h"
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
-
 #include <algorithm>
 #include <stdexcept>
 
+#include "device.h"
+
 namespace ddpd {
 
-// Completed spans; shared with completion callbacks, which run on backend threads.
+// A collective's launch and completion points, resolved to seconds in take_spans (on CUDA
+// they are events the device has to pass first).
+struct PendingSpan {
+  std::string name;
+  detail::TimePoint launch, complete;
+  int64_t bytes = 0;
+};
+
+// Recorded spans; shared with completion callbacks, which run on backend threads.
 struct Communicator::SpanLog {
   std::mutex mutex;
-  std::vector<CommSpan> spans;
+  std::vector<PendingSpan> spans;
 };
 
 PendingCollective::PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string name,
@@ -32,12 +39,13 @@ void PendingCollective::wait() {
   }
 }
 
-Communicator::Communicator(c10::intrusive_ptr<c10d::ProcessGroup> group, int rank, int world_size,
-                           std::chrono::milliseconds timeout)
+Communicator::Communicator(c10::intrusive_ptr<compat::CollectiveBackend> group, int rank,
+                           int world_size, std::chrono::milliseconds timeout, at::Device device)
     : group_(std::move(group)),
       rank_(rank),
       world_size_(world_size),
       timeout_(timeout),
+      device_(device),
       epoch_(std::chrono::steady_clock::now()),
       unix_epoch_s_(
           std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
@@ -45,6 +53,7 @@ Communicator::Communicator(c10::intrusive_ptr<c10d::ProcessGroup> group, int ran
       spans_(std::make_shared<SpanLog>()) {
   TORCH_CHECK(world_size_ == 1 || group_, "a process group is required for world size ",
               world_size_);
+  timeline_ = detail::make_timeline(device_, [this] { return now(); });
 }
 
 Communicator::~Communicator() = default;
@@ -55,32 +64,41 @@ double Communicator::now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_).count();
 }
 
-void Communicator::record(CommSpan span) {
-  std::lock_guard<std::mutex> lock(spans_->mutex);
-  spans_->spans.push_back(std::move(span));
-}
-
 std::vector<CommSpan> Communicator::take_spans() {
-  std::lock_guard<std::mutex> lock(spans_->mutex);
+  std::vector<PendingSpan> pending;
+  {
+    std::lock_guard<std::mutex> lock(spans_->mutex);
+    pending.swap(spans_->spans);
+  }
   std::vector<CommSpan> out;
-  out.swap(spans_->spans);
+  out.reserve(pending.size());
+  for (const auto& p : pending) {
+    out.push_back({p.name, timeline_->seconds(p.launch), timeline_->seconds(p.complete), p.bytes});
+  }
   std::sort(out.begin(), out.end(),
             [](const CommSpan& a, const CommSpan& b) { return a.launch_s < b.launch_s; });
   return out;
 }
 
 PendingCollective Communicator::track(c10::intrusive_ptr<c10d::Work> work, const std::string& name,
-                                      int64_t bytes) {
-  CommSpan span{name, now(), 0, bytes};
+                                      int64_t bytes, const detail::TimePoint& launch) {
+  PendingSpan span{name, launch, {}, bytes};
   auto log = spans_;
-  auto epoch = epoch_;
-  // Completion time comes from the work's future, set by the backend thread that finishes it.
-  work->getFuture()->addCallback([log, epoch, span](c10::ivalue::Future&) mutable {
-    span.complete_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch).count();
+  if (device_.is_cuda()) {
+    // NCCL completes the work's future at launch; the device says when it really finished.
+    span.complete = timeline_->mark_completion(*work);
     std::lock_guard<std::mutex> lock(log->mutex);
     log->spans.push_back(std::move(span));
-  });
+  } else {
+    // Completion time comes from the work's future, set by the backend thread that finishes it.
+    auto epoch = epoch_;
+    work->getFuture()->addCallback([log, epoch, span](c10::ivalue::Future&) mutable {
+      span.complete.host_s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch).count();
+      std::lock_guard<std::mutex> lock(log->mutex);
+      log->spans.push_back(std::move(span));
+    });
+  }
   return PendingCollective(std::move(work), name, timeout_);
 }
 
@@ -91,11 +109,12 @@ PendingCollective Communicator::all_reduce_sum(at::Tensor& tensor, const std::st
   c10d::AllreduceOptions options;
   options.reduceOp = c10d::ReduceOp::SUM;
   options.timeout = timeout_;
-  return track(group_->allreduce(tensors, options), name, tensor.nbytes());
+  const auto launch = timeline_->mark();
+  return track(group_->allreduce(tensors, options), name, tensor.nbytes(), launch);
 }
 
 namespace {
-void all_reduce_op(c10d::ProcessGroup& group, at::Tensor& tensor, c10d::ReduceOp op,
+void all_reduce_op(compat::CollectiveBackend& group, at::Tensor& tensor, c10d::ReduceOp op,
                    std::chrono::milliseconds timeout, const char* name) {
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions options;
@@ -124,7 +143,8 @@ PendingCollective Communicator::broadcast(at::Tensor& tensor, int root, const st
   c10d::BroadcastOptions options;
   options.rootRank = root;
   options.timeout = timeout_;
-  return track(group_->broadcast(tensors, options), name, tensor.nbytes());
+  const auto launch = timeline_->mark();
+  return track(group_->broadcast(tensors, options), name, tensor.nbytes(), launch);
 }
 
 PendingCollective Communicator::all_gather(at::Tensor& output, const at::Tensor& input,
@@ -145,7 +165,8 @@ PendingCollective Communicator::all_gather(at::Tensor& output, const at::Tensor&
   std::vector<at::Tensor> inputs{input.reshape(-1).contiguous()};
   c10d::AllgatherOptions options;
   options.timeout = timeout_;
-  return track(group_->allgather(outputs, inputs, options), name, output.nbytes());
+  const auto launch = timeline_->mark();
+  return track(group_->allgather(outputs, inputs, options), name, output.nbytes(), launch);
 }
 
 void Communicator::reduce_scatter_sum(at::Tensor& output, const at::Tensor& input,
@@ -158,7 +179,7 @@ void Communicator::reduce_scatter_sum(at::Tensor& output, const at::Tensor& inpu
     return;
   }
   std::lock_guard<std::mutex> lock(launch_mutex_);
-  const double launch = now();
+  const auto launch = timeline_->mark();
   // Ring reduce-scatter: in step s, rank r sends its running sum of chunk (r - s - 1) to rank
   // r + 1 and adds the chunk (r - s - 2) received from rank r - 1. After N - 1 steps rank r
   // holds the full sum of chunk r.
@@ -178,7 +199,10 @@ void Communicator::reduce_scatter_sum(at::Tensor& output, const at::Tensor& inpu
     chunk_of(rank_ - s - 2).add_(incoming);
   }
   output.copy_(chunk_of(rank_));
-  record(CommSpan{name, launch, now(), static_cast<int64_t>(input.nbytes())});
+  // On CUDA the waits above only order streams, so the end is a point in stream order too.
+  PendingSpan span{name, launch, timeline_->mark(), static_cast<int64_t>(input.nbytes())};
+  std::lock_guard<std::mutex> span_lock(spans_->mutex);
+  spans_->spans.push_back(std::move(span));
 }
 
 void Communicator::barrier() {
@@ -186,6 +210,7 @@ void Communicator::barrier() {
   std::lock_guard<std::mutex> lock(launch_mutex_);
   c10d::BarrierOptions options;
   options.timeout = timeout_;
+  if (device_.is_cuda()) options.device_ids = {device_.index()};  // else NCCL guesses one
   PendingCollective(group_->barrier(options), "barrier", timeout_).wait();
 }
 

@@ -46,19 +46,19 @@ class Rope {
 
   torch::Tensor apply(const torch::Tensor& x) {
     const int64_t t = x.size(2);
-    if (cos_.size(0) != t) build(t);
+    if (cos_.size(0) != t || cos_.device() != x.device()) build(t, x.device());
     auto x1 = x.slice(-1, 0, head_dim_, 2);
     auto x2 = x.slice(-1, 1, head_dim_, 2);
     return torch::stack({x1 * cos_ - x2 * sin_, x1 * sin_ + x2 * cos_}, -1).flatten(-2);
   }
 
  private:
-  void build(int64_t t) {
+  void build(int64_t t, at::Device device) {
     auto inv = 1.0 / torch::pow(theta_, torch::arange(0, head_dim_, 2, torch::kFloat32) /
                                             static_cast<double>(head_dim_));
     auto angles = torch::arange(t, torch::kFloat32).unsqueeze(1) * inv.unsqueeze(0);
-    cos_ = angles.cos();
-    sin_ = angles.sin();
+    cos_ = angles.cos().to(device);
+    sin_ = angles.sin().to(device);
   }
   int64_t head_dim_;
   double theta_;
@@ -93,10 +93,14 @@ class BlockImpl : public torch::nn::Module {
     auto vh = split(v);
     torch::Tensor attended;
     if (flash_) {
-      attended = kernels::flash_attention(qh, kh, vh, {/*causal=*/true});
+      // Under autocast v is in the compute dtype (bf16) while RoPE promoted q and k to fp32;
+      // attention runs in v's dtype, as autocast's matmuls would.
+      const auto dtype = vh.scalar_type();
+      attended = kernels::flash_attention(qh.to(dtype), kh.to(dtype), vh, {/*causal=*/true});
     } else {
       auto scores = torch::matmul(qh, kh.transpose(-1, -2)) / std::sqrt(static_cast<double>(hd));
-      scores = scores.masked_fill(causal_mask(t), -std::numeric_limits<float>::infinity());
+      scores =
+          scores.masked_fill(causal_mask(t, x.device()), -std::numeric_limits<float>::infinity());
       attended = torch::matmul(scores.softmax(-1), vh);
     }
     auto h = x + o(attended.transpose(1, 2).reshape({b, t, d}));
@@ -108,8 +112,11 @@ class BlockImpl : public torch::nn::Module {
   Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr}, w1{nullptr}, w3{nullptr}, w2{nullptr};
 
  private:
-  const torch::Tensor& causal_mask(int64_t t) {
-    if (mask_.size(0) != t) mask_ = torch::ones({t, t}, torch::kBool).triu(1);
+  const torch::Tensor& causal_mask(int64_t t, at::Device device) {
+    if (mask_.size(0) != t || mask_.device() != device) {
+      mask_ =
+          torch::ones({t, t}, torch::TensorOptions().dtype(torch::kBool).device(device)).triu(1);
+    }
     return mask_;
   }
   int64_t heads_;

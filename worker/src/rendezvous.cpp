@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "ddpd/communicator.h"
+#include "device.h"
 
 namespace ddpd {
 namespace {
@@ -78,9 +79,16 @@ RendezvousOptions rendezvous_from_environment() {
 }
 
 std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
+  if (options.backend != "gloo" && options.backend != "nccl") {
+    throw std::invalid_argument("backend: unknown backend '" + options.backend +
+                                "' (expected gloo or nccl)");
+  }
+  // NCCL ranks each own the GPU of their local rank; Gloo ranks compute on the CPU.
+  const at::Device device =
+      options.backend == "nccl" ? detail::bind_cuda_device(options.local_rank) : at::kCPU;
   if (options.world_size == 1) {
-    return std::make_shared<Communicator>(c10::intrusive_ptr<c10d::ProcessGroup>(), 0, 1,
-                                          options.timeout);
+    return std::make_shared<Communicator>(c10::intrusive_ptr<compat::CollectiveBackend>(), 0, 1,
+                                          options.timeout, device);
   }
   const std::string endpoint = options.master_addr + ":" + std::to_string(options.master_port);
   c10::intrusive_ptr<c10d::Store> store;
@@ -117,12 +125,16 @@ std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
                                ", rank " + std::to_string(options.rank) + ") failed: " + e.what());
     }
   }
-  if (options.backend == "nccl") {
-    throw std::invalid_argument(
-        "backend: nccl needs a CUDA build of ddpd (this build is CPU-only); use gloo");
+  try {
+    auto group = detail::make_nccl_group(store, options.rank, options.world_size, options.timeout);
+    return std::make_shared<Communicator>(group, options.rank, options.world_size, options.timeout,
+                                          device);
+  } catch (const std::invalid_argument&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw std::runtime_error("creating the nccl process group (rendezvous " + endpoint + ", rank " +
+                             std::to_string(options.rank) + ") failed: " + e.what());
   }
-  throw std::invalid_argument("backend: unknown backend '" + options.backend +
-                              "' (expected gloo or nccl)");
 }
 
 }  // namespace ddpd

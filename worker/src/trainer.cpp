@@ -1,7 +1,5 @@
 #include "ddpd/trainer.h"
 
-#include <ATen/autocast_mode.h>
-
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -12,6 +10,7 @@
 #include "ddpd/intervals.h"
 #include "ddpd/model.h"
 #include "ddpd/sharded_optimizer.h"
+#include "device.h"
 #include "memory.h"
 #include "token_data.h"
 
@@ -34,24 +33,6 @@ void set_compute_threads(int threads) {
     fn(threads);
   }
 }
-
-// Enables CPU bf16 autocast for its lifetime (forward and loss only; weights stay FP32).
-class AutocastScope {
- public:
-  explicit AutocastScope(bool enabled) : enabled_(enabled) {
-    if (!enabled_) return;
-    at::autocast::set_cpu_enabled(true);
-    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-  }
-  ~AutocastScope() {
-    if (!enabled_) return;
-    at::autocast::set_cpu_enabled(false);
-    at::autocast::clear_cache();
-  }
-
- private:
-  bool enabled_;
-};
 
 struct Phase {
   const char* name;
@@ -118,7 +99,11 @@ struct Trainer::Impl {
   MemoryBytes measure() {
     auto tensors = sync->optimizer_parameters();
     for (auto& p : model->parameters()) tensors.push_back(p);
-    return detail::measure_memory(tensors, optimizer_state());
+    auto bytes = detail::measure_memory(tensors, optimizer_state());
+    if (comm->device().is_cuda()) {
+      bytes.peak_bytes = detail::cuda_allocator_stats(comm->device()).peak_allocated;
+    }
+    return bytes;
   }
 };
 
@@ -126,6 +111,13 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   validate(options, comm->world_size());
+  const at::Device device = comm->device();
+  if (device.is_cuda() != (options.device == "cuda")) {
+    throw OptionError("--device", options.device + " job on a " + device.str() + " communicator");
+  }
+  if (options.precision == "bf16" && !detail::supports_bf16(device)) {
+    throw OptionError("--precision", "bf16 needs a GPU of compute capability 8.0 or later");
+  }
   m.options = options;
   m.comm = std::move(comm);
   const int world = m.comm->world_size();
@@ -136,6 +128,7 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
   // Each rank initialises differently; the synchroniser broadcasts rank 0's parameters.
   torch::manual_seed(options.seed + m.comm->rank());
   m.model = TransformerLM(options.resolved_model());
+  m.model->to(device);  // before the synchroniser, whose buffers follow the parameters
   SyncOptions sync_options;
   sync_options.strategy = world == 1 ? Strategy::kNaive : parse_strategy(options.strategy);
   sync_options.bucket_size_mb = options.bucket_size_mb;
@@ -164,29 +157,36 @@ StepMetrics Trainer::train_step(int64_t step) {
   Communicator& comm = *m.comm;
   const bool last = step == m.options.steps - 1;
   auto batch = m.data->next_global_batch().narrow(0, comm.rank() * m.local_batch, m.local_batch);
+  batch = batch.to(comm.device());
   auto inputs = batch.narrow(1, 0, m.options.context_length);
   auto targets = batch.narrow(1, 1, m.options.context_length);
   comm.take_spans();  // drop spans of collectives outside the timed step
 
+  // Phase boundaries are points on the device's timeline: the host clock on CPU, CUDA events
+  // on the compute stream on GPU (read back once the step's work is done).
+  detail::Timeline& timeline = comm.timeline();
+  timeline.anchor();
   StepMetrics metrics;
   metrics.step = step;
-  const double t0 = comm.now();
+  const auto p0 = timeline.mark();
   m.sync->zero_grad();
-  const double t_zeroed = comm.now();
+  const auto p_zeroed = timeline.mark();
   m.sync->prepare_forward();
-  const double t_gathered = comm.now();
+  const auto p_gathered = timeline.mark();
   torch::Tensor loss;
   {
-    AutocastScope autocast(m.options.precision == "bf16");
+    detail::AutocastScope autocast(comm.device(), m.options.precision == "bf16");
     loss = language_model_loss(m.model->forward(inputs), targets);
   }
-  const double t_forward = comm.now();
+  const auto p_forward = timeline.mark();
   loss.backward();
-  const double t_backward = comm.now();
+  const auto p_backward = timeline.mark();
   m.sync->finish_gradient_synchronization();
-  const double t_synced = comm.now();
+  const auto p_synced = timeline.mark();
+  const double t_synced_host = comm.now();
   if (last) m.memory.before_step = m.measure();
-  const double t_opt_start = comm.now();
+  const auto p_opt_start = timeline.mark();
+  const double measure_seconds_host = comm.now() - t_synced_host;
   double broadcast_seconds = 0;
   if (m.sharded) {
     m.sharded->step();
@@ -195,8 +195,16 @@ StepMetrics Trainer::train_step(int64_t step) {
     m.optimizer->step();
   }
   m.sync->after_optimizer_step();
-  const double t_end = comm.now();
-  const double measure_seconds = t_opt_start - t_synced;  // memory accounting, not training
+  const auto p_end = timeline.mark();
+  const double t0 = timeline.seconds(p0), t_zeroed = timeline.seconds(p_zeroed),
+               t_gathered = timeline.seconds(p_gathered), t_forward = timeline.seconds(p_forward),
+               t_backward = timeline.seconds(p_backward), t_synced = timeline.seconds(p_synced),
+               t_opt_start = timeline.seconds(p_opt_start), t_end = timeline.seconds(p_end);
+  // Memory accounting is not training; on CUDA it queues no device work, so its host time is
+  // the figure to take out (the device timeline may have absorbed it as idle time).
+  const double measure_seconds = comm.device().is_cuda()
+                                     ? std::min(measure_seconds_host, t_opt_start - t_synced)
+                                     : t_opt_start - t_synced;
 
   metrics.step_seconds = t_end - t0 - measure_seconds;
   metrics.forward_seconds = t_forward - t_gathered;

@@ -2,8 +2,8 @@
 #pragma once
 
 #include <ATen/ATen.h>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "ddpd/c10d_compat.h"
 
 #include <chrono>
 #include <memory>
@@ -12,6 +12,11 @@
 #include <vector>
 
 namespace ddpd {
+
+namespace detail {
+class Timeline;
+struct TimePoint;
+}  // namespace detail
 
 // One collective from launch to completion, in seconds on the communicator's clock.
 struct CommSpan {
@@ -41,19 +46,25 @@ class PendingCollective {
 };
 
 // Thread contract: collectives may be launched from the training thread and from autograd
-// hooks; launches are serialised by an internal mutex, and every rank must launch the same
-// collectives in the same order (c10d matches them by order). Span recording is thread-safe
-// (completion is recorded on the backend's threads). With world_size 1 and no process group,
-// every collective is the identity and completes at once.
+// hooks (on CUDA, autograd's device thread); launches are serialised by an internal mutex, and
+// every rank must launch the same collectives in the same order (c10d matches them by order).
+// Span recording is thread-safe (on CPU, completion is recorded on the backend's threads; on
+// CUDA, by events read back in take_spans). With world_size 1 and no process group, every
+// collective is the identity and completes at once.
 class Communicator {
  public:
-  Communicator(c10::intrusive_ptr<c10d::ProcessGroup> group, int rank, int world_size,
-               std::chrono::milliseconds timeout);
+  // `device` holds the tensors the collectives take: CPU for Gloo, the rank's GPU for NCCL.
+  Communicator(c10::intrusive_ptr<compat::CollectiveBackend> group, int rank, int world_size,
+               std::chrono::milliseconds timeout, at::Device device = at::kCPU);
   ~Communicator();
 
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  at::Device device() const { return device_; }
+  // The clock of the device's work queue (host clock on CPU, CUDA events on CUDA), on the
+  // same axis as now(). Shared by the trainer and the benchmarks.
+  detail::Timeline& timeline() { return *timeline_; }
 
   // In-place sum across ranks.
   PendingCollective all_reduce_sum(at::Tensor& tensor, const std::string& name);
@@ -81,16 +92,17 @@ class Communicator {
 
  private:
   PendingCollective track(c10::intrusive_ptr<c10d::Work> work, const std::string& name,
-                          int64_t bytes);
-  void record(CommSpan span);
+                          int64_t bytes, const detail::TimePoint& launch);
 
-  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  c10::intrusive_ptr<compat::CollectiveBackend> group_;
   int rank_;
   int world_size_;
   std::chrono::milliseconds timeout_;
+  at::Device device_;
   std::chrono::steady_clock::time_point epoch_;
   double unix_epoch_s_;  // system clock at epoch_
   std::mutex launch_mutex_;
+  std::unique_ptr<detail::Timeline> timeline_;
   struct SpanLog;
   std::shared_ptr<SpanLog> spans_;  // shared with completion callbacks that may outlive a call
 };

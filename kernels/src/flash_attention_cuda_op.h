@@ -1,0 +1,18 @@
+// The CUDA FlashAttention-2 kernels (kernels/cuda) as a LibTorch autograd function. Built only
+// with a CUDA LibTorch (DDPD_WITH_CUDA); flash_attention() routes CUDA inputs here.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace ddpd::kernels {
+
+// True for CUDA q, k, v of one shape [..., t, d] and one dtype (float32 or bfloat16), with
+// d in {32, 64, 128}: what the kernels implement.
+bool cuda_kernels_take(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+
+// softmax(q kᵀ / sqrt(d) [+ causal mask]) v on the current CUDA stream; differentiable in q, k
+// and v (backward recomputes each tile's probabilities from the saved log-sum-exp).
+torch::Tensor flash_attention_cuda(const torch::Tensor& q, const torch::Tensor& k,
+                                   const torch::Tensor& v, bool causal);
+
+}  // namespace ddpd::kernels

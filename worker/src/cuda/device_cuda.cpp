@@ -1,0 +1,167 @@
+// The CUDA build's side of device.h: one GPU per local rank, ProcessGroupNCCL, CUDA-event
+// timelines and the caching allocator's statistics. Compiled only with a CUDA LibTorch
+// (DDPD_WITH_CUDA); CI compiles it against Debian's LibTorch 1.13 headers as a check.
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+
+#include <deque>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include "device.h"
+
+namespace ddpd::detail {
+namespace {
+
+// Thread contract: thread-safe (collectives launched from autograd's device thread record
+// points too); one mutex guards the events. Points of an earlier anchor are refused.
+class CudaTimeline : public Timeline {
+ public:
+  CudaTimeline(at::Device device, std::function<double()> clock)
+      : device_(device),
+        clock_(std::move(clock)),
+        completion_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())) {
+  }
+
+  void anchor() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    anchor_locked();
+  }
+
+  TimePoint mark() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (events_.empty()) anchor_locked();
+    return record_locked(c10::cuda::getCurrentCUDAStream(device_.index()));
+  }
+
+  TimePoint mark_completion(c10d::Work& work) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (events_.empty()) anchor_locked();
+    // Work::wait makes the current stream wait for the collective's stream (without blocking
+    // the host unless NCCL blocking wait is on); an event recorded after it on a side stream
+    // fires when the collective has finished, without delaying the compute stream.
+    c10::cuda::CUDAStreamGuard guard(completion_stream_);
+    work.wait();
+    return record_locked(completion_stream_);
+  }
+
+  double seconds(const TimePoint& point) override {
+    if (point.event < 0) return point.host_s;
+    std::lock_guard<std::mutex> lock(mutex_);
+    TORCH_CHECK(point.host_s == anchor_host_s_ && point.event < static_cast<int>(events_.size()),
+                "CudaTimeline: a time point from an earlier anchor");
+    auto& event = events_[point.event];
+    event.synchronize();
+    return anchor_host_s_ + events_.front().elapsed_time(event) / 1e3;  // elapsed_time is ms
+  }
+
+  void synchronize() override {
+    c10::cuda::CUDAGuard guard(device_);
+    c10::cuda::device_synchronize();
+  }
+
+ private:
+  void anchor_locked() {
+    c10::cuda::CUDAGuard guard(device_);
+    c10::cuda::device_synchronize();  // idle device: the reference event fires at once
+    events_.clear();
+    anchor_host_s_ = clock_();
+    record_locked(c10::cuda::getCurrentCUDAStream(device_.index()));
+  }
+
+  TimePoint record_locked(const c10::cuda::CUDAStream& stream) {
+    events_.emplace_back(cudaEventDefault);  // timing enabled (CUDAEvent's default disables it)
+    events_.back().record(stream);
+    return {anchor_host_s_, static_cast<int>(events_.size()) - 1};
+  }
+
+  at::Device device_;
+  std::function<double()> clock_;
+  c10::cuda::CUDAStream completion_stream_;
+  std::mutex mutex_;
+  std::deque<at::cuda::CUDAEvent> events_;  // events_[0] is the anchor
+  double anchor_host_s_ = 0;
+};
+
+}  // namespace
+
+bool cuda_build() { return true; }
+
+int cuda_device_count() { return static_cast<int>(c10::cuda::device_count()); }
+
+at::Device bind_cuda_device(int local_rank) {
+  const int count = cuda_device_count();
+  if (count == 0) {
+    throw std::invalid_argument(
+        "backend: nccl needs a GPU, and this process sees none (check CUDA_VISIBLE_DEVICES)");
+  }
+  if (local_rank >= count) {
+    throw std::invalid_argument("LOCAL_RANK: " + std::to_string(local_rank) + " needs GPU " +
+                                std::to_string(local_rank) + ", but this host has " +
+                                std::to_string(count) + " (one GPU per local rank)");
+  }
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(local_rank));
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+}
+
+c10::intrusive_ptr<compat::CollectiveBackend> make_nccl_group(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
+    std::chrono::milliseconds timeout) {
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  // The NCCL watchdog aborts a collective that runs past it (SPEC §2: every collective has a
+  // timeout); waits in this process also stop at it.
+  options->timeout = timeout;
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, options);
+}
+
+std::unique_ptr<Timeline> make_timeline(at::Device device, std::function<double()> host_clock) {
+  if (device.is_cuda()) return std::make_unique<CudaTimeline>(device, std::move(host_clock));
+  return make_host_timeline(std::move(host_clock));
+}
+
+AllocatorStats cuda_allocator_stats(at::Device device) {
+  if (!device.is_cuda()) throw std::logic_error("cuda_allocator_stats: not a CUDA device");
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  const auto& allocated = compat::aggregate(stats.allocated_bytes);
+  const auto& reserved = compat::aggregate(stats.reserved_bytes);
+  return {allocated.current, allocated.peak, reserved.current, reserved.peak};
+}
+
+void reset_cuda_peak_stats(at::Device device) {
+  if (!device.is_cuda()) throw std::logic_error("reset_cuda_peak_stats: not a CUDA device");
+  c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+}
+
+nlohmann::json cuda_memory_snapshot() {
+  nlohmann::json segments = nlohmann::json::array();
+  for (const auto& segment : compat::allocator_segments()) {
+    nlohmann::json blocks = nlohmann::json::array();
+    for (const auto& block : segment.blocks) {
+      blocks.push_back({{"size", static_cast<int64_t>(block.size)},
+                        {"allocated", block.allocated},
+                        {"active", block.active}});
+    }
+    // Field types vary across versions (int64_t in 1.13, size_t / DeviceIndex later).
+    segments.push_back({{"device", static_cast<int64_t>(segment.device)},
+                        {"address", static_cast<int64_t>(segment.address)},
+                        {"total_size", static_cast<int64_t>(segment.total_size)},
+                        {"allocated_size", static_cast<int64_t>(segment.allocated_size)},
+                        {"active_size", static_cast<int64_t>(segment.active_size)},
+                        {"is_large", segment.is_large},
+                        {"blocks", std::move(blocks)}});
+  }
+  return {{"segments", std::move(segments)}};
+}
+
+bool supports_bf16(at::Device device) {
+  if (device.is_cpu()) return true;
+  return at::cuda::getDeviceProperties(device.index())->major >= 8;  // Ampere and later
+}
+
+}  // namespace ddpd::detail
