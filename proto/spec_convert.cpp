@@ -25,6 +25,7 @@ v1::DdpSpec to_proto(const DdpJobOptions& o) {
   s.set_weight_decay(o.weight_decay);
   s.set_precision(o.precision);
   s.set_attention(o.attention);
+  s.set_device(o.device);
   s.set_data_path(o.data_path);
   s.set_data_dtype(o.data_dtype);
   s.set_spread_every(o.spread_every);
@@ -57,6 +58,7 @@ DdpJobOptions from_proto(const v1::DdpSpec& s) {
   if (s.has_weight_decay()) o.weight_decay = s.weight_decay();
   if (!s.precision().empty()) o.precision = s.precision();
   if (!s.attention().empty()) o.attention = s.attention();
+  if (!s.device().empty()) o.device = s.device();
   o.data_path = s.data_path();
   if (!s.data_dtype().empty()) o.data_dtype = s.data_dtype();
   if (s.has_spread_every()) o.spread_every = s.spread_every();

@@ -114,6 +114,49 @@ TEST(WorkerRun, FlashAttentionTrainsLikeNaiveAttention) {
   EXPECT_NE(bad.err.find("--attention"), std::string::npos) << bad.err;
 }
 
+// --device picks the process group and where tensors live: cpu is Gloo, cuda is NCCL on the
+// local rank's GPU. Unknown devices are refused naming the flag; a CPU build refuses cuda up
+// front, naming the backend, for training and for the comm benchmark alike.
+TEST(WorkerRun, DeviceFlagIsCheckedAgainstTheBuild) {
+  const auto unknown = run_process(job({"--device", "tpu"}), {}, std::chrono::seconds(60));
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.err.find("--device: unknown device 'tpu' (expected cpu or cuda)"),
+            std::string::npos)
+      << unknown.err;
+  const auto cpu = result_of(run_process(job({"--device", "cpu"}), {}, std::chrono::seconds(60)));
+  EXPECT_NEAR(cpu["summary"]["final_loss"].get<double>(),
+              single_process()["summary"]["final_loss"].get<double>(), 1e-9);
+#if !defined(DDPD_WITH_CUDA)
+  const auto cuda = run_process(job({"--device", "cuda"}), {}, std::chrono::seconds(60));
+  EXPECT_EQ(cuda.exit_code, 2);
+  EXPECT_NE(cuda.err.find("error: backend: nccl needs a CUDA build of ddpd"), std::string::npos)
+      << cuda.err;
+  const auto comm = run_process({DDPD_WORKER_BINARY, "run", "comm", "--backend", "nccl"}, {},
+                                std::chrono::seconds(60));
+  EXPECT_EQ(comm.exit_code, 2);
+  EXPECT_NE(comm.err.find("error: backend: nccl needs a CUDA build of ddpd"), std::string::npos)
+      << comm.err;
+#endif
+}
+
+// ddpd-train (the core without the daemons, for GPU machines) trains exactly as
+// `ddpd-worker run ddp` does, single process and over 2 ranks.
+TEST(WorkerRun, CoreOnlyTrainerMatchesTheWorker) {
+  std::vector<std::string> argv = job({});
+  argv.erase(argv.begin(), argv.begin() + 3);  // binary, run, ddp
+  argv.erase(argv.end() - 1);                  // --json: ddpd-train always prints JSON
+  argv.insert(argv.begin(), DDPD_TRAIN_BINARY);
+  const auto one = result_of(run_process(argv, {}, std::chrono::seconds(60)));
+  const auto two = run_ranks(argv, 2, std::chrono::seconds(120));
+  ASSERT_EQ(two[0].exit_code, 0) << two[0].err;
+  const auto ranks = result_of(two[0]);
+  for (size_t i = 0; i < 6; ++i) {
+    const double reference = single_process()["steps"][i]["loss"].get<double>();
+    EXPECT_NEAR(one["steps"][i]["loss"].get<double>(), reference, 1e-9) << "step " << i;
+    EXPECT_NEAR(ranks["steps"][i]["loss"].get<double>(), reference, 1e-4) << "step " << i;
+  }
+}
+
 TEST(WorkerRun, ShardingHalvesOptimizerStateAndFsdpHalvesParameters) {
   const int64_t bytes = 4 * count_parameters(model_preset("tiny"));
   const auto sharded = result_of(

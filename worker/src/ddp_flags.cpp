@@ -32,6 +32,8 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
   app.add_option("--eps", o.eps, "AdamW epsilon")->capture_default_str();
   app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay")->capture_default_str();
   app.add_option("--precision", o.precision, "fp32 or bf16 (autocast)")->capture_default_str();
+  app.add_option("--device", o.device, "cpu (gloo) or cuda (nccl, GPU = local rank)")
+      ->capture_default_str();
   app.add_option("--attention", o.attention, "naive (full score matrix) or flash (tiled)")
       ->capture_default_str();
   app.add_option("--data", o.data_path, "Token file (flat binary); random tokens when unset");

@@ -132,6 +132,8 @@ void validate(const DdpJobOptions& o, int world_size) {
           "unknown precision '" + o.precision + "' (expected fp32 or bf16)");
   require(o.attention == "naive" || o.attention == "flash", "--attention",
           "unknown attention '" + o.attention + "' (expected naive or flash)");
+  require(o.device == "cpu" || o.device == "cuda", "--device",
+          "unknown device '" + o.device + "' (expected cpu or cuda)");
   require(o.data_dtype == "uint16" || o.data_dtype == "int32", "--data-dtype",
           "unknown dtype '" + o.data_dtype + "' (expected uint16 or int32)");
   require(o.spread_every >= 0, "--spread-every", "must be >= 0");

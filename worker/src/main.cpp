@@ -105,6 +105,9 @@ int run_comm(const ddpd::CommBenchOptions& options, const std::string& backend, 
     const auto result = ddpd::to_json(ddpd::run_comm_benchmark(options, *comm));
     if (rendezvous.rank == 0) std::cout << (json ? result.dump() + "\n" : ddpd::comm_table(result));
     return 0;
+  } catch (const std::invalid_argument& e) {  // e.g. nccl in a CPU build, LOCAL_RANK past the GPUs
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     const std::string error = "rank " + std::to_string(rendezvous.rank) + ": " + e.what();
     if (rendezvous.rank == 0 && json) std::cout << ddpd::failure_json(error).dump() << std::endl;
@@ -170,6 +173,11 @@ int main(int argc, char** argv) {
       ->add_option("--rendezvous-port", daemon_options.rendezvous_port,
                    "TCPStore port when rank 0 (0: pick a free one)")
       ->capture_default_str();
+  serve_cmd
+      ->add_option("--cuda-device", daemon_options.cuda_device,
+                   "GPU index for cuda/nccl jobs (CUDA builds; one daemon per GPU)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   serve_cmd->add_option("--heartbeat", daemon_options.heartbeat_seconds, "Heartbeat seconds")
       ->capture_default_str();
   serve_cmd
@@ -217,6 +225,7 @@ int main(int argc, char** argv) {
     rendezvous = ddpd::rendezvous_from_environment();
     rendezvous.timeout =
         std::chrono::milliseconds(static_cast<int64_t>(options.collective_timeout_s * 1000.0));
+    rendezvous.backend = options.device == "cuda" ? "nccl" : "gloo";
     ddpd::validate(options, rendezvous.world_size);
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
@@ -227,7 +236,13 @@ int main(int argc, char** argv) {
   try {
     spdlog::info("rank={} world={} rendezvous at {}:{}", rendezvous.rank, rendezvous.world_size,
                  rendezvous.master_addr, rendezvous.master_port);
-    auto comm = ddpd::connect(rendezvous);
+    std::shared_ptr<ddpd::Communicator> comm;
+    try {
+      comm = ddpd::connect(rendezvous);
+    } catch (const std::invalid_argument& e) {  // --device cuda in a CPU build, too few GPUs
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return 2;
+    }
     if (run_metrics.port > 0) run_metrics.port += rendezvous.local_rank;
     ddpd::WorkerMetrics metrics(run_metrics);
     metrics.ddp_job_started(run_job_id, rendezvous.rank, options.strategy);

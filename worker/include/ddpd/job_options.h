@@ -72,8 +72,10 @@ struct DdpJobOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.01;
-  std::string precision = "fp32";     // fp32 | bf16 (autocast, FP32 master weights)
-  std::string attention = "naive";    // naive (full score matrix) | flash (tiled, kernels/)
+  std::string precision = "fp32";   // fp32 | bf16 (autocast, FP32 master weights)
+  std::string attention = "naive";  // naive (full score matrix) | flash (tiled, kernels/)
+  // cpu (Gloo) | cuda (NCCL, one GPU per local rank; needs a CUDA build, checked at rendezvous)
+  std::string device = "cpu";
   std::string data_path;              // empty: random tokens; else a flat binary token file
   std::string data_dtype = "uint16";  // uint16 | int32, element type of data_path
   int64_t spread_every = 1;           // measure param spread every K steps (0: never)

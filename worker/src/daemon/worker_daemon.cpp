@@ -21,6 +21,7 @@
 #include "ddpd/result_json.h"
 #include "ddpd/trainer.h"
 #include "ddpd/v1/ddpd.grpc.pb.h"
+#include "device.h"
 #include "spec_convert.h"
 
 namespace ddpd {
@@ -109,7 +110,7 @@ struct WorkerDaemon::Impl {
     rendezvous.master_port = a.master_port();
     rendezvous.rank = a.rank();
     rendezvous.world_size = a.world_size();
-    rendezvous.local_rank = a.rank();
+    rendezvous.local_rank = options.cuda_device;  // NCCL jobs run on this daemon's GPU
     rendezvous.local_address = options.advertise_host;
     rendezvous.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
     return rendezvous;
@@ -155,6 +156,7 @@ struct WorkerDaemon::Impl {
                    v1::JobResult& result) {
     DdpJobOptions job = from_proto(a.spec().ddp());
     RendezvousOptions rendezvous = rendezvous_for(a, job.collective_timeout_s);
+    rendezvous.backend = job.device == "cuda" ? "nccl" : "gloo";
     spdlog::info("job={} rank={} world={} rendezvous {}:{}", a.job_id(), a.rank(), a.world_size(),
                  a.master_addr(), a.master_port());
     metrics->ddp_job_started(a.job_id(), a.rank(), job.strategy);
@@ -283,8 +285,9 @@ int WorkerDaemon::run() {
                                 ? o.rendezvous_port
                                 : pick_rendezvous_port(o.advertise_host, o.worker_id));
   hello.set_cpu_count(static_cast<int>(std::thread::hardware_concurrency()));
-  hello.set_gpu_count(0);
+  hello.set_gpu_count(detail::cuda_device_count());
   hello.add_backends("gloo");
+  if (detail::cuda_device_count() > o.cuda_device) hello.add_backends("nccl");
   auto channel = coordinator_channel(o.coordinator, o.tls_ca);
   auto stub = v1::Coordinator::NewStub(channel);
   while (!impl_->stopping) {

@@ -15,6 +15,7 @@ struct WorkerDaemonOptions {
   std::string worker_id;                        // empty: "<hostname>-<pid>-<random tag>"
   std::string advertise_host = "127.0.0.1";     // address the other ranks reach this worker at
   int rendezvous_port = 0;                      // TCPStore port when rank 0; 0: a free port
+  int cuda_device = 0;  // the GPU this worker's NCCL jobs use (one daemon per GPU)
   double heartbeat_seconds = 2.0;
   double reconnect_seconds = 1.0;  // wait before re-registering after the session ends
   WorkerMetricsOptions metrics;    // Prometheus /metrics (off unless metrics.port is set)

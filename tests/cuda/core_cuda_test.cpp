@@ -1,0 +1,210 @@
+// The training core's CUDA path (built only with a CUDA LibTorch): the CUDA FlashAttention-2
+// op against naive attention on the GPU, training on one GPU against the same job on the CPU,
+// CUDA-event timelines, the caching allocator's figures and snapshot, bf16 autocast, NCCL
+// collectives and, with two GPUs, a 2-rank NCCL job against one process. Every test skips
+// with a message where no GPU is visible.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+
+#include "ddpd/comm_bench.h"
+#include "ddpd/communicator.h"
+#include "ddpd/kernels/flash_attention.h"
+#include "ddpd/model.h"
+#include "ddpd/rendezvous.h"
+#include "ddpd/trainer.h"
+#include "device.h"
+#include "flash_attention_cuda_op.h"
+#include "support/process.h"
+
+namespace ddpd::testing {
+namespace {
+
+#define REQUIRE_GPUS(n)                                                  \
+  if (detail::cuda_device_count() < (n)) {                               \
+    GTEST_SKIP() << "needs " << (n) << " CUDA device(s); this host has " \
+                 << detail::cuda_device_count();                         \
+  }
+
+std::shared_ptr<Communicator> single(at::Device device) {
+  return std::make_shared<Communicator>(c10::intrusive_ptr<compat::CollectiveBackend>(), 0, 1,
+                                        std::chrono::milliseconds(60000), device);
+}
+
+DdpJobOptions tiny_job(const std::string& device) {
+  DdpJobOptions o;
+  o.model = "tiny";
+  o.batch_size = 4;
+  o.context_length = 64;
+  o.steps = 5;
+  o.warmup_steps = 1;
+  o.threads = 1;
+  o.device = device;
+  return o;
+}
+
+struct AttentionCase {
+  int64_t t, d;
+  bool causal;
+  at::ScalarType dtype;
+};
+
+class FlashCudaOp : public ::testing::TestWithParam<AttentionCase> {};
+
+TEST_P(FlashCudaOp, MatchesNaiveAttentionValuesAndGradients) {
+  REQUIRE_GPUS(1);
+  const auto c = GetParam();
+  torch::manual_seed(3);
+  const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(c.dtype);
+  auto make = [&] { return torch::randn({2, 3, c.t, c.d}, options).requires_grad_(true); };
+  auto q = make(), k = make(), v = make();
+  ASSERT_TRUE(kernels::cuda_kernels_take(q, k, v));
+  auto w = torch::randn({2, 3, c.t, c.d}, options);
+  auto out = kernels::flash_attention(q, k, v, {c.causal});
+  (out.to(torch::kFloat32) * w.to(torch::kFloat32)).sum().backward();
+  auto gq = q.grad().clone(), gk = k.grad().clone(), gv = v.grad().clone();
+  // The reference in float32 from the same (possibly bf16-rounded) inputs.
+  auto q32 = q.detach().to(torch::kFloat32).requires_grad_(true);
+  auto k32 = k.detach().to(torch::kFloat32).requires_grad_(true);
+  auto v32 = v.detach().to(torch::kFloat32).requires_grad_(true);
+  auto ref = kernels::naive_attention(q32, k32, v32, c.causal);
+  (ref * w.to(torch::kFloat32)).sum().backward();
+  const double tol = c.dtype == torch::kBFloat16 ? 3e-2 : 1e-4;
+  EXPECT_EQ(out.scalar_type(), c.dtype);
+  EXPECT_LT((out.to(torch::kFloat32) - ref).abs().max().item<double>(), tol);
+  EXPECT_LT((gq.to(torch::kFloat32) - q32.grad()).abs().max().item<double>(), 10 * tol);
+  EXPECT_LT((gk.to(torch::kFloat32) - k32.grad()).abs().max().item<double>(), 10 * tol);
+  EXPECT_LT((gv.to(torch::kFloat32) - v32.grad()).abs().max().item<double>(), 10 * tol);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FlashCudaOp,
+                         ::testing::Values(AttentionCase{1, 64, true, torch::kFloat32},
+                                           AttentionCase{77, 32, true, torch::kFloat32},
+                                           AttentionCase{130, 64, false, torch::kFloat32},
+                                           AttentionCase{200, 128, true, torch::kFloat32},
+                                           AttentionCase{130, 64, true, torch::kBFloat16},
+                                           AttentionCase{96, 128, false, torch::kBFloat16}));
+
+// Head dims the kernels lack take the tiled LibTorch path on the GPU, with the same values.
+TEST(FlashCuda, OtherHeadDimsFallBackToTheTiledPath) {
+  REQUIRE_GPUS(1);
+  auto q = torch::randn({1, 2, 50, 48}, torch::kCUDA);
+  EXPECT_FALSE(kernels::cuda_kernels_take(q, q, q));
+  auto out = kernels::flash_attention(q, q, q, {true});
+  EXPECT_LT((out - kernels::naive_attention(q, q, q, true)).abs().max().item<double>(), 1e-4);
+}
+
+// One GPU trains the tiny job to the losses one CPU process reaches (same init and data:
+// both are made on the CPU), within float reassociation.
+TEST(CudaTrainer, OneGpuFollowsTheCpu) {
+  REQUIRE_GPUS(1);
+  const auto cpu = Trainer(tiny_job("cpu"), single(at::kCPU)).run();
+  const auto gpu = Trainer(tiny_job("cuda"), single(at::Device(at::kCUDA, 0))).run();
+  ASSERT_EQ(gpu.steps.size(), cpu.steps.size());
+  for (size_t i = 0; i < cpu.steps.size(); ++i) {
+    EXPECT_NEAR(gpu.steps[i].loss, cpu.steps[i].loss, 2e-3) << "step " << i;
+  }
+}
+
+// Phases come from CUDA events: each non-negative, in order, within the step; the allocator's
+// peak covers at least the parameters, gradients and optimizer state.
+TEST(CudaTrainer, EventTimelineAndAllocatorFigures) {
+  REQUIRE_GPUS(1);
+  auto options = tiny_job("cuda");
+  options.attention = "flash";
+  const auto r = Trainer(options, single(at::Device(at::kCUDA, 0))).run();
+  for (const auto& s : r.steps) {
+    EXPECT_GT(s.step_seconds, 0);
+    EXPECT_GT(s.forward_seconds, 0);
+    EXPECT_GT(s.backward_seconds, 0);
+    EXPECT_GE(s.optimizer_seconds, 0);
+    EXPECT_LE(s.forward_seconds + s.backward_seconds + s.optimizer_seconds,
+              s.step_seconds * 1.0001 + 1e-6);
+    double last_end = 0;
+    for (const auto& span : s.spans) {
+      if (span.communication) continue;
+      EXPECT_GE(span.end_unix_s, span.begin_unix_s) << span.name;
+      EXPECT_GE(span.begin_unix_s + 1e-6, last_end) << span.name;
+      last_end = span.end_unix_s;
+    }
+  }
+  const auto& m = r.memory.after_step;
+  EXPECT_GT(m.param_bytes, 0);
+  EXPECT_GE(m.peak_bytes, m.param_bytes + m.grad_bytes + m.optimizer_state_bytes);
+  const auto stats = detail::cuda_allocator_stats(at::Device(at::kCUDA, 0));
+  EXPECT_GE(stats.peak_allocated, stats.allocated);
+  EXPECT_GE(stats.reserved, stats.allocated);
+  const auto snapshot = detail::cuda_memory_snapshot();
+  ASSERT_FALSE(snapshot["segments"].empty());
+  EXPECT_GT(snapshot["segments"][0]["total_size"].get<int64_t>(), 0);
+}
+
+// bf16 autocast with FP32 master weights: parameters stay float32 and the losses stay close to
+// float32 training.
+TEST(CudaTrainer, Bf16AutocastKeepsFp32WeightsAndTracksFp32) {
+  REQUIRE_GPUS(1);
+  auto options = tiny_job("cuda");
+  const auto fp32 = Trainer(options, single(at::Device(at::kCUDA, 0))).run();
+  options.precision = "bf16";
+  Trainer trainer(options, single(at::Device(at::kCUDA, 0)));
+  const auto bf16 = trainer.run();
+  for (const auto& p : trainer.full_parameters()) EXPECT_EQ(p.scalar_type(), torch::kFloat32);
+  for (size_t i = 0; i < fp32.steps.size(); ++i) {
+    EXPECT_NEAR(bf16.steps[i].loss, fp32.steps[i].loss, 5e-2) << "step " << i;
+  }
+}
+
+// The communicator refuses a job whose device does not match its own.
+TEST(CudaTrainer, DeviceMismatchIsRefused) {
+  REQUIRE_GPUS(1);
+  EXPECT_THROW(Trainer(tiny_job("cpu"), single(at::Device(at::kCUDA, 0))), OptionError);
+}
+
+// Two GPUs: a 2-rank NCCL job (ddpd-train, real processes) follows one process on one GPU.
+TEST(CudaNccl, TwoRanksFollowOneProcess) {
+  REQUIRE_GPUS(2);
+  const std::vector<std::string> argv{binary_dir() + "/ddpd-train",
+                                      "--model",
+                                      "tiny",
+                                      "--batch",
+                                      "4",
+                                      "--context",
+                                      "64",
+                                      "--steps",
+                                      "5",
+                                      "--device",
+                                      "cuda",
+                                      "--strategy",
+                                      "bucketed",
+                                      "--bucket-mb",
+                                      "0.05"};
+  const auto one = run_process(argv, {}, std::chrono::seconds(120));
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const auto two = run_ranks(argv, 2, std::chrono::seconds(180));
+  ASSERT_EQ(two[0].exit_code, 0) << two[0].err;
+  ASSERT_EQ(two[1].exit_code, 0) << two[1].err;
+  const auto a = nlohmann::json::parse(one.out), b = nlohmann::json::parse(two[0].out);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_NEAR(b["steps"][i]["loss"].get<double>(), a["steps"][i]["loss"].get<double>(), 2e-3);
+  }
+}
+
+// The comm benchmark keeps its buffers on the GPU, checks their values there and times each
+// iteration with CUDA events (one rank: every collective is a device copy).
+TEST(CudaComm, BuffersLiveOnTheGpuAndAreChecked) {
+  REQUIRE_GPUS(1);
+  CommBenchOptions options;
+  options.collectives = {"all_reduce", "all_gather", "reduce_scatter", "broadcast"};
+  options.sizes_bytes = {1 << 20, 16 << 20};
+  options.warmup = 1;
+  options.iters = 3;
+  const auto result = run_comm_benchmark(options, *single(at::Device(at::kCUDA, 0)));
+  ASSERT_EQ(result.rows.size(), 8u);
+  for (const auto& row : result.rows) {
+    EXPECT_TRUE(row.data_ok) << row.collective;
+    EXPECT_GE(row.time_s, 0) << row.collective;
+  }
+}
+
+}  // namespace
+}  // namespace ddpd::testing

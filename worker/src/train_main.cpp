@@ -1,0 +1,56 @@
+// ddpd-train: the training core alone, for machines that have LibTorch but not the daemons'
+// dependencies (a GPU box with only a CUDA LibTorch). Trains one job from torchrun-style
+// variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK) with the same flags as
+// `ddpd-worker run ddp`, and prints rank 0's result as JSON.
+// Exit codes: 0 succeeded, 1 the job failed, 2 bad command line, environment or device.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "ddpd/ddp_flags.h"
+#include "ddpd/rendezvous.h"
+#include "ddpd/result_json.h"
+#include "ddpd/trainer.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"ddpd-train: one DDP job on the training core (torchrun-style environment)"};
+  ddpd::DdpJobOptions options;
+  ddpd::add_ddp_flags(app, options);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  ddpd::RendezvousOptions rendezvous;
+  std::shared_ptr<ddpd::Communicator> comm;
+  try {
+    rendezvous = ddpd::rendezvous_from_environment();
+    rendezvous.timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(options.collective_timeout_s * 1000.0));
+    rendezvous.backend = options.device == "cuda" ? "nccl" : "gloo";
+    ddpd::validate(options, rendezvous.world_size);
+    comm = ddpd::connect(rendezvous);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "FAILED: rank %d: %s\n", rendezvous.rank, e.what());
+    return 1;
+  }
+  try {
+    ddpd::Trainer trainer(options, comm);
+    const auto result = trainer.run();
+    if (rendezvous.rank == 0) std::cout << ddpd::to_json(result).dump() << std::endl;
+    return 0;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "FAILED: rank %d: %s\n", rendezvous.rank, e.what());
+    return 1;
+  }
+}
