@@ -143,12 +143,16 @@ void CoordinatorService::schedule() {
     std::vector<PendingJob> pending;
     for (const auto& id : job_order_) {
       const auto& job = jobs_[id]->job;
-      if (job.state() == v1::PENDING) pending.push_back({id, job.spec().world_size()});
+      if (job.state() == v1::PENDING) {
+        pending.push_back({id, job.spec().world_size(), required_backend(job.spec())});
+      }
     }
-    std::vector<std::string> idle;
+    std::vector<IdleWorker> idle;
     for (const auto& id : worker_order_) {
       const auto& w = workers_[id];
-      if (w->state == v1::IDLE && w->session) idle.push_back(id);
+      if (w->state == v1::IDLE && w->session) {
+        idle.push_back({id, {w->hello.backends().begin(), w->hello.backends().end()}});
+      }
     }
     auto placement = place_next(pending, idle);
     if (!placement) return;
@@ -273,7 +277,8 @@ void CoordinatorService::reap() {
           for (auto& [wid, w] : workers_) idle += w->state == v1::IDLE && w->session;
           fail_job(entry, "waited " + std::to_string(options_.pending_timeout.count() / 1000) +
                               " s for " + std::to_string(entry.job.spec().world_size()) +
-                              " idle workers; " + std::to_string(idle) + " idle");
+                              " idle workers offering " + required_backend(entry.job.spec()) +
+                              "; " + std::to_string(idle) + " idle");
         }
       }
     }

@@ -15,15 +15,26 @@ bool transition_allowed(v1::JobState from, v1::JobState to) {
   }
 }
 
+std::string required_backend(const v1::JobSpec& spec) {
+  if (spec.has_comm()) return spec.comm().backend() == "nccl" ? "nccl" : "gloo";
+  return spec.ddp().device() == "cuda" ? "nccl" : "gloo";
+}
+
 std::optional<Placement> place_next(const std::vector<PendingJob>& pending_in_order,
-                                    const std::vector<std::string>& idle_workers) {
+                                    const std::vector<IdleWorker>& idle_workers) {
   if (pending_in_order.empty()) return std::nullopt;
   const PendingJob& next = pending_in_order.front();
-  if (static_cast<int>(idle_workers.size()) < next.world_size) return std::nullopt;
   Placement placement;
   placement.job_id = next.job_id;
-  placement.worker_ids.assign(idle_workers.begin(), idle_workers.begin() + next.world_size);
-  return placement;
+  for (const auto& worker : idle_workers) {
+    const bool offers = worker.backends.empty()
+                            ? next.backend == "gloo"
+                            : std::find(worker.backends.begin(), worker.backends.end(),
+                                        next.backend) != worker.backends.end();
+    if (offers) placement.worker_ids.push_back(worker.worker_id);
+    if (static_cast<int>(placement.worker_ids.size()) == next.world_size) return placement;
+  }
+  return std::nullopt;
 }
 
 v1::StepReport aggregate_step(const std::vector<v1::StepReport>& ranks) {

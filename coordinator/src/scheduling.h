@@ -16,6 +16,15 @@ bool transition_allowed(v1::JobState from, v1::JobState to);
 struct PendingJob {
   std::string job_id;
   int world_size = 1;
+  std::string backend = "gloo";  // what every rank's worker must offer: gloo | nccl
+};
+
+// The process-group backend a job needs: nccl for comm jobs on nccl and DDP jobs on cuda.
+std::string required_backend(const v1::JobSpec& spec);
+
+struct IdleWorker {
+  std::string worker_id;
+  std::vector<std::string> backends;  // from its hello; empty means gloo only (older workers)
 };
 
 struct Placement {
@@ -24,9 +33,10 @@ struct Placement {
 };
 
 // FIFO: only the oldest pending job may start (no overtaking, so a large job is not starved),
-// and it starts when at least world_size workers are idle; ranks follow `idle_workers` order.
+// and it starts when at least world_size idle workers offer its backend; ranks follow
+// `idle_workers` order among those.
 std::optional<Placement> place_next(const std::vector<PendingJob>& pending_in_order,
-                                    const std::vector<std::string>& idle_workers);
+                                    const std::vector<IdleWorker>& idle_workers);
 
 // Aggregates one step over ranks: the slowest rank's times (a step ends when every rank's
 // does), the mean loss, the largest spread.

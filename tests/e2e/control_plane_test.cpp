@@ -185,7 +185,26 @@ TEST(ControlPlane, JobWaitingTooLongForWorkersFailsWithTheReason) {
   EXPECT_EQ(watch.exit_code, 1);
   const auto r = nlohmann::json::parse(ctl({"show", job, "--json"}).out);
   EXPECT_EQ(r["state"], "FAILED");
-  EXPECT_EQ(r["error"], "waited 1 s for 2 idle workers; 0 idle");
+  EXPECT_EQ(r["error"], "waited 1 s for 2 idle workers offering gloo; 0 idle");
+}
+
+// A cuda job needs workers that offer nccl; CPU-build workers do not, so it waits, failing
+// after --pending-timeout with the backend named, and never reaches a worker.
+TEST(ControlPlane, CudaJobsWaitForWorkersOfferingNccl) {
+  Cluster cluster(1, "nccl-placement", {"--pending-timeout", "2"});
+  const auto cuda = cluster.ctl({"submit", "ddp", "--device", "cuda", "--steps", "2"});
+  ASSERT_EQ(cuda.exit_code, 0) << cuda.err;
+  const std::string cuda_job = cuda.out.substr(0, cuda.out.find('\n'));
+  EXPECT_EQ(cluster.ctl({"watch", cuda_job}).exit_code, 1);
+  const auto failed = nlohmann::json::parse(cluster.ctl({"show", cuda_job, "--json"}).out);
+  EXPECT_EQ(failed["state"], "FAILED");
+  EXPECT_EQ(failed["error"], "waited 2 s for 1 idle workers offering nccl; 1 idle");
+  EXPECT_TRUE(failed["workers"].empty()) << failed.dump();
+  // The worker was never given it, and takes a CPU job at once.
+  const auto cpu =
+      cluster.ctl({"submit", "ddp", "--steps", "2", "--batch", "2", "--context", "16"});
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  EXPECT_EQ(cluster.ctl({"watch", cpu.out.substr(0, cpu.out.find('\n'))}).exit_code, 0);
 }
 
 TEST(ControlPlane, TlsWhenCertificatesAreGiven) {

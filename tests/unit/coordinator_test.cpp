@@ -24,14 +24,42 @@ TEST(StateMachine, OnlyTheSpecifiedTransitions) {
   }
 }
 
+std::vector<IdleWorker> gloo_workers(std::initializer_list<const char*> ids) {
+  std::vector<IdleWorker> out;
+  for (const char* id : ids) out.push_back({id, {"gloo"}});
+  return out;
+}
+
 TEST(Scheduler, OldestJobFirstAndNoOvertaking) {
   const std::vector<PendingJob> pending{{"a", 3}, {"b", 1}};
-  EXPECT_FALSE(place_next(pending, {"w1", "w2"}));  // b fits, but a is first
-  const auto placed = place_next(pending, {"w1", "w2", "w3", "w4"});
+  EXPECT_FALSE(place_next(pending, gloo_workers({"w1", "w2"})));  // b fits, but a is first
+  const auto placed = place_next(pending, gloo_workers({"w1", "w2", "w3", "w4"}));
   ASSERT_TRUE(placed);
   EXPECT_EQ(placed->job_id, "a");
   EXPECT_EQ(placed->worker_ids, (std::vector<std::string>{"w1", "w2", "w3"}));
-  EXPECT_FALSE(place_next({}, {"w1"}));
+  EXPECT_FALSE(place_next({}, gloo_workers({"w1"})));
+}
+
+// NCCL jobs (comm on nccl, DDP on cuda) go only to workers that offer nccl; a worker that
+// names no backend is a Gloo worker.
+TEST(Scheduler, JobsGoToWorkersOfferingTheirBackend) {
+  const std::vector<IdleWorker> idle{
+      {"cpu1", {"gloo"}}, {"gpu1", {"gloo", "nccl"}}, {"old", {}}, {"gpu2", {"gloo", "nccl"}}};
+  const auto nccl = place_next({{"a", 2, "nccl"}}, idle);
+  ASSERT_TRUE(nccl);
+  EXPECT_EQ(nccl->worker_ids, (std::vector<std::string>{"gpu1", "gpu2"}));
+  EXPECT_FALSE(place_next({{"a", 3, "nccl"}}, idle));
+  const auto gloo = place_next({{"b", 3, "gloo"}}, idle);
+  ASSERT_TRUE(gloo);
+  EXPECT_EQ(gloo->worker_ids, (std::vector<std::string>{"cpu1", "gpu1", "old"}));
+
+  v1::JobSpec spec;
+  spec.mutable_ddp()->set_device("cuda");
+  EXPECT_EQ(required_backend(spec), "nccl");
+  spec.mutable_ddp()->set_device("cpu");
+  EXPECT_EQ(required_backend(spec), "gloo");
+  spec.mutable_comm()->set_backend("nccl");
+  EXPECT_EQ(required_backend(spec), "nccl");
 }
 
 TEST(Scheduler, AggregatesTheSlowestRankAndTheMeanLoss) {

@@ -53,12 +53,19 @@ class CudaTimeline : public Timeline {
 
   double seconds(const TimePoint& point) override {
     if (point.event < 0) return point.host_s;
-    std::lock_guard<std::mutex> lock(mutex_);
-    TORCH_CHECK(point.host_s == anchor_host_s_ && point.event < static_cast<int>(events_.size()),
-                "CudaTimeline: a time point from an earlier anchor");
-    auto& event = events_[point.event];
-    event.synchronize();
-    return anchor_host_s_ + events_.front().elapsed_time(event) / 1e3;  // elapsed_time is ms
+    at::cuda::CUDAEvent* event = nullptr;
+    at::cuda::CUDAEvent* reference = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      TORCH_CHECK(point.host_s == anchor_host_s_ && point.event < static_cast<int>(events_.size()),
+                  "CudaTimeline: a time point from an earlier anchor");
+      event = &events_[point.event];  // deque: stable while later points are recorded
+      reference = &events_.front();
+    }
+    // Waiting outside the lock lets other threads record points meanwhile (anchor() is only
+    // called by the thread that also reads points, so the events stay alive).
+    event->synchronize();
+    return point.host_s + reference->elapsed_time(*event) / 1e3;  // elapsed_time is ms
   }
 
   void synchronize() override {
