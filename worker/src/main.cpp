@@ -222,11 +222,7 @@ int main(int argc, char** argv) {
 
   ddpd::RendezvousOptions rendezvous;
   try {
-    rendezvous = ddpd::rendezvous_from_environment();
-    rendezvous.timeout =
-        std::chrono::milliseconds(static_cast<int64_t>(options.collective_timeout_s * 1000.0));
-    rendezvous.backend = options.device == "cuda" ? "nccl" : "gloo";
-    ddpd::validate(options, rendezvous.world_size);
+    rendezvous = ddpd::rendezvous_for_job(options);
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

@@ -78,6 +78,17 @@ RendezvousOptions rendezvous_from_environment() {
   return options;
 }
 
+std::string backend_for(const DdpJobOptions& job) { return job.device == "cuda" ? "nccl" : "gloo"; }
+
+RendezvousOptions rendezvous_for_job(const DdpJobOptions& job) {
+  RendezvousOptions options = rendezvous_from_environment();
+  options.timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(job.collective_timeout_s * 1000.0));
+  options.backend = backend_for(job);
+  validate(job, options.world_size);
+  return options;
+}
+
 std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
   if (options.backend != "gloo" && options.backend != "nccl") {
     throw std::invalid_argument("backend: unknown backend '" + options.backend +

@@ -19,38 +19,24 @@ int main(int argc, char** argv) {
   ddpd::add_ddp_flags(app, options);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   }
-  ddpd::RendezvousOptions rendezvous;
-  std::shared_ptr<ddpd::Communicator> comm;
+  int rank = 0;
   try {
-    rendezvous = ddpd::rendezvous_from_environment();
-    rendezvous.timeout =
-        std::chrono::milliseconds(static_cast<int64_t>(options.collective_timeout_s * 1000.0));
-    rendezvous.backend = options.device == "cuda" ? "nccl" : "gloo";
-    ddpd::validate(options, rendezvous.world_size);
-    comm = ddpd::connect(rendezvous);
-  } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "FAILED: rank %d: %s\n", rendezvous.rank, e.what());
-    return 1;
-  }
-  try {
-    ddpd::Trainer trainer(options, comm);
+    const auto rendezvous = ddpd::rendezvous_for_job(options);
+    rank = rendezvous.rank;
+    ddpd::Trainer trainer(options, ddpd::connect(rendezvous));
     const auto result = trainer.run();
-    if (rendezvous.rank == 0) std::cout << ddpd::to_json(result).dump() << std::endl;
+    if (rank == 0) std::cout << ddpd::to_json(result).dump() << std::endl;
     return 0;
-  } catch (const std::invalid_argument& e) {
+  } catch (const std::invalid_argument& e) {  // a flag, the environment, or the device
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "FAILED: rank %d: %s\n", rendezvous.rank, e.what());
+    std::fprintf(stderr, "FAILED: rank %d: %s\n", rank, e.what());
     return 1;
   }
 }

@@ -5,6 +5,8 @@
 #include <memory>
 #include <string>
 
+#include "ddpd/job_options.h"
+
 namespace ddpd {
 
 class Communicator;
@@ -27,6 +29,13 @@ struct RendezvousOptions {
 // WORLD_SIZE unset means one process. Meant to be called once, at the program's entry point.
 // Throws std::invalid_argument naming the variable when one is malformed.
 RendezvousOptions rendezvous_from_environment();
+
+// The process-group backend a DDP job's device needs: gloo for cpu, nccl for cuda.
+std::string backend_for(const DdpJobOptions& job);
+
+// rendezvous_from_environment() with the job's backend and collective timeout, after checking
+// the job for that world size. Throws std::invalid_argument (OptionError for the job's fields).
+RendezvousOptions rendezvous_for_job(const DdpJobOptions& job);
 
 // Protocol: rank 0 starts a TCPStore server on master_addr:master_port and waits for
 // world_size - 1 clients; every other rank connects as a client (retrying until `timeout`).

@@ -156,7 +156,7 @@ struct WorkerDaemon::Impl {
                    v1::JobResult& result) {
     DdpJobOptions job = from_proto(a.spec().ddp());
     RendezvousOptions rendezvous = rendezvous_for(a, job.collective_timeout_s);
-    rendezvous.backend = job.device == "cuda" ? "nccl" : "gloo";
+    rendezvous.backend = backend_for(job);
     spdlog::info("job={} rank={} world={} rendezvous {}:{}", a.job_id(), a.rank(), a.world_size(),
                  a.master_addr(), a.master_port());
     metrics->ddp_job_started(a.job_id(), a.rank(), job.strategy);
