@@ -5,6 +5,8 @@
 // with a message where no GPU is visible.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "ddpd/comm_bench.h"
@@ -152,6 +154,23 @@ TEST(CudaTrainer, Bf16AutocastKeepsFp32WeightsAndTracksFp32) {
   for (size_t i = 0; i < fp32.steps.size(); ++i) {
     EXPECT_NEAR(bf16.steps[i].loss, fp32.steps[i].loss, 5e-2) << "step " << i;
   }
+}
+
+// ddpd-train --cuda-memory-snapshot writes the allocator's segments after the last step.
+TEST(CudaTrainer, MemorySnapshotIsWritten) {
+  REQUIRE_GPUS(1);
+  const std::string path = temp_dir() + "/snapshot.json";
+  const auto o = run_process({binary_dir() + "/ddpd-train", "--model", "tiny", "--steps", "2",
+                              "--device", "cuda", "--cuda-memory-snapshot", path},
+                             {}, std::chrono::seconds(120));
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  std::ifstream in(path);
+  const auto snapshot = nlohmann::json::parse(in);
+  EXPECT_EQ(snapshot["rank"], 0);
+  ASSERT_FALSE(snapshot["segments"].empty());
+  int64_t allocated = 0;
+  for (const auto& s : snapshot["segments"]) allocated += s["allocated_size"].get<int64_t>();
+  EXPECT_GT(allocated, 4 * count_parameters(model_preset("tiny")));  // at least the weights
 }
 
 // The communicator refuses a job whose device does not match its own.

@@ -123,6 +123,12 @@ TEST(WorkerRun, DeviceFlagIsCheckedAgainstTheBuild) {
   EXPECT_NE(unknown.err.find("--device: unknown device 'tpu' (expected cpu or cuda)"),
             std::string::npos)
       << unknown.err;
+  const auto snapshot = run_process(job({"--cuda-memory-snapshot", temp_dir() + "/snap.json"}), {},
+                                    std::chrono::seconds(60));
+  EXPECT_EQ(snapshot.exit_code, 2);
+  EXPECT_NE(snapshot.err.find("error: --cuda-memory-snapshot: needs --device cuda"),
+            std::string::npos)
+      << snapshot.err;
   const auto cpu = result_of(run_process(job({"--device", "cpu"}), {}, std::chrono::seconds(60)));
   EXPECT_NEAR(cpu["summary"]["final_loss"].get<double>(),
               single_process()["summary"]["final_loss"].get<double>(), 1e-9);

@@ -79,6 +79,9 @@ AllocatorStats cuda_allocator_stats(at::Device device);
 void reset_cuda_peak_stats(at::Device device);
 // The caching allocator's segments and blocks (sizes and states), as JSON.
 nlohmann::json cuda_memory_snapshot();
+// `--cuda-memory-snapshot PATH`: writes cuda_memory_snapshot() to PATH (PATH.rankR when
+// world_size > 1). Throws std::runtime_error when the file cannot be written.
+void write_cuda_memory_snapshot(const std::string& path, int rank, int world_size);
 
 // bf16 autocast on `device` for the lifetime of the scope (forward and loss; FP32 weights).
 class AutocastScope {

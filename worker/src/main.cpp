@@ -24,6 +24,7 @@
 #include "ddpd/rendezvous.h"
 #include "ddpd/result_json.h"
 #include "ddpd/trainer.h"
+#include "device.h"
 #include "logging.h"
 
 namespace {
@@ -147,6 +148,10 @@ int main(int argc, char** argv) {
                   "Serve Prometheus /metrics on this port + LOCAL_RANK (0: off)")
       ->capture_default_str();
   ddp->add_option("--job-id", run_job_id, "The job_id label of the metrics")->capture_default_str();
+  std::string snapshot_path;
+  ddp->add_option("--cuda-memory-snapshot", snapshot_path,
+                  "After the last step, write the CUDA allocator's segments as JSON here "
+                  "(.rankR appended when WORLD_SIZE > 1; --device cuda)");
   auto* comm_cmd = run->add_subcommand("comm", "Collective benchmark (nccl-tests style)");
   ddpd::CommBenchOptions comm_options;
   std::string backend = "gloo";
@@ -223,6 +228,9 @@ int main(int argc, char** argv) {
   ddpd::RendezvousOptions rendezvous;
   try {
     rendezvous = ddpd::rendezvous_for_job(options);
+    if (!snapshot_path.empty() && options.device != "cuda") {
+      throw ddpd::OptionError("--cuda-memory-snapshot", "needs --device cuda");
+    }
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
@@ -250,6 +258,10 @@ int main(int argc, char** argv) {
                    s.step_seconds * 1e3);
     });
     metrics.record_memory(result.memory, /*final_points=*/true);
+    if (!snapshot_path.empty()) {
+      ddpd::detail::write_cuda_memory_snapshot(snapshot_path, rendezvous.rank,
+                                               rendezvous.world_size);
+    }
     metrics.job_finished(true);
     if (prints_result) {
       if (json) {
