@@ -21,10 +21,11 @@ namespace {
 constexpr int kRows = 64;  // query rows per forward block (one per thread)
 constexpr int kCols = 32;  // key rows per shared-memory tile
 
-__device__ inline float load(const float* p, int i) { return p[i]; }
-__device__ inline float load(const __nv_bfloat16* p, int i) { return __bfloat162float(p[i]); }
-__device__ inline void store(float* p, int i, float x) { p[i] = x; }
-__device__ inline void store(__nv_bfloat16* p, int i, float x) { p[i] = __float2bfloat16(x); }
+// size_t indices: [batch_heads, seq, head_dim] offsets may exceed INT_MAX.
+__device__ inline float load(const float* p, size_t i) { return p[i]; }
+__device__ inline float load(const __nv_bfloat16* p, size_t i) { return __bfloat162float(p[i]); }
+__device__ inline void store(float* p, size_t i, float x) { p[i] = x; }
+__device__ inline void store(__nv_bfloat16* p, size_t i, float x) { p[i] = __float2bfloat16(x); }
 
 template <typename T, int D>
 __global__ void forward_kernel(const T* __restrict__ q, const T* __restrict__ k,
@@ -32,8 +33,9 @@ __global__ void forward_kernel(const T* __restrict__ q, const T* __restrict__ k,
                                float* __restrict__ lse, int seq, bool causal, float scale) {
   __shared__ float k_tile[kCols][D];
   __shared__ float v_tile[kCols][D];
-  const size_t base = static_cast<size_t>(blockIdx.y) * seq * D;
-  const int row = blockIdx.x * kRows + threadIdx.x;
+  // Grid: x = batch-head (gridDim.y is capped at 65535), y = query tile.
+  const size_t base = static_cast<size_t>(blockIdx.x) * seq * D;
+  const int row = blockIdx.y * kRows + threadIdx.x;
   const bool active = row < seq;
   float q_row[D], acc[D];
   for (int c = 0; c < D; ++c) {
@@ -41,7 +43,7 @@ __global__ void forward_kernel(const T* __restrict__ q, const T* __restrict__ k,
     acc[c] = 0.f;
   }
   float m = -INFINITY, l = 0.f;
-  const int tile_end = causal ? min(seq, (blockIdx.x + 1) * kRows) : seq;
+  const int tile_end = causal ? min(seq, static_cast<int>(blockIdx.y + 1) * kRows) : seq;
   for (int j0 = 0; j0 < tile_end; j0 += kCols) {
     __syncthreads();  // the previous tile is no longer read
     for (int e = threadIdx.x; e < kCols * D; e += blockDim.x) {
@@ -67,7 +69,7 @@ __global__ void forward_kernel(const T* __restrict__ q, const T* __restrict__ k,
   }
   if (!active) return;
   for (int c = 0; c < D; ++c) store(out, base + static_cast<size_t>(row) * D + c, acc[c] / l);
-  lse[static_cast<size_t>(blockIdx.y) * seq + row] = m + logf(l);
+  lse[static_cast<size_t>(blockIdx.x) * seq + row] = m + logf(l);
 }
 
 // δ_i = Σ_c dO_ic O_ic, one thread per query row.
@@ -94,9 +96,10 @@ __global__ void backward_kernel(const T* __restrict__ q, const T* __restrict__ k
   __shared__ float do_tile[kCols][D];
   __shared__ float lse_tile[kCols];
   __shared__ float delta_tile[kCols];
-  const size_t base = static_cast<size_t>(blockIdx.y) * seq * D;
-  const size_t row_base = static_cast<size_t>(blockIdx.y) * seq;
-  const int key = blockIdx.x * kRows + threadIdx.x;
+  // Grid: x = batch-head (gridDim.y is capped at 65535), y = key tile.
+  const size_t base = static_cast<size_t>(blockIdx.x) * seq * D;
+  const size_t row_base = static_cast<size_t>(blockIdx.x) * seq;
+  const int key = blockIdx.y * kRows + threadIdx.x;
   const bool active = key < seq;
   float k_row[D], v_row[D], dk_acc[D], dv_acc[D];
   for (int c = 0; c < D; ++c) {
@@ -106,7 +109,7 @@ __global__ void backward_kernel(const T* __restrict__ q, const T* __restrict__ k
     dk_acc[c] = dv_acc[c] = 0.f;
   }
   // Causal: queries before this block's first key see none of its keys.
-  const int first_query = causal ? blockIdx.x * kRows : 0;
+  const int first_query = causal ? static_cast<int>(blockIdx.y) * kRows : 0;
   for (int i0 = first_query; i0 < seq; i0 += kCols) {
     __syncthreads();
     for (int e = threadIdx.x; e < kCols * D; e += blockDim.x) {
@@ -158,7 +161,7 @@ __global__ void convert_kernel(const float* __restrict__ from, T* __restrict__ t
 template <typename T, int D>
 cudaError_t forward_typed(const void* q, const void* k, const void* v, void* out, float* lse,
                           const AttentionShape& s, cudaStream_t stream) {
-  const dim3 grid((s.seq + kRows - 1) / kRows, s.batch_heads);
+  const dim3 grid(s.batch_heads, (s.seq + kRows - 1) / kRows);
   forward_kernel<T, D><<<grid, kRows, 0, stream>>>(
       static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
       static_cast<T*>(out), lse, s.seq, s.causal, 1.f / sqrtf(static_cast<float>(D)));
@@ -176,7 +179,7 @@ cudaError_t backward_typed(const void* q, const void* k, const void* v, const vo
   if (status != cudaSuccess) return status;
   delta_kernel<T, D><<<(rows + 255) / 256, 256, 0, stream>>>(
       static_cast<const T*>(out), static_cast<const T*>(grad_out), delta, static_cast<int>(rows));
-  const dim3 grid((s.seq + kRows - 1) / kRows, s.batch_heads);
+  const dim3 grid(s.batch_heads, (s.seq + kRows - 1) / kRows);
   backward_kernel<T, D><<<grid, kRows, 0, stream>>>(
       static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), lse, delta,
       static_cast<const T*>(grad_out), dq_accum, static_cast<T*>(dk), static_cast<T*>(dv), s.seq,
