@@ -8,6 +8,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "ddpd/comm_bench.h"
 #include "ddpd/communicator.h"
@@ -179,24 +180,25 @@ TEST(CudaTrainer, DeviceMismatchIsRefused) {
   EXPECT_THROW(Trainer(tiny_job("cpu"), single(at::Device(at::kCUDA, 0))), OptionError);
 }
 
-// Two GPUs: a 2-rank NCCL job (ddpd-train, real processes) follows one process on one GPU.
-TEST(CudaNccl, TwoRanksFollowOneProcess) {
+// Two GPUs: 2-rank NCCL jobs (ddpd-train, real processes) follow one process on one GPU, for
+// the bucketed all-reduce, FSDP (all-gather and reduce-scatter) and ZeRO-1 (broadcasts).
+class CudaNccl : public ::testing::TestWithParam<std::vector<std::string>> {};
+
+TEST_P(CudaNccl, TwoRanksFollowOneProcess) {
   REQUIRE_GPUS(2);
-  const std::vector<std::string> argv{binary_dir() + "/ddpd-train",
-                                      "--model",
-                                      "tiny",
-                                      "--batch",
-                                      "4",
-                                      "--context",
-                                      "64",
-                                      "--steps",
-                                      "5",
-                                      "--device",
-                                      "cuda",
-                                      "--strategy",
-                                      "bucketed",
-                                      "--bucket-mb",
-                                      "0.05"};
+  std::vector<std::string> argv{binary_dir() + "/ddpd-train",
+                                "--model",
+                                "tiny",
+                                "--batch",
+                                "4",
+                                "--context",
+                                "64",
+                                "--steps",
+                                "5",
+                                "--device",
+                                "cuda"};
+  const auto& extra = GetParam();
+  argv.insert(argv.end(), extra.begin(), extra.end());
   const auto one = run_process(argv, {}, std::chrono::seconds(120));
   ASSERT_EQ(one.exit_code, 0) << one.err;
   const auto two = run_ranks(argv, 2, std::chrono::seconds(180));
@@ -205,6 +207,52 @@ TEST(CudaNccl, TwoRanksFollowOneProcess) {
   const auto a = nlohmann::json::parse(one.out), b = nlohmann::json::parse(two[0].out);
   for (size_t i = 0; i < 5; ++i) {
     EXPECT_NEAR(b["steps"][i]["loss"].get<double>(), a["steps"][i]["loss"].get<double>(), 2e-3);
+  }
+  EXPECT_LT(b["summary"]["max_param_spread"].get<double>(), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Strategies, CudaNccl,
+    ::testing::Values(std::vector<std::string>{"--strategy", "bucketed", "--bucket-mb", "0.05"},
+                      std::vector<std::string>{"--strategy", "fsdp"},
+                      std::vector<std::string>{"--strategy", "overlap", "--shard-optimizer"}));
+
+// Two GPUs, two ranks as threads of this process: the NCCL comm benchmark checks every
+// collective's values, sizes not divisible by the world size included.
+TEST(CudaNcclComm, EveryCollectivePassesItsDataCheck) {
+  REQUIRE_GPUS(2);
+  CommBenchOptions options;
+  options.collectives = {"all_reduce", "all_gather", "reduce_scatter", "broadcast"};
+  options.sizes_bytes = {4096, (1 << 20) + 4, 16 << 20};
+  options.warmup = 1;
+  options.iters = 3;
+  const int port = free_port();
+  std::vector<CommBenchResult> results(2);
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      try {
+        RendezvousOptions rendezvous;
+        rendezvous.master_port = port;
+        rendezvous.rank = r;
+        rendezvous.world_size = 2;
+        rendezvous.local_rank = r;
+        rendezvous.backend = "nccl";
+        rendezvous.timeout = std::chrono::milliseconds(60000);
+        results[r] = run_comm_benchmark(options, *connect(rendezvous));
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  ASSERT_EQ(errors[0], "");
+  ASSERT_EQ(errors[1], "");
+  ASSERT_EQ(results[0].rows.size(), 12u);
+  for (const auto& row : results[0].rows) {
+    EXPECT_TRUE(row.data_ok) << row.collective << " " << row.size_bytes;
+    EXPECT_GT(row.busbw_bytes_per_s, 0) << row.collective << " " << row.size_bytes;
   }
 }
 

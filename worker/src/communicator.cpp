@@ -22,8 +22,13 @@ struct Communicator::SpanLog {
 };
 
 PendingCollective::PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string name,
-                                     std::chrono::milliseconds timeout)
-    : work_(std::move(work)), name_(std::move(name)), timeout_(timeout) {}
+                                     std::chrono::milliseconds timeout, bool on_device,
+                                     std::vector<at::Tensor> keep_alive)
+    : work_(std::move(work)),
+      name_(std::move(name)),
+      timeout_(timeout),
+      on_device_(on_device),
+      keep_alive_(std::move(keep_alive)) {}
 PendingCollective::~PendingCollective() = default;
 PendingCollective::PendingCollective(PendingCollective&&) noexcept = default;
 PendingCollective& PendingCollective::operator=(PendingCollective&&) noexcept = default;
@@ -32,7 +37,12 @@ void PendingCollective::wait() {
   if (!work_) return;  // world size 1, or already waited
   auto work = std::move(work_);
   try {
-    work->wait(timeout_);
+    if (on_device_) {
+      work->wait();  // orders the current stream after the collective
+    } else {
+      work->wait(timeout_);
+    }
+    keep_alive_.clear();
   } catch (const std::exception& e) {
     throw std::runtime_error("collective " + name_ + " failed (timeout " +
                              std::to_string(timeout_.count()) + " ms): " + e.what());
@@ -81,7 +91,8 @@ std::vector<CommSpan> Communicator::take_spans() {
 }
 
 PendingCollective Communicator::track(c10::intrusive_ptr<c10d::Work> work, const std::string& name,
-                                      int64_t bytes, const detail::TimePoint& launch) {
+                                      int64_t bytes, const detail::TimePoint& launch,
+                                      std::vector<at::Tensor> keep_alive) {
   PendingSpan span{name, launch, {}, bytes};
   auto log = spans_;
   if (device_.is_cuda()) {
@@ -99,7 +110,8 @@ PendingCollective Communicator::track(c10::intrusive_ptr<c10d::Work> work, const
       log->spans.push_back(std::move(span));
     });
   }
-  return PendingCollective(std::move(work), name, timeout_);
+  return PendingCollective(std::move(work), name, timeout_, device_.is_cuda(),
+                           std::move(keep_alive));
 }
 
 PendingCollective Communicator::all_reduce_sum(at::Tensor& tensor, const std::string& name) {
@@ -120,7 +132,7 @@ void all_reduce_op(compat::CollectiveBackend& group, at::Tensor& tensor, c10d::R
   c10d::AllreduceOptions options;
   options.reduceOp = op;
   options.timeout = timeout;
-  PendingCollective(group.allreduce(tensors, options), name, timeout).wait();
+  PendingCollective(group.allreduce(tensors, options), name, timeout, tensor.is_cuda()).wait();
 }
 }  // namespace
 
@@ -157,16 +169,23 @@ PendingCollective Communicator::all_gather(at::Tensor& output, const at::Tensor&
     return {};
   }
   std::lock_guard<std::mutex> lock(launch_mutex_);
+  at::Tensor flat_input = input.reshape(-1).contiguous();
+  c10d::AllgatherOptions options;
+  options.timeout = timeout_;
+  const auto launch = timeline_->mark();
+  if (device_.is_cuda()) {
+    // NCCL gathers straight into the flat output (the list form stages a copy).
+    return track(group_->_allgather_base(output, flat_input, options), name, output.nbytes(),
+                 launch, {flat_input});
+  }
   // Outputs are views into `output`, so the gathered chunks land in place.
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < world_size_; ++r) {
     outputs[0].push_back(output.narrow(0, r * input.numel(), input.numel()));
   }
-  std::vector<at::Tensor> inputs{input.reshape(-1).contiguous()};
-  c10d::AllgatherOptions options;
-  options.timeout = timeout_;
-  const auto launch = timeline_->mark();
-  return track(group_->allgather(outputs, inputs, options), name, output.nbytes(), launch);
+  std::vector<at::Tensor> inputs{flat_input};
+  return track(group_->allgather(outputs, inputs, options), name, output.nbytes(), launch,
+               {flat_input});
 }
 
 void Communicator::reduce_scatter_sum(at::Tensor& output, const at::Tensor& input,
@@ -180,6 +199,16 @@ void Communicator::reduce_scatter_sum(at::Tensor& output, const at::Tensor& inpu
   }
   std::lock_guard<std::mutex> lock(launch_mutex_);
   const auto launch = timeline_->mark();
+  if (device_.is_cuda()) {
+    at::Tensor flat_input = input.contiguous();
+    c10d::ReduceScatterOptions options;
+    options.reduceOp = c10d::ReduceOp::SUM;
+    options.timeout = timeout_;
+    track(group_->_reduce_scatter_base(output, flat_input, options), name, input.nbytes(), launch,
+          {flat_input})
+        .wait();
+    return;
+  }
   // Ring reduce-scatter: in step s, rank r sends its running sum of chunk (r - s - 1) to rank
   // r + 1 and adds the chunk (r - s - 2) received from rank r - 1. After N - 1 steps rank r
   // holds the full sum of chunk r.
@@ -211,7 +240,7 @@ void Communicator::barrier() {
   c10d::BarrierOptions options;
   options.timeout = timeout_;
   if (device_.is_cuda()) options.device_ids = {device_.index()};  // else NCCL guesses one
-  PendingCollective(group_->barrier(options), "barrier", timeout_).wait();
+  PendingCollective(group_->barrier(options), "barrier", timeout_, device_.is_cuda()).wait();
 }
 
 }  // namespace ddpd

@@ -4,6 +4,8 @@
 #include <numeric>
 #include <unordered_map>
 
+#include "device.h"
+
 namespace ddpd {
 
 using torch::optim::OptimizerParamGroup;
@@ -69,8 +71,10 @@ ShardedOptimizer::~ShardedOptimizer() = default;
 
 void ShardedOptimizer::step() {
   state_->local->step();
-  const auto start = std::chrono::steady_clock::now();
   Communicator& comm = *state_->comm;
+  // On the device's timeline: on CUDA the broadcasts queue behind the local step's kernels.
+  detail::Timeline& timeline = comm.timeline();
+  const auto start = timeline.mark();
   if (comm.world_size() > 1) {
     torch::NoGradGuard no_grad;
     // One flat broadcast per owner: rank r's updated parameters, in assignment order.
@@ -97,8 +101,8 @@ void ShardedOptimizer::step() {
       }
     }
   }
-  state_->last_broadcast_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto end = timeline.mark();
+  state_->last_broadcast_seconds = timeline.seconds(end) - timeline.seconds(start);
 }
 
 void ShardedOptimizer::zero_grad() {

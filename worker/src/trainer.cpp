@@ -127,6 +127,8 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
 
   // Each rank initialises differently; the synchroniser broadcasts rank 0's parameters.
   torch::manual_seed(options.seed + m.comm->rank());
+  // The allocator's peak is process-wide; a daemon runs many jobs, so start this job's afresh.
+  if (device.is_cuda()) detail::reset_cuda_peak_stats(device);
   m.model = TransformerLM(options.resolved_model());
   m.model->to(device);  // before the synchroniser, whose buffers follow the parameters
   SyncOptions sync_options;

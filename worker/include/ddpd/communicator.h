@@ -26,13 +26,19 @@ struct CommSpan {
   int64_t bytes = 0;
 };
 
-// An asynchronous collective. wait() blocks until it completes or the communicator's timeout
-// passes, and throws std::runtime_error (with the collective's name) on timeout or failure.
+// An asynchronous collective. On CPU (Gloo), wait() blocks until it completes or the
+// communicator's timeout passes, and throws std::runtime_error (with the collective's name) on
+// timeout or failure. On CUDA (NCCL), wait() makes the caller's current stream wait for the
+// collective without blocking the host (a timeout there would turn newer PyTorch's wait into a
+// host-side poll); NCCL's watchdog enforces the timeout given to the process group. The
+// tensors passed in `keep_alive` stay referenced until wait(), so their memory is not reused
+// by the caller's stream before the collective is done with it.
 class PendingCollective {
  public:
   PendingCollective() = default;
   PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string name,
-                    std::chrono::milliseconds timeout);
+                    std::chrono::milliseconds timeout, bool on_device = false,
+                    std::vector<at::Tensor> keep_alive = {});
   ~PendingCollective();
   PendingCollective(PendingCollective&&) noexcept;
   PendingCollective& operator=(PendingCollective&&) noexcept;
@@ -43,6 +49,8 @@ class PendingCollective {
   c10::intrusive_ptr<c10d::Work> work_;
   std::string name_;
   std::chrono::milliseconds timeout_{0};
+  bool on_device_ = false;
+  std::vector<at::Tensor> keep_alive_;
 };
 
 // Thread contract: collectives may be launched from the training thread and from autograd
@@ -77,8 +85,9 @@ class Communicator {
   PendingCollective all_gather(at::Tensor& output, const at::Tensor& input,
                                const std::string& name);
   // input is 1-D with world_size * output.numel() elements; output gets the sum over ranks of
-  // this rank's chunk. Blocking. Gloo in LibTorch 1.13 lacks reduce_scatter, so it runs as a
-  // ring of send/recv (bandwidth-optimal: each rank sends (N-1)/N of the input).
+  // this rank's chunk. Blocking. NCCL runs its reduce-scatter; Gloo in LibTorch 1.13 lacks one,
+  // so there it runs as a ring of send/recv (bandwidth-optimal: each rank sends (N-1)/N of the
+  // input).
   void reduce_scatter_sum(at::Tensor& output, const at::Tensor& input, const std::string& name);
   void barrier();
 
@@ -92,7 +101,8 @@ class Communicator {
 
  private:
   PendingCollective track(c10::intrusive_ptr<c10d::Work> work, const std::string& name,
-                          int64_t bytes, const detail::TimePoint& launch);
+                          int64_t bytes, const detail::TimePoint& launch,
+                          std::vector<at::Tensor> keep_alive = {});
 
   c10::intrusive_ptr<compat::CollectiveBackend> group_;
   int rank_;

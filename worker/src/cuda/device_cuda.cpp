@@ -24,10 +24,7 @@ namespace {
 class CudaTimeline : public Timeline {
  public:
   CudaTimeline(at::Device device, std::function<double()> clock)
-      : device_(device),
-        clock_(std::move(clock)),
-        completion_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())) {
-  }
+      : device_(device), clock_(std::move(clock)) {}
 
   void anchor() override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -44,11 +41,14 @@ class CudaTimeline : public Timeline {
     std::lock_guard<std::mutex> lock(mutex_);
     if (events_.empty()) anchor_locked();
     // Work::wait makes the current stream wait for the collective's stream (without blocking
-    // the host unless NCCL blocking wait is on); an event recorded after it on a side stream
-    // fires when the collective has finished, without delaying the compute stream.
-    c10::cuda::CUDAStreamGuard guard(completion_stream_);
+    // the host: NCCL_BLOCKING_WAIT=1 would make it block, and serialise overlapped buckets);
+    // an event recorded after it on a side stream fires when the collective has finished,
+    // without delaying the compute stream. Streams rotate through the pool, so one
+    // collective's completion event never queues behind another's.
+    auto stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
+    c10::cuda::CUDAStreamGuard guard(stream);
     work.wait();
-    return record_locked(completion_stream_);
+    return record_locked(stream);
   }
 
   double seconds(const TimePoint& point) override {
@@ -90,7 +90,6 @@ class CudaTimeline : public Timeline {
 
   at::Device device_;
   std::function<double()> clock_;
-  c10::cuda::CUDAStream completion_stream_;
   std::mutex mutex_;
   std::deque<at::cuda::CUDAEvent> events_;  // events_[0] is the anchor
   double anchor_host_s_ = 0;
