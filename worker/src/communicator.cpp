@@ -209,7 +209,7 @@ void Communicator::reduce_scatter_sum(at::Tensor& output, const at::Tensor& inpu
         .wait();
     return;
   }
-  // Ring reduce-scatter: in step s, rank r sends its running sum of chunk (r - s - 1) to rank
+  // Gloo (CPU) only. Ring reduce-scatter: in step s, rank r sends its running sum of chunk (r - s - 1) to rank
   // r + 1 and adds the chunk (r - s - 2) received from rank r - 1. After N - 1 steps rank r
   // holds the full sum of chunk r.
   at::Tensor accum = input.clone();
@@ -228,7 +228,6 @@ void Communicator::reduce_scatter_sum(at::Tensor& output, const at::Tensor& inpu
     chunk_of(rank_ - s - 2).add_(incoming);
   }
   output.copy_(chunk_of(rank_));
-  // On CUDA the waits above only order streams, so the end is a point in stream order too.
   PendingSpan span{name, launch, timeline_->mark(), static_cast<int64_t>(input.nbytes())};
   std::lock_guard<std::mutex> span_lock(spans_->mutex);
   spans_->spans.push_back(std::move(span));
