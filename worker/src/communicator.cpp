@@ -209,9 +209,9 @@ void Communicator::reduce_scatter_sum(at::Tensor& output, const at::Tensor& inpu
         .wait();
     return;
   }
-  // Gloo (CPU) only. Ring reduce-scatter: in step s, rank r sends its running sum of chunk (r - s -
-  // 1) to rank r + 1 and adds the chunk (r - s - 2) received from rank r - 1. After N - 1 steps
-  // rank r holds the full sum of chunk r.
+  // Gloo (CPU) only: a ring. In step s, rank r sends its running sum of chunk (r - s - 1) to
+  // rank r + 1 and adds the chunk (r - s - 2) received from rank r - 1. After N - 1 steps rank
+  // r holds the full sum of chunk r.
   at::Tensor accum = input.clone();
   at::Tensor incoming = at::empty({chunk}, input.options());
   const int n = world_size_;
