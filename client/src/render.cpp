@@ -93,6 +93,7 @@ std::string job_summary(const v1::GetJobReply& reply) {
   if (job.spec().has_ddp()) {
     out << "  model " << (job.spec().ddp().model().empty() ? "tiny" : job.spec().ddp().model())
         << "  strategy " << job.spec().ddp().strategy();
+    if (job.spec().ddp().device() == "cuda") out << "  device cuda";
   }
   out << "\n";
   for (const auto& t : job.history()) {
@@ -156,14 +157,17 @@ std::string jobs_table(const v1::ListJobsReply& jobs) {
 
 std::string workers_table(const v1::ListWorkersReply& workers) {
   std::ostringstream out;
-  out << format("%-20s %-6s %-12s %-22s %-5s %s\n", "WORKER", "STATE", "JOB", "ADDRESS", "CPUS",
-                "LAST SEEN");
+  out << format("%-20s %-6s %-12s %-22s %-5s %-5s %-10s %s\n", "WORKER", "STATE", "JOB", "ADDRESS",
+                "CPUS", "GPUS", "BACKENDS", "LAST SEEN");
   for (const auto& w : workers.workers()) {
     const std::string address =
         w.hello().advertised_host() + ":" + std::to_string(w.hello().rendezvous_port());
-    out << format("%-20s %-6s %-12s %-22s %-5d %s\n", w.hello().worker_id().c_str(),
+    std::string backends;
+    for (const auto& b : w.hello().backends()) backends += (backends.empty() ? "" : ",") + b;
+    out << format("%-20s %-6s %-12s %-22s %-5d %-5d %-10s %s\n", w.hello().worker_id().c_str(),
                   worker_state(w.state()).c_str(), w.job_id().empty() ? "-" : w.job_id().c_str(),
-                  address.c_str(), w.hello().cpu_count(),
+                  address.c_str(), w.hello().cpu_count(), w.hello().gpu_count(),
+                  backends.empty() ? "gloo" : backends.c_str(),
                   clock_time(w.last_seen_unix_time()).c_str());
   }
   return out.str();

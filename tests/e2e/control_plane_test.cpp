@@ -192,6 +192,10 @@ TEST(ControlPlane, JobWaitingTooLongForWorkersFailsWithTheReason) {
 // after --pending-timeout with the backend named, and never reaches a worker.
 TEST(ControlPlane, CudaJobsWaitForWorkersOfferingNccl) {
   Cluster cluster(1, "nccl-placement", {"--pending-timeout", "2"});
+  // `workers` shows what each worker offers: this CPU build, no GPU and gloo only.
+  const std::string table = cluster.ctl({"workers"}).out;
+  EXPECT_NE(table.find("GPUS  BACKENDS"), std::string::npos) << table;
+  EXPECT_NE(table.find(" 0     gloo "), std::string::npos) << table;
   const auto cuda = cluster.ctl({"submit", "ddp", "--device", "cuda", "--steps", "2"});
   ASSERT_EQ(cuda.exit_code, 0) << cuda.err;
   const std::string cuda_job = cuda.out.substr(0, cuda.out.find('\n'));
@@ -200,6 +204,7 @@ TEST(ControlPlane, CudaJobsWaitForWorkersOfferingNccl) {
   EXPECT_EQ(failed["state"], "FAILED");
   EXPECT_EQ(failed["error"], "waited 2 s for 1 idle workers offering nccl; 1 idle");
   EXPECT_TRUE(failed["workers"].empty()) << failed.dump();
+  EXPECT_NE(cluster.ctl({"show", cuda_job}).out.find("device cuda"), std::string::npos);
   // The worker was never given it, and takes a CPU job at once.
   const auto cpu =
       cluster.ctl({"submit", "ddp", "--steps", "2", "--batch", "2", "--context", "16"});
