@@ -1,6 +1,6 @@
 #include "control_client.h"
 
-#include "channel.h"
+#include "ddpd/service/channel.h"
 
 namespace ddpd::client {
 namespace {

@@ -12,11 +12,11 @@
 #include "control_client.h"
 #include "ddpd/comm_table.h"
 #include "ddpd/ddp_flags.h"
+#include "ddpd/spec_convert.h"
 #include "local_cluster.h"
 #include "plan_command.h"
 #include "plot.h"
 #include "render.h"
-#include "spec_convert.h"
 #include "trace.h"
 
 namespace {
@@ -200,7 +200,8 @@ int main(int argc, char** argv) {
   cancel->add_option("job", job_id, "Job id")->required();
   app.add_subcommand("workers", "List registered workers");
 
-  auto* plan = app.add_subcommand("plan", "Memory, mesh and bucket-size accounting (SPEC 3.3)");
+  auto* plan =
+      app.add_subcommand("plan", "Memory, mesh and bucket-size accounting (docs/planning.md)");
   client::PlanFlags plan_flags;
   client::add_plan_flags(*plan, plan_flags);
   auto* plan_bucket = plan->add_subcommand("bucket", "Recommend a DDP bucket size");

@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "ddpd/comm_table.h"
-#include "spec_convert.h"
+#include "ddpd/spec_convert.h"
 
 namespace ddpd::client {
 namespace {

@@ -1,6 +1,6 @@
 #include "coordinator_metrics.h"
 
-#include "metrics_endpoint.h"
+#include "ddpd/service/metrics_endpoint.h"
 
 #include <prometheus/collectable.h>
 #include <prometheus/counter.h>

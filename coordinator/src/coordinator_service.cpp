@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <set>
 
+#include "ddpd/spec_convert.h"
 #include "scheduling.h"
-#include "spec_convert.h"
 
 namespace ddpd::coordinator {
 namespace {
@@ -349,7 +349,7 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
                                            const v1::SubmitJobRequest* request, v1::Job* reply) {
   if (auto status = authorize(*context); !status.ok()) return status;
   try {
-    validate_spec(request->spec());
+    validate_spec(request->spec(), FieldNames::kProto);  // API callers know fields, not flags
   } catch (const OptionError& e) {
     return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
   }

@@ -12,7 +12,7 @@
 
 #include "coordinator_service.h"
 #include "ddpd/job_options.h"
-#include "logging.h"
+#include "ddpd/service/logging.h"
 
 namespace {
 
@@ -56,10 +56,7 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-host", metrics_options.bind_host,
                  "Address the /metrics endpoint listens on")
       ->capture_default_str();
-  app.add_option("--log-level", log_options.level, "trace, debug, info, warn, error, off")
-      ->capture_default_str();
-  app.add_option("--log-format", log_options.format, "text, or json (one object per line)")
-      ->capture_default_str();
+  ddpd::add_log_flags(app, log_options);
   try {
     app.parse(argc, argv);
     if (token.empty()) {

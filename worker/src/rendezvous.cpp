@@ -4,15 +4,12 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <stdexcept>
 #include <thread>
 
 #include "ddpd/communicator.h"
+#include "ddpd/net.h"
 #include "device.h"
 
 namespace ddpd {
@@ -32,30 +29,6 @@ int int_variable(const char* name, int fallback) {
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
-}
-
-// Polls until host:port accepts a TCP connection (rank 0's TCPStore is up) or `timeout`
-// passes. c10d's client retries a refused connection only once a second; polling first saves
-// that second on every job start.
-void wait_for_store(const std::string& host, int port, std::chrono::milliseconds timeout) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    addrinfo* found = nullptr;
-    if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) == 0) {
-      bool up = false;
-      for (addrinfo* a = found; a != nullptr && !up; a = a->ai_next) {
-        int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-        up = fd >= 0 && ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
-        if (fd >= 0) close(fd);
-      }
-      freeaddrinfo(found);
-      if (up) return;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
 }
 
 }  // namespace
@@ -103,7 +76,9 @@ std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
   }
   const std::string endpoint = options.master_addr + ":" + std::to_string(options.master_port);
   c10::intrusive_ptr<c10d::Store> store;
-  if (options.rank != 0) wait_for_store(options.master_addr, options.master_port, options.timeout);
+  // c10d's client retries a refused connection only once a second; polling for rank 0's store
+  // first saves that second on every job start. A store that never comes up fails below.
+  if (options.rank != 0) wait_for_port(options.master_addr, options.master_port, options.timeout);
   try {
     c10d::TCPStoreOptions store_options;
     store_options.port = static_cast<std::uint16_t>(options.master_port);

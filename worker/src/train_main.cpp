@@ -9,19 +9,17 @@
 #include <iostream>
 
 #include "ddpd/ddp_flags.h"
+#include "ddpd/local_run.h"
 #include "ddpd/rendezvous.h"
 #include "ddpd/result_json.h"
 #include "ddpd/trainer.h"
-#include "device.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"ddpd-train: one DDP job on the training core (torchrun-style environment)"};
   ddpd::DdpJobOptions options;
   ddpd::add_ddp_flags(app, options);
-  std::string snapshot_path;
-  app.add_option("--cuda-memory-snapshot", snapshot_path,
-                 "After the last step, write the CUDA allocator's segments as JSON here "
-                 "(.rankR appended when WORLD_SIZE > 1; --device cuda)");
+  ddpd::LocalRunOptions local;
+  ddpd::add_local_run_flags(app, local);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -33,14 +31,10 @@ int main(int argc, char** argv) {
   try {
     const auto rendezvous = ddpd::rendezvous_for_job(options);
     rank = rendezvous.rank;
-    if (!snapshot_path.empty() && options.device != "cuda") {
-      throw ddpd::OptionError("--cuda-memory-snapshot", "needs --device cuda");
-    }
+    ddpd::validate(local, options);
     ddpd::Trainer trainer(options, ddpd::connect(rendezvous));
     const auto result = trainer.run();
-    if (!snapshot_path.empty()) {
-      ddpd::detail::write_cuda_memory_snapshot(snapshot_path, rank, rendezvous.world_size);
-    }
+    ddpd::finish_local_run(local, rank, rendezvous.world_size);
     if (rank == 0) std::cout << ddpd::to_json(result).dump() << std::endl;
     return 0;
   } catch (const std::invalid_argument& e) {  // a flag, the environment, or the device

@@ -15,17 +15,17 @@
 #include <memory>
 #include <thread>
 
-#include "daemon/worker_daemon.h"
-#include "daemon/worker_metrics.h"
 #include "ddpd/comm_bench.h"
 #include "ddpd/comm_table.h"
 #include "ddpd/communicator.h"
 #include "ddpd/ddp_flags.h"
+#include "ddpd/local_run.h"
 #include "ddpd/rendezvous.h"
 #include "ddpd/result_json.h"
+#include "ddpd/service/logging.h"
 #include "ddpd/trainer.h"
-#include "device.h"
-#include "logging.h"
+#include "worker_daemon.h"
+#include "worker_metrics.h"
 
 namespace {
 
@@ -72,8 +72,10 @@ void keep_freed_memory_for_reuse() {
 }
 
 void print_summary(const ddpd::DdpJobOptions& o, int world, const ddpd::TrainingResult& r) {
-  std::printf("SUCCEEDED  model=%s strategy=%s world=%d steps=%ld\n", o.model.c_str(),
-              o.strategy.c_str(), world, static_cast<long>(o.steps));
+  // The synchronisation that ran, which at world size 1 is none whatever --strategy said.
+  std::printf("SUCCEEDED  model=%s sync=%s%s world=%d steps=%ld\n", o.model.c_str(),
+              r.synchronization.c_str(), r.optimizer_sharding ? "+zero1" : "", world,
+              static_cast<long>(o.steps));
   for (const auto& s : r.steps) {
     std::printf(
         "step %3ld  loss %.4f  step %.1f ms  exposed comm %.1f ms  comm frac %.3f  spread %s\n",
@@ -148,10 +150,8 @@ int main(int argc, char** argv) {
                   "Serve Prometheus /metrics on this port + LOCAL_RANK (0: off)")
       ->capture_default_str();
   ddp->add_option("--job-id", run_job_id, "The job_id label of the metrics")->capture_default_str();
-  std::string snapshot_path;
-  ddp->add_option("--cuda-memory-snapshot", snapshot_path,
-                  "After the last step, write the CUDA allocator's segments as JSON here "
-                  "(.rankR appended when WORLD_SIZE > 1; --device cuda)");
+  ddpd::LocalRunOptions local_run;
+  ddpd::add_local_run_flags(*ddp, local_run);
   auto* comm_cmd = run->add_subcommand("comm", "Collective benchmark (nccl-tests style)");
   ddpd::CommBenchOptions comm_options;
   std::string backend = "gloo";
@@ -200,10 +200,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   ddpd::LogOptions log_options;
   log_options.level = "warn";
-  app.add_option("--log-level", log_options.level, "trace, debug, info, warn, error, off")
-      ->capture_default_str();
-  app.add_option("--log-format", log_options.format, "text, or json (one object per line)")
-      ->capture_default_str();
+  ddpd::add_log_flags(app, log_options);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -228,9 +225,7 @@ int main(int argc, char** argv) {
   ddpd::RendezvousOptions rendezvous;
   try {
     rendezvous = ddpd::rendezvous_for_job(options);
-    if (!snapshot_path.empty() && options.device != "cuda") {
-      throw ddpd::OptionError("--cuda-memory-snapshot", "needs --device cuda");
-    }
+    ddpd::validate(local_run, options);
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
@@ -258,10 +253,7 @@ int main(int argc, char** argv) {
                    s.step_seconds * 1e3);
     });
     metrics.record_memory(result.memory, /*final_points=*/true);
-    if (!snapshot_path.empty()) {
-      ddpd::detail::write_cuda_memory_snapshot(snapshot_path, rendezvous.rank,
-                                               rendezvous.world_size);
-    }
+    ddpd::finish_local_run(local_run, rendezvous.rank, rendezvous.world_size);
     metrics.job_finished(true);
     if (prints_result) {
       if (json) {

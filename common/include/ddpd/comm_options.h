@@ -1,5 +1,5 @@
-// Collective-benchmark options and the plain arithmetic around them (SPEC §3.1): no LibTorch, so
-// the coordinator and ddpctl can validate and report comm jobs too.
+// Collective-benchmark options and the plain arithmetic around them (docs/metrics.md): no LibTorch,
+// so the coordinator and ddpctl can validate and report comm jobs too.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,8 @@
 // The one logging set-up for ddpd-coordinator, ddpd-worker and ddpctl (spdlog's default logger).
 #pragma once
 
+#include <CLI/CLI.hpp>
+
 #include <string>
 
 namespace ddpd {
@@ -19,5 +21,8 @@ struct LogOptions {
 // fields into JSON fields ({"time", "level", "job", "rank", "step", "msg"}), so collectors can
 // filter on them without parsing text.
 void configure_logging(const LogOptions& options);
+
+// --log-level and --log-format on `app`, defaulting to what `options` holds.
+void add_log_flags(CLI::App& app, LogOptions& options);
 
 }  // namespace ddpd

@@ -1,4 +1,4 @@
-#include "metrics_endpoint.h"
+#include "ddpd/service/metrics_endpoint.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

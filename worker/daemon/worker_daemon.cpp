@@ -1,10 +1,7 @@
-#include "daemon/worker_daemon.h"
+#include "worker_daemon.h"
 
-#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
-#include <netinet/in.h>
 #include <spdlog/spdlog.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -14,29 +11,19 @@
 #include <random>
 #include <thread>
 
-#include "channel.h"
 #include "ddpd/comm_bench.h"
 #include "ddpd/communicator.h"
+#include "ddpd/local_run.h"
+#include "ddpd/net.h"
 #include "ddpd/rendezvous.h"
 #include "ddpd/result_json.h"
+#include "ddpd/service/channel.h"
+#include "ddpd/spec_convert.h"
 #include "ddpd/trainer.h"
 #include "ddpd/v1/ddpd.grpc.pb.h"
-#include "device.h"
-#include "spec_convert.h"
 
 namespace ddpd {
 namespace {
-
-bool can_bind(const std::string& host, int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) addr.sin_addr.s_addr = INADDR_ANY;
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  close(fd);
-  return ok;
-}
 
 // The port this worker's TCPStore will use whenever it is rank 0. It stays reserved only by
 // convention between jobs, so it is taken below Linux's default ephemeral range (32768–60999):
@@ -285,9 +272,9 @@ int WorkerDaemon::run() {
                                 ? o.rendezvous_port
                                 : pick_rendezvous_port(o.advertise_host, o.worker_id));
   hello.set_cpu_count(static_cast<int>(std::thread::hardware_concurrency()));
-  hello.set_gpu_count(detail::cuda_device_count());
+  hello.set_gpu_count(visible_cuda_devices());
   hello.add_backends("gloo");
-  if (detail::cuda_device_count() > o.cuda_device) hello.add_backends("nccl");
+  if (visible_cuda_devices() > o.cuda_device) hello.add_backends("nccl");
   auto channel = coordinator_channel(o.coordinator, o.tls_ca);
   auto stub = v1::Coordinator::NewStub(channel);
   while (!impl_->stopping) {

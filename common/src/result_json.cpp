@@ -28,11 +28,14 @@ nlohmann::json to_json(const TrainingResult& result) {
                      {"exposed_comm_seconds", s.exposed_comm_seconds},
                      {"comm_fraction", s.comm_fraction},
                      {"tokens_per_second", s.tokens_per_second},
+                     {"gradient_sync_bytes", s.gradient_sync_bytes},
                      {"param_spread",
                       s.param_spread ? nlohmann::json(*s.param_spread) : nlohmann::json(nullptr)}});
   }
   const auto& sum = result.summary;
   return {{"state", "SUCCEEDED"},
+          {"synchronization", result.synchronization},
+          {"optimizer_sharding", result.optimizer_sharding},
           {"summary",
            {{"final_loss", sum.final_loss},
             {"median_step_seconds", sum.median_step_seconds},

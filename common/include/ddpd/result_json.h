@@ -4,13 +4,12 @@
 #include <nlohmann/json.hpp>
 
 #include "ddpd/comm_options.h"
-#include "ddpd/trainer.h"
+#include "ddpd/training_result.h"
 
 namespace ddpd {
 
 nlohmann::json to_json(const TrainingResult& result);
 nlohmann::json to_json(const CommBenchResult& result);
 nlohmann::json failure_json(const std::string& error);
-
 
 }  // namespace ddpd

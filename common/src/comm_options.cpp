@@ -12,10 +12,6 @@ namespace {
 
 constexpr int64_t kMaxBytes = int64_t{8} << 30;
 
-void require(bool ok, const char* flag, const std::string& reason) {
-  if (!ok) throw OptionError(flag, reason);
-}
-
 }  // namespace
 
 const std::vector<std::string>& collective_names() {

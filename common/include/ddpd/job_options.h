@@ -11,7 +11,7 @@
 
 namespace ddpd {
 
-// Shape of the Transformer LM of SPEC §3.2.
+// Shape of the Transformer LM (worker/include/ddpd/model.h).
 struct ModelConfig {
   int64_t vocab_size = 10000;
   int64_t d_model = 64;
@@ -19,7 +19,7 @@ struct ModelConfig {
   int64_t num_layers = 2;
   int64_t num_heads = 4;
   double rope_theta = 10000.0;
-  // The LM head reuses the embedding matrix. Off in every preset (SPEC: untied head); tests use
+  // The LM head reuses the embedding matrix. Off in every preset (an untied head); tests use
   // it to check that a parameter shared by two modules is synchronised once.
   bool tie_embeddings = false;
   // Attention by the tiled FlashAttention-2 algorithm (kernels/) instead of the full score
@@ -27,7 +27,7 @@ struct ModelConfig {
   bool flash_attention = false;
 };
 
-// Preset names in SPEC order: tiny, small, medium, large, xl, 2.7B.
+// Preset names, smallest first: tiny, small, medium, large, xl, 2.7B.
 const std::vector<std::string>& model_preset_names();
 // Throws OptionError(--model) for an unknown name.
 ModelConfig model_preset(const std::string& name);
@@ -50,6 +50,9 @@ class OptionError : public std::invalid_argument {
  private:
   std::string flag_;
 };
+
+// Throws OptionError(flag, reason) unless `ok`: the one check every validator is written with.
+void require(bool ok, const std::string& flag, const std::string& reason);
 
 struct DdpJobOptions {
   std::string model = "tiny";         // preset name; the overrides below win

@@ -23,7 +23,7 @@ ModelConfig shape(int64_t d_model, int64_t d_ff, int64_t layers, int64_t heads) 
   return config;
 }
 
-// SPEC §3.2 presets; vocab 10000 in all of them.
+// The model presets, smallest first; vocab 10000 in all of them.
 const std::map<std::string, ModelConfig>& presets() {
   static const std::map<std::string, ModelConfig> table = {
       {"tiny", shape(64, 256, 2, 4)},        {"small", shape(768, 3072, 12, 12)},
@@ -33,11 +33,11 @@ const std::map<std::string, ModelConfig>& presets() {
   return table;
 }
 
-void require(bool ok, const char* flag, const std::string& reason) {
+}  // namespace
+
+void require(bool ok, const std::string& flag, const std::string& reason) {
   if (!ok) throw OptionError(flag, reason);
 }
-
-}  // namespace
 
 const std::vector<std::string>& model_preset_names() {
   static const std::vector<std::string> names = {"tiny", "small", "medium", "large", "xl", "2.7B"};

@@ -1,4 +1,4 @@
-#include "channel.h"
+#include "ddpd/service/channel.h"
 
 #include <fstream>
 #include <sstream>

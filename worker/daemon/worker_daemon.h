@@ -4,7 +4,7 @@
 #include <memory>
 #include <string>
 
-#include "daemon/worker_metrics.h"
+#include "worker_metrics.h"
 
 namespace ddpd {
 

@@ -1,4 +1,7 @@
-#include "spec_convert.h"
+#include "ddpd/spec_convert.h"
+
+#include <algorithm>
+#include <map>
 
 namespace ddpd {
 
@@ -105,7 +108,30 @@ std::string kind_name(const v1::JobSpec& spec) {
   }
 }
 
-void validate_spec(const v1::JobSpec& spec) {
+std::string proto_field(const std::string& flag) {
+  // Flags whose field is not the flag's own name in snake_case.
+  static const std::map<std::string, std::string> renamed = {
+      {"--layers", "num_layers"},
+      {"--heads", "num_heads"},
+      {"--vocab", "vocab_size"},
+      {"--context", "context_length"},
+      {"--batch", "batch_size"},
+      {"--bucket-mb", "bucket_size_mb"},
+      {"--timeout", "collective_timeout_s"},
+      {"--collective", "collectives"},
+      {"--sizes", "sizes_bytes"},
+      {"WORLD_SIZE", "world_size"},
+  };
+  if (auto it = renamed.find(flag); it != renamed.end()) return it->second;
+  if (flag.rfind("--", 0) != 0) return flag;  // already a field name ("kind")
+  std::string field = flag.substr(2);
+  std::replace(field.begin(), field.end(), '-', '_');
+  return field;
+}
+
+namespace {
+
+void validate_spec_flags(const v1::JobSpec& spec) {
   if (spec.world_size() < 1) {
     throw OptionError("--world-size", "must be >= 1, got " + std::to_string(spec.world_size()));
   }
@@ -125,6 +151,18 @@ void validate_spec(const v1::JobSpec& spec) {
     }
     case v1::JobSpec::KIND_NOT_SET:
       throw OptionError("kind", "the job spec names no job kind");
+  }
+}
+
+}  // namespace
+
+void validate_spec(const v1::JobSpec& spec, FieldNames names) {
+  try {
+    validate_spec_flags(spec);
+  } catch (const OptionError& e) {
+    if (names == FieldNames::kFlag) throw;
+    // what() is "<flag>: <reason>"; keep the reason, name the field.
+    throw OptionError(proto_field(e.flag()), std::string(e.what()).substr(e.flag().size() + 2));
   }
 }
 

@@ -1,4 +1,4 @@
-#include "logging.h"
+#include "ddpd/service/logging.h"
 
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -93,6 +93,13 @@ class JsonMessageFlag final : public spdlog::custom_flag_formatter {
 };
 
 }  // namespace
+
+void add_log_flags(CLI::App& app, LogOptions& options) {
+  app.add_option("--log-level", options.level, "trace, debug, info, warn, error, off")
+      ->capture_default_str();
+  app.add_option("--log-format", options.format, "text, or json (one object per line)")
+      ->capture_default_str();
+}
 
 void configure_logging(const LogOptions& options) {
   const auto level = spdlog::level::from_str(options.level);

@@ -1,6 +1,6 @@
-#include "daemon/worker_metrics.h"
+#include "worker_metrics.h"
 
-#include "metrics_endpoint.h"
+#include "ddpd/service/metrics_endpoint.h"
 
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>

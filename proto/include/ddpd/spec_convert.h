@@ -26,9 +26,19 @@ CommJob from_proto(const v1::CommSpec& spec);
 // The job kind's name: "ddp", "comm" or "unknown".
 std::string kind_name(const v1::JobSpec& spec);
 
-// Validates a submitted spec. Throws OptionError naming the field (a CLI flag name, or
-// "world_size" / "kind") and the reason.
-void validate_spec(const v1::JobSpec& spec);
+// How validate_spec's OptionError names the wrong field: by the ddpctl flag that sets it
+// ("--batch"), for ddpctl, which checks specs built from flags before submitting; or by the
+// field's name in the API's messages ("batch_size"), for the coordinator's INVALID_ARGUMENT
+// replies to callers that never saw a flag.
+enum class FieldNames { kFlag, kProto };
+
+// Validates a submitted spec. Throws OptionError naming the field (see FieldNames; "kind" when
+// the spec names no job kind) and the reason.
+void validate_spec(const v1::JobSpec& spec, FieldNames names = FieldNames::kFlag);
+
+// The JobSpec / DdpSpec / CommSpec field a ddpctl flag sets: "--batch" -> "batch_size",
+// "--world-size" -> "world_size", "--timeout" -> "collective_timeout_s".
+std::string proto_field(const std::string& flag);
 
 std::string to_string(v1::JobState state);
 bool is_terminal(v1::JobState state);

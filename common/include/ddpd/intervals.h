@@ -1,5 +1,5 @@
 // Time-interval arithmetic shared by the trainer (comm time per step) and ddpctl (timelines).
-// Plain C++: part of ddpd_job_options, which the client links without LibTorch.
+// Plain C++: part of ddpd_common, which every layer links (no LibTorch).
 #pragma once
 
 #include <vector>

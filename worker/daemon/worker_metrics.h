@@ -24,7 +24,7 @@ struct WorkerMetricsOptions {
 //   ddpd_comm_fraction, ddpd_loss, ddpd_tokens_per_second, ddpd_param_spread   last step's
 //   ddpd_steps_total                      steps finished
 //   ddpd_memory_bytes{kind, point}        parameters, gradients, optimizer_state, peak at
-//                                         after_init, before_step, after_step (SPEC §3.2)
+//                                         after_init, before_step, after_step
 //   ddpd_comm_{time_seconds, algbw_bytes_per_second, busbw_bytes_per_second}
 //                                         {collective, size_bytes, world_size}: comm jobs
 //   ddpd_worker_busy, ddpd_worker_jobs_total{kind, result}

@@ -1,0 +1,23 @@
+// Small TCP helpers used wherever a port is chosen or awaited: the rendezvous (waiting for rank
+// 0's store), the worker daemon (its rendezvous port), ddpctl local and the tests. They sit in
+// the bottom library because both the training core and the daemons need them; plain POSIX.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+namespace ddpd {
+
+// True when a TCP socket can bind host:port now (host: an IPv4 literal; anything else binds
+// all interfaces).
+bool can_bind(const std::string& host, int port);
+
+// A port the kernel hands out as free on `host` (bound to port 0, then released). Racy by
+// nature: another process may take it before the caller binds it.
+int free_port(const std::string& host = "127.0.0.1");
+
+// Polls until host:port accepts a TCP connection or `timeout` passes; returns whether it did.
+// `host` may be a name or an IPv4/IPv6 literal.
+bool wait_for_port(const std::string& host, int port, std::chrono::milliseconds timeout);
+
+}  // namespace ddpd

@@ -1,0 +1,77 @@
+// What a DDP training job reports: per-step measurements, their summary and memory. Plain C++,
+// shared by the training core that fills it, the worker daemon that streams it and the result
+// JSON (docs/metrics.md).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddpd {
+
+// One interval of a step on one rank, for timelines. Times are unix seconds (see
+// Communicator::unix_seconds) so that the ranks' tracks line up.
+struct TraceSpan {
+  std::string name;  // zero_grad, gather, forward, backward, wait, optimizer, or a collective's
+  bool communication = false;  // a collective from launch to completion (else the step's thread)
+  double begin_unix_s = 0;
+  double end_unix_s = 0;
+};
+
+struct StepMetrics {
+  int64_t step = 0;
+  double loss = 0;  // mean over ranks
+  double step_seconds = 0;
+  double forward_seconds = 0;
+  double backward_seconds = 0;
+  double optimizer_seconds = 0;
+  double comm_seconds = 0;          // union of collective spans within the step
+  double exposed_comm_seconds = 0;  // time the step waited on communication outside backward
+  double comm_fraction = 0;         // exposed_comm_seconds / step_seconds
+  double tokens_per_second = 0;     // global tokens / step_seconds
+  // Bytes this rank put into the step's gradient all-reduces and reduce-scatters: what gradient
+  // synchronisation moved (the trainable parameters' bytes for the replicated strategies).
+  int64_t gradient_sync_bytes = 0;
+  std::optional<double> param_spread;  // measured every spread_every steps
+  // The step's phases (zero_grad, gather, forward, backward, wait, optimizer) and every
+  // collective launched within it: a handful of records per step, from timestamps the step
+  // reads anyway.
+  std::vector<TraceSpan> spans;
+};
+
+struct MemoryBytes {
+  int64_t param_bytes = 0;
+  int64_t grad_bytes = 0;
+  int64_t optimizer_state_bytes = 0;
+  int64_t peak_bytes = 0;  // CUDA allocator peak, or the process's peak RSS on CPU
+};
+
+struct MemoryProfile {
+  MemoryBytes after_init;
+  MemoryBytes before_step;  // of the last step
+  MemoryBytes after_step;   // of the last step
+};
+
+struct TrainingSummary {
+  double final_loss = 0;
+  double median_step_seconds = 0;
+  double std_step_seconds = 0;
+  double max_param_spread = 0;
+  double tokens_per_second = 0;  // global tokens / median step time
+  double median_comm_fraction = 0;
+};
+
+struct TrainingResult {
+  // The synchronisation that ran: the strategy's name, or "none" at world size 1.
+  std::string synchronization;
+  bool optimizer_sharding = false;  // ZeRO-1 ran (asked for, and more than one rank)
+  std::vector<StepMetrics> steps;
+  TrainingSummary summary;
+  MemoryProfile memory;
+};
+
+// Summary over steps[warmup_steps:] (all steps when that leaves none).
+TrainingSummary summarize(const std::vector<StepMetrics>& steps, int64_t warmup_steps);
+
+}  // namespace ddpd
