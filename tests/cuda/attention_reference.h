@@ -4,10 +4,13 @@
 
 #include <cuda_bf16.h>
 
+#include <gtest/gtest.h>
 #include <algorithm>
 #include <cmath>
+
 #include <ostream>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace ddpd::kernels::cuda {
@@ -26,6 +29,13 @@ constexpr int kBatchHeads = 3;
 // Test names show the case, not its bytes.
 inline void PrintTo(const Case& c, std::ostream* os) {
   *os << "t=" << c.t << " d=" << c.d << (c.causal ? " causal" : "") << (c.bf16 ? " bf16" : " fp32");
+}
+
+// A GoogleTest parameter name: t77_d64_causal_fp32.
+inline std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  return "t" + std::to_string(c.t) + "_d" + std::to_string(c.d) + (c.causal ? "_causal" : "_full") +
+         (c.bf16 ? "_bf16" : "_fp32");
 }
 
 inline double tolerance_for(const Case& c) { return c.bf16 ? 5e-2 : 2e-4; }

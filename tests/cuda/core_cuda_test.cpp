@@ -86,7 +86,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FlashCudaOp,
                                            AttentionCase{130, 64, false, torch::kFloat32},
                                            AttentionCase{200, 128, true, torch::kFloat32},
                                            AttentionCase{130, 64, true, torch::kBFloat16},
-                                           AttentionCase{96, 128, false, torch::kBFloat16}));
+                                           AttentionCase{96, 128, false, torch::kBFloat16}),
+                         [](const auto& info) {
+                           const AttentionCase& c = info.param;
+                           return "t" + std::to_string(c.t) + "_d" + std::to_string(c.d) +
+                                  (c.causal ? "_causal" : "_full") +
+                                  (c.dtype == torch::kBFloat16 ? "_bf16" : "_fp32");
+                         });
 
 // Head dims the kernels lack take the tiled LibTorch path on the GPU, with the same values.
 TEST(FlashCuda, OtherHeadDimsFallBackToTheTiledPath) {
@@ -215,7 +221,14 @@ INSTANTIATE_TEST_SUITE_P(
     Strategies, CudaNccl,
     ::testing::Values(std::vector<std::string>{"--strategy", "bucketed", "--bucket-mb", "0.05"},
                       std::vector<std::string>{"--strategy", "fsdp"},
-                      std::vector<std::string>{"--strategy", "overlap", "--shard-optimizer"}));
+                      std::vector<std::string>{"--strategy", "overlap", "--shard-optimizer"}),
+    [](const auto& info) {
+      std::string name = info.param[1];  // the strategy
+      for (const auto& flag : info.param) {
+        if (flag == "--shard-optimizer") name += "_zero1";
+      }
+      return name;
+    });
 
 // Two GPUs, two ranks as threads of this process: the NCCL comm benchmark checks every
 // collective's values, sizes not divisible by the world size included.

@@ -76,7 +76,7 @@ TEST_P(FlashCuda, MatchesNaiveAttention) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, FlashCuda, ::testing::ValuesIn(kCases));
+INSTANTIATE_TEST_SUITE_P(Shapes, FlashCuda, ::testing::ValuesIn(kCases), case_name);
 
 TEST(FlashCudaShapes, RejectsUnsupportedHeadDim) {
   const AttentionShape shape{1, 16, 48, true};

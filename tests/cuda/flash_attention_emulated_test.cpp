@@ -91,7 +91,7 @@ TEST_P(FlashCudaEmulated, KernelBodiesMatchNaiveAttention) {
   EXPECT_LT(max_error(got.dv, ref.dv), tolerance);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, FlashCudaEmulated, ::testing::ValuesIn(kCases));
+INSTANTIATE_TEST_SUITE_P(Shapes, FlashCudaEmulated, ::testing::ValuesIn(kCases), case_name);
 
 }  // namespace
 }  // namespace ddpd::kernels::cuda

@@ -26,12 +26,13 @@ inline nlohmann::json load_json(const std::string& path) {
   return nlohmann::json::parse(in);
 }
 
-// Runs the helper with `args` as `world` ranks (world 1: no WORLD_SIZE, a plain single
-// process). Every rank must exit 0. Returns the output prefix.
-inline std::string run_helper(const std::string& name, std::vector<std::string> args, int world) {
+// Runs `ddpd-test-rank MODE` with `args` as `world` ranks (world 1: no WORLD_SIZE, a plain
+// single process). Every rank must exit 0. Returns the output prefix.
+inline std::string run_helper(const std::string& name, std::vector<std::string> args, int world,
+                              const std::string& mode = "train") {
   const std::string prefix = temp_dir() + "/" + name + "-w" + std::to_string(world);
-  std::vector<std::string> argv{rank_helper(), "--out", prefix,      "--model", "tiny",
-                                "--context",   "16",    "--threads", "1"};
+  std::vector<std::string> argv{rank_helper(), mode,        "--out", prefix,      "--model",
+                                "tiny",        "--context", "16",    "--threads", "1"};
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<ProcessOutcome> outcomes;
   if (world == 1) {

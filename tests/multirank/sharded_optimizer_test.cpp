@@ -1,13 +1,16 @@
-// ZeRO-1: state only for owned parameters, ownership balanced by size, add_param_group after
-// construction, and the same updates as unsharded AdamW.
+// ZeRO-1's ShardedOptimizer as a unit (ddpd-test-rank zero1: the same synthetic gradients on
+// every rank, no model step): state only for owned parameters, ownership balanced by size,
+// add_param_group after construction, and the same updates as unsharded AdamW. Its use inside
+// training is covered by the strategy equivalence suite (the *_zero1 cases).
 #include "multirank/multirank_test_util.h"
 
 namespace ddpd::testing {
 namespace {
 
 std::vector<std::string> flags(bool shard) {
-  std::vector<std::string> f{"--strategy", "flat", "--batch", "6",    "--steps",        "10",
-                             "--seed",     "3",    "--lr",    "0.01", "--add-group-at", "2"};
+  std::vector<std::string> f{"--batch", "6",    "--steps",        "10",      "--seed",
+                             "3",       "--lr", "0.01",           "--beta1", "0.85",
+                             "--beta2", "0.99", "--add-group-at", "2"};
   if (shard) f.push_back("--shard-optimizer");
   return f;
 }
@@ -16,8 +19,8 @@ class ShardedOptimizerTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(ShardedOptimizerTest, MatchesUnshardedAdamWWithGroupAddedMidRun) {
   const int world = GetParam();
-  const std::string sharded = run_helper("zero1-sharded", flags(true), world);
-  const std::string plain = run_helper("zero1-plain", flags(false), world);
+  const std::string sharded = run_helper("zero1-sharded", flags(true), world, "zero1");
+  const std::string plain = run_helper("zero1-plain", flags(false), world, "zero1");
   const auto expected = load_tensors(rank_file(plain, 0, "final.pt"));
   const auto init = load_tensors(rank_file(plain, 0, "init_synced.pt"));
   for (int r = 0; r < world; ++r) {
@@ -36,7 +39,7 @@ TEST_P(ShardedOptimizerTest, MatchesUnshardedAdamWWithGroupAddedMidRun) {
 
 TEST_P(ShardedOptimizerTest, StateOnlyForOwnedParametersAndBalancedBySize) {
   const int world = GetParam();
-  const std::string prefix = run_helper("zero1-state", flags(true), world);
+  const std::string prefix = run_helper("zero1-state", flags(true), world, "zero1");
   std::vector<int64_t> owned;
   int64_t total_state = 0;
   for (int r = 0; r < world; ++r) {

@@ -1,10 +1,13 @@
-// Every strategy, with and without the sharded optimizer, at world sizes 2 and 3: after several
-// AdamW steps all ranks agree and match single-process training on the concatenated batch.
+// Every strategy, with and without the sharded optimizer, at world sizes 2 and 3, run by the
+// product's Trainer: all ranks agree, and match single-process training on the same global
+// batch — the averaged gradients at every step, and the parameters after several AdamW steps.
 #include "ddpd/job_options.h"
 #include "multirank/multirank_test_util.h"
 
 namespace ddpd::testing {
 namespace {
+
+constexpr int kSteps = 4;
 
 struct Case {
   std::string strategy;
@@ -12,16 +15,26 @@ struct Case {
   int world;
 };
 
+// Test names and GoogleTest's parameter lines show the case, not its bytes.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.strategy << (c.shard_optimizer ? " + ZeRO-1" : "") << " on " << c.world << " ranks";
+}
+
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  return info.param.strategy + (info.param.shard_optimizer ? "_sharded" : "") + "_w" +
+  return info.param.strategy + (info.param.shard_optimizer ? "_zero1" : "") + "_w" +
          std::to_string(info.param.world);
 }
 
 // Common training flags: global batch 6 divides by 1, 2 and 3; 0.05 MiB buckets are smaller
-// than the 2.5 MiB embedding and give many buckets.
+// than the 2.5 MiB embedding and give many buckets. The AdamW options are not the defaults, so
+// a trainer that ignored them would not match the reference, which the test below checks
+// honours them.
 std::vector<std::string> training_flags(const std::string& strategy) {
-  return {"--strategy", strategy, "--bucket-mb", "0.05", "--batch", "6",
-          "--steps",    "4",      "--seed",      "7",    "--lr",    "0.01"};
+  return {"--strategy", strategy, "--bucket-mb",    "0.05",
+          "--batch",    "6",      "--steps",        std::to_string(kSteps),
+          "--seed",     "7",      "--lr",           "0.01",
+          "--beta1",    "0.8",    "--beta2",        "0.95",
+          "--eps",      "1e-6",   "--weight-decay", "0.05"};
 }
 
 // The single-process reference, computed once per flag set.
@@ -36,14 +49,15 @@ const std::string& reference(const std::vector<std::string>& extra) {
   return cache[extra] = run_helper(name, args, 1);
 }
 
-// The first step's averaged gradients as full tensors; fsdp ranks hold shards, so theirs are
+// Step `step`'s averaged gradients as full tensors; fsdp ranks hold shards, so theirs are
 // concatenated over ranks and the padding dropped.
-std::vector<torch::Tensor> full_gradients(const std::string& prefix, int rank, const Case& c) {
-  auto grads = load_tensors(rank_file(prefix, rank, "grads0.pt"));
+std::vector<torch::Tensor> full_gradients(const std::string& prefix, int rank, int step,
+                                          const Case& c) {
+  const std::string file = "grads" + std::to_string(step) + ".pt";
+  auto grads = load_tensors(rank_file(prefix, rank, file));
   if (c.strategy != "fsdp") return grads;
   std::vector<std::vector<torch::Tensor>> shards;
-  for (int r = 0; r < c.world; ++r)
-    shards.push_back(load_tensors(rank_file(prefix, r, "grads0.pt")));
+  for (int r = 0; r < c.world; ++r) shards.push_back(load_tensors(rank_file(prefix, r, file)));
   const auto shapes = load_tensors(rank_file(prefix, rank, "init_synced.pt"));
   std::vector<torch::Tensor> full;
   for (size_t i = 0; i < grads.size(); ++i) {
@@ -54,16 +68,23 @@ std::vector<torch::Tensor> full_gradients(const std::string& prefix, int rank, c
   return full;
 }
 
+// Largest |a - b| relative to the largest |b| over all tensors.
+double max_relative_diff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  double scale = 0;
+  for (const auto& t : b) scale = std::max(scale, t.abs().max().item<double>());
+  return max_abs_diff(a, b) / std::max(scale, 1e-30);
+}
+
 class StrategyEquivalence : public ::testing::TestWithParam<Case> {};
 
-TEST_P(StrategyEquivalence, RanksAgreeAndMatchSingleProcess) {
+TEST_P(StrategyEquivalence, RanksAgreeAndMatchSingleProcessAtEveryStep) {
   const Case c = GetParam();
   auto args = training_flags(c.strategy);
   if (c.shard_optimizer) args.push_back("--shard-optimizer");
   const std::string prefix = run_helper(case_name({c, 0}), args, c.world);
-  const auto expected = load_tensors(rank_file(reference({}), 0, "final.pt"));
-  const auto expected_init = load_tensors(rank_file(reference({}), 0, "init_synced.pt"));
-  const auto expected_grads = load_tensors(rank_file(reference({}), 0, "grads0.pt"));
+  const std::string& ref = reference({});
+  const auto expected = load_tensors(rank_file(ref, 0, "final.pt"));
+  const auto expected_init = load_tensors(rank_file(ref, 0, "init_synced.pt"));
 
   const auto rank0_local = load_tensors(rank_file(prefix, 0, "init_local.pt"));
   for (int r = 0; r < c.world; ++r) {
@@ -76,15 +97,25 @@ TEST_P(StrategyEquivalence, RanksAgreeAndMatchSingleProcess) {
     // ... construction broadcasts rank 0's, which is what single-process training starts from.
     EXPECT_EQ(max_abs_diff(load_tensors(rank_file(prefix, r, "init_synced.pt")), expected_init), 0)
         << "rank " << r;
+    // The averaged gradients equal the single-process gradients of the whole batch at every
+    // step. AdamW is scale-invariant, so parameters alone would not catch a sum that was never
+    // divided by N; 1e-4 relative is float summation order, far below a factor of N.
+    for (int step = 0; step < kSteps; ++step) {
+      const auto expected_grads =
+          load_tensors(rank_file(ref, 0, "grads" + std::to_string(step) + ".pt"));
+      EXPECT_LT(max_relative_diff(full_gradients(prefix, r, step, c), expected_grads), 1e-4)
+          << "rank " << r << " step " << step;
+    }
     const auto final_params = load_tensors(rank_file(prefix, r, "final.pt"));
     EXPECT_LT(max_abs_diff(final_params, load_tensors(rank_file(prefix, 0, "final.pt"))), 1e-6)
         << "rank " << r << " disagrees with rank 0";
     // AdamW's normalised updates amplify float-order noise; 1e-4 is 1% of one lr-sized step.
     EXPECT_LT(max_abs_diff(final_params, expected), 1e-4)
         << "rank " << r << " differs from single-process training";
-    // Gradients are checked tightly too: AdamW is scale-invariant, so parameters alone would
-    // not catch a sum that was never divided by N.
-    EXPECT_LT(max_abs_diff(full_gradients(prefix, r, c), expected_grads), 1e-6) << "rank " << r;
+    // The result says which synchronisation ran.
+    const auto result = load_json(rank_file(prefix, r, "json"))["result"];
+    EXPECT_EQ(result["synchronization"], c.strategy);
+    EXPECT_EQ(result["optimizer_sharding"], c.shard_optimizer);
   }
   // Training moved the parameters (a no-op optimizer would also "agree").
   EXPECT_GT(max_abs_diff(expected, expected_init), 1e-3);
@@ -104,8 +135,29 @@ std::vector<Case> all_cases() {
 INSTANTIATE_TEST_SUITE_P(AllStrategies, StrategyEquivalence, ::testing::ValuesIn(all_cases()),
                          case_name);
 
+// The reference itself: a single process runs no synchronisation and says so, and the AdamW
+// options it is given change the result (they are not ignored).
+TEST(SingleProcess, ReportsNoSynchronisationAndHonoursAdamWOptions) {
+  const auto result = load_json(rank_file(reference({}), 0, "json"))["result"];
+  EXPECT_EQ(result["synchronization"], "none") << "world size 1 ran no strategy";
+  EXPECT_EQ(result["optimizer_sharding"], false);
+  auto shard_args = training_flags("bucketed");
+  shard_args.push_back("--shard-optimizer");
+  const auto sharded = run_helper("single-zero1", shard_args, 1);
+  EXPECT_EQ(load_json(rank_file(sharded, 0, "json"))["result"]["optimizer_sharding"], false)
+      << "ZeRO-1 on one rank shards nothing";
+
+  auto default_adamw = training_flags("naive");
+  default_adamw.resize(default_adamw.size() - 8);  // drop --beta1 … --weight-decay
+  const auto defaults = run_helper("reference-default-adamw", default_adamw, 1);
+  EXPECT_GT(max_abs_diff(load_tensors(rank_file(defaults, 0, "final.pt")),
+                         load_tensors(rank_file(reference({}), 0, "final.pt"))),
+            1e-4)
+      << "--beta1/--beta2/--eps/--weight-decay made no difference";
+}
+
 // Frozen parameters stay out of synchronisation and unchanged; a tied weight is synchronised
-// once and stays tied.
+// once and stays tied. FSDP too: it shards only what trains, and the tied weight once.
 class SpecialParameters : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SpecialParameters, FrozenEmbeddingIsNotSynchronisedAndStaysUnchanged) {
@@ -119,8 +171,18 @@ TEST_P(SpecialParameters, FrozenEmbeddingIsNotSynchronisedAndStaysUnchanged) {
     EXPECT_EQ((final_params[0] - init[0]).abs().max().item<double>(), 0) << "embedding moved";
     EXPECT_LT(max_abs_diff(final_params, expected), 1e-4);
     const auto report = load_json(rank_file(prefix, r, "json"));
-    EXPECT_EQ(report["all_reduced_bytes_last_step"], report["trainable_bytes"])
-        << "gradient bytes all-reduced per step should be exactly the trainable parameters'";
+    const auto last_step = report["result"]["steps"].back();
+    // Replicated strategies all-reduce exactly the trainable bytes; fsdp reduce-scatters them
+    // padded to a multiple of N (a few elements at most).
+    const int64_t synced = last_step["gradient_sync_bytes"].get<int64_t>();
+    const int64_t trainable = report["trainable_bytes"].get<int64_t>();
+    if (GetParam() == "fsdp") {
+      EXPECT_GE(synced, trainable);
+      EXPECT_LT(synced, trainable + 4 * 2 * 64) << "fsdp synchronised frozen parameters";
+    } else {
+      EXPECT_EQ(synced, trainable)
+          << "gradient bytes all-reduced per step should be exactly the trainable parameters'";
+    }
   }
 }
 
@@ -133,18 +195,24 @@ TEST_P(SpecialParameters, TiedWeightIsSynchronisedOnceAndStaysTied) {
     const auto final_params = load_tensors(rank_file(prefix, r, "final.pt"));
     EXPECT_LT(max_abs_diff(final_params, expected), 1e-4);
     const auto report = load_json(rank_file(prefix, r, "json"));
-    EXPECT_EQ(report["all_reduced_bytes_last_step"], report["trainable_bytes"])
-        << "the tied weight must be all-reduced once";
+    const int64_t synced = report["result"]["steps"].back()["gradient_sync_bytes"].get<int64_t>();
+    const int64_t trainable = report["trainable_bytes"].get<int64_t>();
+    if (GetParam() == "fsdp") {
+      EXPECT_GE(synced, trainable);
+      EXPECT_LT(synced, trainable + 4 * 2 * 64) << "the tied weight must be reduced once";
+    } else {
+      EXPECT_EQ(synced, trainable) << "the tied weight must be all-reduced once";
+    }
     EXPECT_TRUE(report["head_shares_embedding"].get<bool>()) << "rank " << r;
     // The 10000 x 64 embedding counts once among the trainable bytes.
     ModelConfig tied = model_preset("tiny");
     tied.tie_embeddings = true;
-    EXPECT_EQ(report["trainable_bytes"].get<int64_t>(), 4 * count_parameters(tied));
+    EXPECT_EQ(trainable, 4 * count_parameters(tied));
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(ReplicatedStrategies, SpecialParameters,
-                         ::testing::Values("naive", "flat", "overlap", "bucketed"));
+INSTANTIATE_TEST_SUITE_P(AllStrategies, SpecialParameters,
+                         ::testing::Values("naive", "flat", "overlap", "bucketed", "fsdp"));
 
 }  // namespace
 }  // namespace ddpd::testing

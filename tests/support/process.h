@@ -6,17 +6,17 @@
 #include <string>
 #include <vector>
 
+#include "ddpd/net.h"  // free_port, wait_for_port
+
 namespace ddpd::testing {
 
 struct ProcessOutcome {
   int exit_code = -1;  // -1: killed after the deadline
   bool timed_out = false;
+  double exited_unix_s = 0;  // when the exit was seen (within 20 ms), unix seconds
   std::string out;
   std::string err;
 };
-
-// A free TCP port on 127.0.0.1 (bound, then released).
-int free_port();
 
 // Runs `argv` with `env` added to this process's environment; kills it at `timeout`.
 ProcessOutcome run_process(const std::vector<std::string>& argv,
@@ -28,6 +28,9 @@ ProcessOutcome run_process(const std::vector<std::string>& argv,
 std::vector<ProcessOutcome> run_ranks(const std::vector<std::string>& argv, int world_size,
                                       std::chrono::seconds timeout,
                                       const std::map<std::string, std::string>& extra_env = {});
+
+// The wall clock as unix seconds (comparable across processes on this host).
+double unix_now();
 
 // Directory holding the test binaries (from /proc/self/exe).
 std::string binary_dir();

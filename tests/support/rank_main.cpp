@@ -1,17 +1,26 @@
 // ddpd-test-rank: one rank of a multi-rank test, started by the tests as a real process with
-// torchrun-style variables. It composes the public training-core pieces (model, synchroniser,
-// optimizer) so tests can vary what the trainer keeps fixed (frozen and tied parameters,
-// parameter groups added mid-run, a rank that dies), and saves tensors for the test to compare.
+// torchrun-style variables.
 //
-// Files written, for rank R: PREFIX.rankR.init_local.pt (this rank's own initialisation),
-// PREFIX.rankR.init_synced.pt (full parameters after construction), PREFIX.rankR.grads0.pt (the
-// first step's averaged gradients), PREFIX.rankR.final.pt,
-// PREFIX.rankR.json (optimizer ownership and communication accounting).
+//   ddpd-test-rank train --out PREFIX [job flags] [--tie-embeddings] [--freeze-embedding]
+//                        [--fault die|hang --fault-rank R --fault-step S]
+//     Runs the product's Trainer (the one step sequence users run) with the job flags, through
+//     TrainerHooks for what the job options keep fixed, and saves what the tests compare.
+//     Files, for rank R: PREFIX.rankR.init_local.pt (this rank's own initialisation),
+//     PREFIX.rankR.init_synced.pt (full parameters after construction), PREFIX.rankR.gradsK.pt
+//     (step K's averaged gradients; fsdp: this rank's shards), PREFIX.rankR.final.pt, and
+//     PREFIX.rankR.json (the result JSON plus model facts).
+//     A fault makes rank R exit (die) or stop responding (hang) at the start of step S, after
+//     printing "FAULT <unix seconds>" to stderr so the test can time the survivors from it.
+//
+//   ddpd-test-rank zero1 --out PREFIX [--shard-optimizer] [--add-group-at K] ...
+//     The ZeRO-1 optimizer as a unit: the same synthetic gradients on every rank, stepped by
+//     ShardedOptimizer or by plain AdamW, with a parameter group added mid-run. No model step.
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <thread>
@@ -20,8 +29,9 @@
 #include "ddpd/grad_sync.h"
 #include "ddpd/model.h"
 #include "ddpd/rendezvous.h"
+#include "ddpd/result_json.h"
 #include "ddpd/sharded_optimizer.h"
-#include "token_data.h"
+#include "ddpd/trainer.h"
 
 namespace {
 
@@ -31,137 +41,173 @@ std::vector<torch::Tensor> clones(const std::vector<torch::Tensor>& tensors) {
   return out;
 }
 
+std::string rank_prefix(const std::string& out, int rank) {
+  return out + ".rank" + std::to_string(rank);
+}
+
+struct Fault {
+  std::string kind;  // "", die or hang
+  int rank = 1;
+  int64_t step = 2;
+};
+
+// Exits (die) or stops responding for three collective timeouts, then exits (hang).
+[[noreturn]] void inject(const Fault& fault, double collective_timeout_s) {
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::fprintf(stderr, "FAULT %.6f\n", now);
+  std::fflush(stderr);
+  if (fault.kind == "hang") {
+    std::this_thread::sleep_for(std::chrono::duration<double>(3 * collective_timeout_s));
+    std::_Exit(4);
+  }
+  std::_Exit(3);
+}
+
+int train(const ddpd::DdpJobOptions& options, const std::string& out, bool tie_embeddings,
+          bool freeze_embedding, const Fault& fault) {
+  const auto rendezvous = ddpd::rendezvous_for_job(options);
+  const int rank = rendezvous.rank;
+  const std::string prefix = rank_prefix(out, rank);
+  nlohmann::json report;
+
+  ddpd::TrainerHooks hooks;
+  hooks.configure_model = [&](ddpd::ModelConfig& config) {
+    config.tie_embeddings = tie_embeddings;
+  };
+  hooks.prepare_model = [&](ddpd::TransformerLMImpl& model) {
+    if (freeze_embedding) model.named_parameters()["embedding.weight"].set_requires_grad(false);
+    torch::save(clones(ddpd::unique_parameters(model)), prefix + ".init_local.pt");
+    int64_t trainable_bytes = 0;
+    for (const auto& p : ddpd::unique_trainable_parameters(model)) trainable_bytes += p.nbytes();
+    report["trainable_bytes"] = trainable_bytes;
+    report["head_shares_embedding"] = model.named_parameters()["head.weight"].is_same(
+        model.named_parameters()["embedding.weight"]);
+  };
+  hooks.before_step = [&](int64_t step) {
+    if (!fault.kind.empty() && rank == fault.rank && step == fault.step) {
+      inject(fault, options.collective_timeout_s);
+    }
+  };
+  hooks.after_gradient_sync = [&](int64_t step, ddpd::GradientSynchronizer& sync) {
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : sync.optimizer_parameters()) grads.push_back(p.grad().detach().clone());
+    torch::save(grads, prefix + ".grads" + std::to_string(step) + ".pt");
+  };
+
+  ddpd::Trainer trainer(options, ddpd::connect(rendezvous), std::move(hooks));
+  torch::save(clones(trainer.full_parameters()), prefix + ".init_synced.pt");
+  const auto result = trainer.run();
+  torch::save(clones(trainer.full_parameters()), prefix + ".final.pt");
+  report["result"] = ddpd::to_json(result);
+  std::ofstream(prefix + ".json") << report.dump();
+  return 0;
+}
+
+// Synthetic averaged gradients for step `step`: the same on every rank, as after an all-reduce.
+void set_gradients(const std::vector<torch::Tensor>& params, uint64_t seed, int64_t step) {
+  torch::manual_seed(seed * 1000 + static_cast<uint64_t>(step));
+  for (const auto& p : params) p.mutable_grad() = torch::randn_like(p) * 0.01;
+}
+
+int zero1(const ddpd::DdpJobOptions& options, const std::string& out, int64_t add_group_at) {
+  const auto rendezvous = ddpd::rendezvous_for_job(options);
+  auto comm = ddpd::connect(rendezvous);
+  const int rank = comm->rank();
+  torch::manual_seed(options.seed);  // the same parameters on every rank
+  ddpd::TransformerLM model(options.resolved_model());
+  const auto params = ddpd::unique_trainable_parameters(*model);
+  torch::save(clones(params), rank_prefix(out, rank) + ".init_synced.pt");
+
+  // The first half starts the optimizer; the rest joins as a group of its own (half the lr).
+  std::vector<torch::Tensor> first(params.begin(), params.begin() + params.size() / 2);
+  std::vector<torch::Tensor> rest(params.begin() + params.size() / 2, params.end());
+  auto adamw = torch::optim::AdamWOptions(options.lr)
+                   .betas({options.beta1, options.beta2})
+                   .eps(options.eps)
+                   .weight_decay(options.weight_decay);
+  auto rest_options = std::make_unique<torch::optim::AdamWOptions>(adamw);
+  rest_options->lr(options.lr / 2);
+  const torch::optim::OptimizerParamGroup rest_group(rest, std::move(rest_options));
+  std::unique_ptr<ddpd::ShardedOptimizer> sharded;
+  std::unique_ptr<torch::optim::AdamW> plain;
+  if (options.shard_optimizer) {
+    sharded = std::make_unique<ddpd::ShardedOptimizer>(
+        std::vector<torch::optim::OptimizerParamGroup>{torch::optim::OptimizerParamGroup(first)},
+        ddpd::adamw_factory(adamw), comm);
+  } else {
+    plain = std::make_unique<torch::optim::AdamW>(first, adamw);
+  }
+  for (int64_t step = 0; step < options.steps; ++step) {
+    if (step == add_group_at) {
+      if (sharded) sharded->add_param_group(rest_group);
+      if (plain) plain->add_param_group(rest_group);
+    }
+    set_gradients(params, options.seed, step);
+    if (sharded) {
+      sharded->step();
+    } else {
+      plain->step();
+    }
+  }
+  torch::save(clones(params), rank_prefix(out, rank) + ".final.pt");
+
+  nlohmann::json report;
+  int64_t trainable_bytes = 0, largest = 0;
+  for (const auto& p : params) {
+    trainable_bytes += p.nbytes();
+    largest = std::max<int64_t>(largest, p.nbytes());
+  }
+  report["trainable_bytes"] = trainable_bytes;
+  report["largest_param_bytes"] = largest;
+  if (sharded) {
+    int owned_count = 0;
+    int64_t owned_bytes = 0;
+    for (const auto& p : params) {
+      if (sharded->owner_of(p) == rank) {
+        ++owned_count;
+        owned_bytes += p.nbytes();
+      }
+    }
+    report["owned_param_count"] = owned_count;
+    report["owned_bytes"] = owned_bytes;
+    report["owned_bytes_per_rank"] = sharded->owned_bytes_per_rank();
+    report["state_entries"] = sharded->local_optimizer().state().size();
+    report["state_bytes"] = ddpd::optimizer_state_bytes(sharded->local_optimizer());
+  }
+  std::ofstream(rank_prefix(out, rank) + ".json") << report.dump();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"ddpd multi-rank test helper"};
+  app.require_subcommand(1);
   ddpd::DdpJobOptions options;
-  ddpd::add_ddp_flags(app, options);
-  std::string out_prefix;
-  bool freeze_embedding = false, tie_embeddings = false;
-  int64_t add_group_at = -1, die_at = -1, hang_at = -1;
-  app.add_option("--out", out_prefix)->required();
-  app.add_flag("--freeze-embedding", freeze_embedding);
-  app.add_flag("--tie-embeddings", tie_embeddings);
-  app.add_option("--add-group-at", add_group_at,
-                 "Start the optimizer with the first half of the parameters; add the rest as a "
-                 "new group (half the lr) before this step");
-  app.add_option("--die-at", die_at, "Rank 1 exits at this step");
-  app.add_option("--hang-at", hang_at, "Rank 1 stops responding at this step");
+  std::string out;
+  auto* train_cmd = app.add_subcommand("train", "Run the Trainer and save what tests compare");
+  ddpd::add_ddp_flags(*train_cmd, options);
+  train_cmd->add_option("--out", out)->required();
+  bool tie_embeddings = false, freeze_embedding = false;
+  Fault fault;
+  train_cmd->add_flag("--tie-embeddings", tie_embeddings);
+  train_cmd->add_flag("--freeze-embedding", freeze_embedding);
+  train_cmd->add_option("--fault", fault.kind)->check(CLI::IsMember({"die", "hang"}));
+  train_cmd->add_option("--fault-rank", fault.rank);
+  train_cmd->add_option("--fault-step", fault.step);
+
+  auto* zero1_cmd = app.add_subcommand("zero1", "ShardedOptimizer against AdamW, as a unit");
+  ddpd::add_ddp_flags(*zero1_cmd, options);
+  zero1_cmd->add_option("--out", out)->required();
+  int64_t add_group_at = -1;
+  zero1_cmd->add_option("--add-group-at", add_group_at,
+                        "Add the second half of the parameters as a new group before this step");
   CLI11_PARSE(app, argc, argv);
 
   try {
-    auto rendezvous = ddpd::rendezvous_from_environment();
-    rendezvous.timeout =
-        std::chrono::milliseconds(static_cast<int64_t>(options.collective_timeout_s * 1000));
-    ddpd::validate(options, rendezvous.world_size);
-    auto comm = ddpd::connect(rendezvous);
-    const int rank = comm->rank();
-    const std::string prefix = out_prefix + ".rank" + std::to_string(rank);
-    at::set_num_threads(1);
-
-    auto config = options.resolved_model();
-    config.tie_embeddings = tie_embeddings;
-    torch::manual_seed(options.seed + rank);
-    ddpd::TransformerLM model(config);
-    if (freeze_embedding) model->named_parameters()["embedding.weight"].set_requires_grad(false);
-    torch::save(clones(model->parameters()), prefix + ".init_local.pt");
-
-    ddpd::SyncOptions sync_options;
-    sync_options.strategy =
-        comm->world_size() == 1 ? ddpd::Strategy::kNaive : ddpd::parse_strategy(options.strategy);
-    sync_options.bucket_size_mb = options.bucket_size_mb;
-    auto sync = ddpd::make_synchronizer(*model, comm, sync_options);
-    torch::save(clones(sync->full_parameters()), prefix + ".init_synced.pt");
-
-    auto params = sync->optimizer_parameters();
-    std::vector<torch::Tensor> first = params, rest;
-    if (add_group_at >= 0) {
-      first.assign(params.begin(), params.begin() + params.size() / 2);
-      rest.assign(params.begin() + params.size() / 2, params.end());
-    }
-    auto adamw = torch::optim::AdamWOptions(options.lr).weight_decay(options.weight_decay);
-    auto rest_options = std::make_unique<torch::optim::AdamWOptions>(adamw);
-    rest_options->lr(options.lr / 2);
-    const torch::optim::OptimizerParamGroup rest_group(rest, std::move(rest_options));
-    std::unique_ptr<ddpd::ShardedOptimizer> sharded;
-    std::unique_ptr<torch::optim::AdamW> plain;
-    if (options.shard_optimizer) {
-      sharded = std::make_unique<ddpd::ShardedOptimizer>(
-          std::vector<torch::optim::OptimizerParamGroup>{torch::optim::OptimizerParamGroup(first)},
-          ddpd::adamw_factory(adamw), comm);
-    } else {
-      plain = std::make_unique<torch::optim::AdamW>(first, adamw);
-    }
-
-    ddpd::detail::TokenBatches data(options, config.vocab_size);
-    const int64_t local = options.batch_size / comm->world_size();
-    int64_t synced_bytes = 0;
-    for (int64_t step = 0; step < options.steps; ++step) {
-      if (rank == 1 && step == die_at) std::_Exit(3);
-      if (rank == 1 && step == hang_at) {  // silent for 4x a 5 s timeout, then gone
-        std::this_thread::sleep_for(std::chrono::seconds(20));
-        std::_Exit(4);
-      }
-      if (step == add_group_at) {
-        if (sharded) sharded->add_param_group(rest_group);
-        if (plain) plain->add_param_group(rest_group);
-      }
-      auto batch = data.next_global_batch().narrow(0, rank * local, local);
-      comm->take_spans();
-      sync->zero_grad();
-      sync->prepare_forward();
-      auto loss =
-          ddpd::language_model_loss(model->forward(batch.narrow(1, 0, options.context_length)),
-                                    batch.narrow(1, 1, options.context_length));
-      loss.backward();
-      sync->finish_gradient_synchronization();
-      if (step == 0) {  // the averaged gradients (fsdp: this rank's gradient shards)
-        std::vector<torch::Tensor> grads;
-        for (const auto& p : sync->optimizer_parameters())
-          grads.push_back(p.grad().detach().clone());
-        torch::save(grads, prefix + ".grads0.pt");
-      }
-      synced_bytes = 0;
-      for (const auto& span : comm->take_spans()) {
-        if (span.name.rfind("all_reduce", 0) == 0) synced_bytes += span.bytes;
-      }
-      if (sharded) {
-        sharded->step();
-      } else {
-        plain->step();
-      }
-      sync->after_optimizer_step();
-    }
-    torch::save(clones(sync->full_parameters()), prefix + ".final.pt");
-
-    nlohmann::json report;
-    int64_t trainable_bytes = 0;
-    for (const auto& p : ddpd::unique_trainable_parameters(*model)) trainable_bytes += p.nbytes();
-    report["trainable_bytes"] = trainable_bytes;
-    report["all_reduced_bytes_last_step"] = synced_bytes;
-    report["head_shares_embedding"] = model->named_parameters()["head.weight"].is_same(
-        model->named_parameters()["embedding.weight"]);
-    if (sharded) {
-      int owned_count = 0;
-      int64_t owned_bytes = 0;
-      for (const auto& p : params) {
-        if (sharded->owner_of(p) == rank) {
-          ++owned_count;
-          owned_bytes += p.nbytes();
-        }
-      }
-      report["owned_param_count"] = owned_count;
-      report["owned_bytes"] = owned_bytes;
-      report["owned_bytes_per_rank"] = sharded->owned_bytes_per_rank();
-      report["state_entries"] = sharded->local_optimizer().state().size();
-      report["state_bytes"] = ddpd::optimizer_state_bytes(sharded->local_optimizer());
-      int64_t largest = 0;
-      for (const auto& p : params) largest = std::max<int64_t>(largest, p.nbytes());
-      report["largest_param_bytes"] = largest;
-    }
-    std::ofstream(prefix + ".json") << report.dump();
-    return 0;
+    if (train_cmd->parsed()) return train(options, out, tie_embeddings, freeze_embedding, fault);
+    return zero1(options, out, add_group_at);
   } catch (const std::exception& e) {
     std::cerr << "FAILED: " << e.what() << std::endl;
     return 1;

@@ -1,6 +1,7 @@
 #include "ddpd/communicator.h"
 
 #include <algorithm>
+#include <cctype>
 #include <stdexcept>
 
 #include "device.h"
@@ -20,6 +21,29 @@ struct Communicator::SpanLog {
   std::mutex mutex;
   std::vector<PendingSpan> spans;
 };
+
+std::string describe_collective_failure(const std::string& collective,
+                                        std::chrono::milliseconds timeout,
+                                        const std::string& backend_message) {
+  std::string lower = backend_message;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  auto has = [&](const char* text) { return lower.find(text) != std::string::npos; };
+  const std::string head = "collective " + collective + " ";
+  // Gloo words the two causes users act on differently in several ways: c10d's Work::wait
+  // ("Operation timed out!"), Gloo's own transport ("Timed out waiting 5000ms for recv") and
+  // a closed or reset TCP pair once a peer process has exited.
+  if (has("timed out") || has("timeout")) {
+    return head + "timed out after " + std::to_string(timeout.count()) +
+           " ms: a rank did not join it in time [" + backend_message + "]";
+  }
+  if (has("closed by peer") || has("connection reset") || has("broken pipe") ||
+      has("connection refused") || has("end of file")) {
+    return head + "failed: a peer rank closed its connection (its process exited) [" +
+           backend_message + "]";
+  }
+  return head + "failed: " + backend_message;
+}
 
 PendingCollective::PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string name,
                                      std::chrono::milliseconds timeout, bool on_device,
@@ -44,8 +68,7 @@ void PendingCollective::wait() {
     }
     keep_alive_.clear();
   } catch (const std::exception& e) {
-    throw std::runtime_error("collective " + name_ + " failed (timeout " +
-                             std::to_string(timeout_.count()) + " ms): " + e.what());
+    throw std::runtime_error(describe_collective_failure(name_, timeout_, e.what()));
   }
 }
 

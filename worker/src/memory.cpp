@@ -2,7 +2,7 @@
 
 #include <sys/resource.h>
 
-#include <unordered_set>
+#include "ddpd/model.h"
 
 namespace ddpd::detail {
 
@@ -15,9 +15,7 @@ int64_t peak_rss_bytes() {
 MemoryBytes measure_memory(const std::vector<torch::Tensor>& parameters,
                            int64_t optimizer_state_bytes) {
   MemoryBytes m;
-  std::unordered_set<const void*> seen;
-  for (const auto& p : parameters) {
-    if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
+  for (const auto& p : unique_tensors(parameters)) {
     m.param_bytes += p.nbytes();
     if (p.grad().defined()) m.grad_bytes += p.grad().nbytes();
   }

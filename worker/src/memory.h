@@ -1,4 +1,4 @@
-// Byte accounting for the three measurement points of SPEC §3.2.
+// Byte accounting for the three measurement points (after init, before and after the last step).
 #pragma once
 
 #include <torch/torch.h>

@@ -161,14 +161,25 @@ torch::Tensor language_model_loss(const torch::Tensor& logits, const torch::Tens
       logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32), targets.reshape({-1}));
 }
 
-std::vector<torch::Tensor> unique_trainable_parameters(torch::nn::Module& module) {
+std::vector<torch::Tensor> unique_tensors(const std::vector<torch::Tensor>& tensors) {
   std::vector<torch::Tensor> out;
   std::unordered_set<const void*> seen;
-  for (const auto& p : module.parameters(/*recurse=*/true)) {
-    if (!p.requires_grad()) continue;
-    if (seen.insert(p.unsafeGetTensorImpl()).second) out.push_back(p);
+  for (const auto& t : tensors) {
+    if (seen.insert(t.unsafeGetTensorImpl()).second) out.push_back(t);
   }
   return out;
+}
+
+std::vector<torch::Tensor> unique_parameters(torch::nn::Module& module) {
+  return unique_tensors(module.parameters(/*recurse=*/true));
+}
+
+std::vector<torch::Tensor> unique_trainable_parameters(torch::nn::Module& module) {
+  std::vector<torch::Tensor> trainable;
+  for (const auto& p : module.parameters(/*recurse=*/true)) {
+    if (p.requires_grad()) trainable.push_back(p);
+  }
+  return unique_tensors(trainable);
 }
 
 }  // namespace ddpd

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "device.h"
+#include "flat_buffer.h"
 
 namespace ddpd {
 
@@ -77,28 +78,24 @@ void ShardedOptimizer::step() {
   const auto start = timeline.mark();
   if (comm.world_size() > 1) {
     torch::NoGradGuard no_grad;
-    // One flat broadcast per owner: rank r's updated parameters, in assignment order.
-    std::vector<torch::Tensor> buffers(comm.world_size());
+    // One flat broadcast per owner: rank r's updated parameters, in assignment order. The owner
+    // sends its fresh values; receivers get an empty buffer (their copies are stale).
+    const int world = comm.world_size();
+    std::vector<std::vector<torch::Tensor>> owned_by(world);
+    for (size_t i = 0; i < state_->params.size(); ++i) {
+      owned_by[state_->owners[i]].push_back(state_->params[i]);
+    }
+    std::vector<torch::Tensor> buffers(world);
     std::vector<PendingCollective> pending;
-    for (int r = 0; r < comm.world_size(); ++r) {
-      std::vector<torch::Tensor> views;
-      for (size_t i = 0; i < state_->params.size(); ++i) {
-        if (state_->owners[i] == r) views.push_back(state_->params[i].detach().reshape({-1}));
-      }
-      if (views.empty()) continue;
-      buffers[r] = torch::cat(views);
+    for (int r = 0; r < world; ++r) {
+      if (owned_by[r].empty()) continue;
+      buffers[r] =
+          r == comm.rank() ? detail::flatten(owned_by[r]) : detail::empty_flat_like(owned_by[r]);
       pending.push_back(comm.broadcast(buffers[r], r, "broadcast/owner" + std::to_string(r)));
     }
     for (auto& work : pending) work.wait();
-    for (int r = 0; r < comm.world_size(); ++r) {
-      if (r == comm.rank() || !buffers[r].defined()) continue;
-      int64_t offset = 0;
-      for (size_t i = 0; i < state_->params.size(); ++i) {
-        if (state_->owners[i] != r) continue;
-        auto& p = state_->params[i];
-        p.detach().copy_(buffers[r].narrow(0, offset, p.numel()).view_as(p));
-        offset += p.numel();
-      }
+    for (int r = 0; r < world; ++r) {
+      if (r != comm.rank() && buffers[r].defined()) detail::unflatten_into(buffers[r], owned_by[r]);
     }
   }
   const auto end = timeline.mark();

@@ -1,4 +1,4 @@
-// Training batches: random tokens, or windows of a flat binary token file (SPEC §3.2).
+// Training batches: random tokens, or windows of a flat binary token file.
 #pragma once
 
 #include <torch/torch.h>

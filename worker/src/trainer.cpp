@@ -17,13 +17,6 @@
 namespace ddpd {
 namespace {
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // Sets LibTorch's intra-op threads and, when the BLAS in use is OpenBLAS, its thread count
 // too (OpenBLAS otherwise starts one thread per core in every rank and oversubscribes).
 void set_compute_threads(int threads) {
@@ -57,33 +50,9 @@ void record_spans(StepMetrics& metrics, const Communicator& comm,
 
 }  // namespace
 
-TrainingSummary summarize(const std::vector<StepMetrics>& steps, int64_t warmup_steps) {
-  TrainingSummary s;
-  if (steps.empty()) return s;
-  const size_t first = static_cast<size_t>(warmup_steps) < steps.size() ? warmup_steps : 0;
-  std::vector<double> times, fractions;
-  for (size_t i = first; i < steps.size(); ++i) {
-    times.push_back(steps[i].step_seconds);
-    fractions.push_back(steps[i].comm_fraction);
-  }
-  for (const auto& m : steps) {
-    if (m.param_spread) s.max_param_spread = std::max(s.max_param_spread, *m.param_spread);
-  }
-  s.final_loss = steps.back().loss;
-  s.median_step_seconds = median(times);
-  double mean = 0;
-  for (double t : times) mean += t / times.size();
-  double var = 0;
-  for (double t : times) var += (t - mean) * (t - mean);
-  s.std_step_seconds = times.size() > 1 ? std::sqrt(var / (times.size() - 1)) : 0.0;
-  s.median_comm_fraction = median(fractions);
-  const double tokens = steps.back().tokens_per_second * steps.back().step_seconds;
-  s.tokens_per_second = s.median_step_seconds > 0 ? tokens / s.median_step_seconds : 0;
-  return s;
-}
-
 struct Trainer::Impl {
   DdpJobOptions options;
+  TrainerHooks hooks;
   std::shared_ptr<Communicator> comm;
   TransformerLM model{nullptr};
   std::unique_ptr<GradientSynchronizer> sync;
@@ -107,7 +76,8 @@ struct Trainer::Impl {
   }
 };
 
-Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> comm)
+Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> comm,
+                 TrainerHooks hooks)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   validate(options, comm->world_size());
@@ -119,6 +89,7 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
     throw OptionError("--precision", "bf16 needs a GPU of compute capability 8.0 or later");
   }
   m.options = options;
+  m.hooks = std::move(hooks);
   m.comm = std::move(comm);
   const int world = m.comm->world_size();
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -129,10 +100,13 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
   torch::manual_seed(options.seed + m.comm->rank());
   // The allocator's peak is process-wide; a daemon runs many jobs, so start this job's afresh.
   if (device.is_cuda()) detail::reset_cuda_peak_stats(device);
-  m.model = TransformerLM(options.resolved_model());
+  ModelConfig model_config = options.resolved_model();
+  if (m.hooks.configure_model) m.hooks.configure_model(model_config);
+  m.model = TransformerLM(model_config);
   m.model->to(device);  // before the synchroniser, whose buffers follow the parameters
+  if (m.hooks.prepare_model) m.hooks.prepare_model(*m.model);
   SyncOptions sync_options;
-  sync_options.strategy = world == 1 ? Strategy::kNaive : parse_strategy(options.strategy);
+  sync_options.strategy = parse_strategy(options.strategy);
   sync_options.bucket_size_mb = options.bucket_size_mb;
   m.sync = make_synchronizer(*m.model, m.comm, sync_options);
 
@@ -157,6 +131,7 @@ Trainer::~Trainer() = default;
 StepMetrics Trainer::train_step(int64_t step) {
   Impl& m = *impl_;
   Communicator& comm = *m.comm;
+  if (m.hooks.before_step) m.hooks.before_step(step);
   const bool last = step == m.options.steps - 1;
   auto batch = m.data->next_global_batch().narrow(0, comm.rank() * m.local_batch, m.local_batch);
   batch = batch.to(comm.device());
@@ -185,6 +160,7 @@ StepMetrics Trainer::train_step(int64_t step) {
   const auto p_backward = timeline.mark();
   m.sync->finish_gradient_synchronization();
   const auto p_synced = timeline.mark();
+  if (m.hooks.after_gradient_sync) m.hooks.after_gradient_sync(step, *m.sync);
   const double t_synced_host = comm.now();
   if (last) m.memory.before_step = m.measure();
   const auto p_opt_start = timeline.mark();
@@ -214,7 +190,12 @@ StepMetrics Trainer::train_step(int64_t step) {
   metrics.optimizer_seconds = t_end - t_opt_start;
   auto collectives = comm.take_spans();
   std::vector<Interval> comm_intervals;
-  for (const auto& c : collectives) comm_intervals.push_back({c.launch_s, c.complete_s});
+  for (const auto& c : collectives) {
+    comm_intervals.push_back({c.launch_s, c.complete_s});
+    if (c.name.rfind("all_reduce", 0) == 0 || c.name.rfind("reduce_scatter", 0) == 0) {
+      metrics.gradient_sync_bytes += c.bytes;
+    }
+  }
   metrics.comm_seconds = covered_seconds(std::move(comm_intervals), {t0, t_end});
   metrics.exposed_comm_seconds =
       (t_gathered - t_zeroed) + (t_synced - t_backward) + broadcast_seconds;
@@ -255,6 +236,8 @@ TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_st
     result.steps.push_back(train_step(step));
     if (on_step) on_step(result.steps.back());
   }
+  result.synchronization = synchronization();
+  result.optimizer_sharding = impl_->sharded && impl_->comm->world_size() > 1;
   result.summary = summarize(result.steps, impl_->options.warmup_steps);
   result.memory = impl_->memory;
   return result;
@@ -263,5 +246,7 @@ TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_st
 std::vector<torch::Tensor> Trainer::full_parameters() { return impl_->sync->full_parameters(); }
 
 const MemoryProfile& Trainer::memory() const { return impl_->memory; }
+
+std::string Trainer::synchronization() const { return impl_->sync->name(); }
 
 }  // namespace ddpd

@@ -1,4 +1,4 @@
-// Collective benchmark (SPEC §3.1), nccl-tests style: per size and collective, per-rank
+// Collective benchmark, nccl-tests style: per size and collective, per-rank
 // timings, the slowest rank's time, algbw/busbw, a data check on every run, and the α–β fit.
 #pragma once
 

@@ -26,6 +26,13 @@ struct CommSpan {
   int64_t bytes = 0;
 };
 
+// The error message of a failed collective, naming its cause: "timed out after N ms: a rank
+// did not join it in time", "failed: a peer rank closed its connection (its process exited)",
+// or the backend's own words. Exposed for tests.
+std::string describe_collective_failure(const std::string& collective,
+                                        std::chrono::milliseconds timeout,
+                                        const std::string& backend_message);
+
 // An asynchronous collective. On CPU (Gloo), wait() blocks until it completes or the
 // communicator's timeout passes, and throws std::runtime_error (with the collective's name) on
 // timeout or failure. On CUDA (NCCL), wait() makes the caller's current stream wait for the

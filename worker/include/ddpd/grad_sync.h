@@ -1,9 +1,10 @@
-// Gradient-synchronisation strategies of SPEC §3.2 behind one interface.
+// The gradient-synchronisation strategies behind one interface.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ddpd/communicator.h"
@@ -27,7 +28,9 @@ struct SyncOptions {
 class GradientSynchronizer {
  public:
   virtual ~GradientSynchronizer() = default;
-  virtual Strategy strategy() const = 0;
+  // The synchronisation that runs: the strategy's name, or "none" at world size 1 (whatever
+  // strategy was asked for, a single rank runs no collective).
+  virtual std::string name() const = 0;
 
   // Clears gradients before the next backward (the bucketed strategy keeps gradients as
   // views into its buckets and zeroes those instead of dropping them).

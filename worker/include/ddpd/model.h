@@ -1,4 +1,4 @@
-// The Transformer LM of SPEC §3.2 (CS336 "basics"): token embedding, pre-norm blocks of
+// The Transformer LM (CS336 "basics"): token embedding, pre-norm blocks of
 // RMSNorm → causal multi-head self-attention with RoPE → residual, RMSNorm → SwiGLU FFN →
 // residual; final RMSNorm; LM head. No biases.
 #pragma once
@@ -26,8 +26,13 @@ TORCH_MODULE(TransformerLM);
 // Mean next-token cross-entropy of `logits` [b, t, v] against `targets` [b, t].
 torch::Tensor language_model_loss(const torch::Tensor& logits, const torch::Tensor& targets);
 
-// The trainable parameters of `module` in registration order, each once even when shared by
-// several submodules (tied weights).
+// Each tensor once, in first-seen order: a tied weight appears under several names but is one
+// tensor (one TensorImpl). The one place parameters are de-duplicated.
+std::vector<torch::Tensor> unique_tensors(const std::vector<torch::Tensor>& tensors);
+
+// The parameters of `module` in registration order, each once even when shared by several
+// submodules (tied weights); the trainable ones only, or all of them.
+std::vector<torch::Tensor> unique_parameters(torch::nn::Module& module);
 std::vector<torch::Tensor> unique_trainable_parameters(torch::nn::Module& module);
 
 }  // namespace ddpd

@@ -1,4 +1,4 @@
-// Rendezvous description and process-group construction (SPEC §2).
+// Rendezvous description and process-group construction (docs/protocols.md).
 #pragma once
 
 #include <chrono>

@@ -1,4 +1,4 @@
-// ZeRO-1 optimizer-state sharding (SPEC §3.2): a wrapper around any torch::optim optimizer.
+// ZeRO-1 optimizer-state sharding: a wrapper around any torch::optim optimizer.
 #pragma once
 
 #include <torch/torch.h>

@@ -120,7 +120,7 @@ c10::intrusive_ptr<compat::CollectiveBackend> make_nccl_group(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
     std::chrono::milliseconds timeout) {
   auto options = c10d::ProcessGroupNCCL::Options::create();
-  // The NCCL watchdog aborts a collective that runs past it (SPEC §2: every collective has a
+  // The NCCL watchdog aborts a collective that runs past it (every collective has a
   // timeout); waits in this process also stop at it.
   options->timeout = timeout;
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, options);

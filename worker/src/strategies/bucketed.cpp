@@ -50,7 +50,7 @@ class BucketedSynchronizer final : public ReplicatedSynchronizer {
 
   ~BucketedSynchronizer() override { hooks_.reset(); }
 
-  Strategy strategy() const override { return Strategy::kBucketed; }
+  std::string name() const override { return "bucketed"; }
 
   void zero_grad() override {
     for (auto& bucket : buckets_) bucket.buffer.zero_();

@@ -1,4 +1,5 @@
 // flat: after backward, flatten all gradients into one buffer, one all-reduce, unflatten.
+#include "flat_buffer.h"
 #include "strategies/synchronizer_base.h"
 
 namespace ddpd::detail {
@@ -7,25 +8,21 @@ namespace {
 class FlatSynchronizer final : public ReplicatedSynchronizer {
  public:
   using ReplicatedSynchronizer::ReplicatedSynchronizer;
-  Strategy strategy() const override { return Strategy::kFlat; }
+  std::string name() const override { return "flat"; }
 
   void finish_gradient_synchronization() override {
     if (params_.empty()) return;
     torch::NoGradGuard no_grad;
-    std::vector<torch::Tensor> views;
-    views.reserve(params_.size());
+    std::vector<torch::Tensor> grads;
+    grads.reserve(params_.size());
     for (auto& p : params_) {
       if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);  // unused this step
-      views.push_back(p.grad().reshape({-1}));
+      grads.push_back(p.grad());
     }
-    auto flat = torch::cat(views);
+    auto flat = flatten(grads);
     comm_->all_reduce_sum(flat, "all_reduce/flat").wait();
     flat.div_(static_cast<double>(comm_->world_size()));
-    int64_t offset = 0;
-    for (auto& p : params_) {
-      p.mutable_grad().copy_(flat.narrow(0, offset, p.numel()).view_as(p));
-      offset += p.numel();
-    }
+    unflatten_into(flat, grads);
   }
 };
 

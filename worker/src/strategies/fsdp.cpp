@@ -4,8 +4,6 @@
 // model is one FSDP unit), backward fills full gradients, finish_gradient_synchronization()
 // reduce-scatters each gradient into this rank's shard (divided by N) and frees the full
 // parameters and gradients, and the optimizer steps the shards.
-#include <unordered_set>
-
 #include "strategies/synchronizer_base.h"
 
 namespace ddpd::detail {
@@ -41,7 +39,7 @@ class FsdpSynchronizer final : public GradientSynchronizer {
     release_full_parameters();
   }
 
-  Strategy strategy() const override { return Strategy::kFsdp; }
+  std::string name() const override { return "fsdp"; }
 
   void prepare_forward() override { gather_full_parameters(); }
 
@@ -70,10 +68,7 @@ class FsdpSynchronizer final : public GradientSynchronizer {
   std::vector<torch::Tensor> full_parameters() override {
     gather_full_parameters();
     std::vector<torch::Tensor> out;
-    std::unordered_set<const void*> seen;  // a tied parameter once
-    for (auto& p : model_.parameters(/*recurse=*/true)) {
-      if (seen.insert(p.unsafeGetTensorImpl()).second) out.push_back(p.detach().clone());
-    }
+    for (auto& p : unique_parameters(model_)) out.push_back(p.detach().clone());
     release_full_parameters();
     return out;
   }

@@ -7,7 +7,7 @@ namespace {
 class NaiveSynchronizer final : public ReplicatedSynchronizer {
  public:
   using ReplicatedSynchronizer::ReplicatedSynchronizer;
-  Strategy strategy() const override { return Strategy::kNaive; }
+  std::string name() const override { return "naive"; }
 
   void finish_gradient_synchronization() override {
     for (size_t i = 0; i < params_.size(); ++i) {

@@ -3,21 +3,10 @@
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include <unordered_set>
+#include "flat_buffer.h"
 
 namespace ddpd {
 namespace detail {
-
-namespace {
-std::vector<torch::Tensor> unique_parameters(torch::nn::Module& module) {
-  std::vector<torch::Tensor> out;
-  std::unordered_set<const void*> seen;
-  for (const auto& p : module.parameters(/*recurse=*/true)) {
-    if (seen.insert(p.unsafeGetTensorImpl()).second) out.push_back(p);
-  }
-  return out;
-}
-}  // namespace
 
 ReplicatedSynchronizer::ReplicatedSynchronizer(torch::nn::Module& model,
                                                std::shared_ptr<Communicator> comm)
@@ -28,6 +17,18 @@ ReplicatedSynchronizer::ReplicatedSynchronizer(torch::nn::Module& model,
 std::vector<torch::Tensor> ReplicatedSynchronizer::full_parameters() {
   return unique_parameters(model_);
 }
+
+namespace {
+
+// World size 1: gradients are already the average over the one rank; nothing to send.
+class LocalSynchronizer final : public ReplicatedSynchronizer {
+ public:
+  using ReplicatedSynchronizer::ReplicatedSynchronizer;
+  std::string name() const override { return "none"; }
+  void finish_gradient_synchronization() override {}
+};
+
+}  // namespace
 
 void ReplicatedSynchronizer::average_gradients() {
   const double n = comm_->world_size();
@@ -64,27 +65,18 @@ GradReadyHooks::~GradReadyHooks() {
 void broadcast_module_state(torch::nn::Module& module, Communicator& comm) {
   if (comm.world_size() == 1) return;
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> tensors = detail::unique_parameters(module);
+  std::vector<torch::Tensor> tensors = unique_parameters(module);
   for (const auto& b : module.buffers(/*recurse=*/true)) tensors.push_back(b);
   if (tensors.empty()) return;
-  std::vector<torch::Tensor> flat_views;
-  for (auto& t : tensors) flat_views.push_back(t.detach().reshape({-1}));
-  auto flat = torch::cat(flat_views);
+  auto flat = comm.rank() == 0 ? detail::flatten(tensors) : detail::empty_flat_like(tensors);
   comm.broadcast(flat, /*root=*/0, "broadcast_module_state").wait();
-  int64_t offset = 0;
-  for (auto& t : tensors) {
-    t.detach().copy_(flat.narrow(0, offset, t.numel()).view_as(t));
-    offset += t.numel();
-  }
+  if (comm.rank() != 0) detail::unflatten_into(flat, tensors);
 }
 
 double parameter_spread(const std::vector<torch::Tensor>& parameters, Communicator& comm) {
   if (parameters.empty()) return 0.0;
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> flat_views;
-  for (const auto& p : parameters)
-    flat_views.push_back(p.detach().reshape({-1}).to(torch::kFloat32));
-  auto high = torch::cat(flat_views);
+  auto high = detail::flatten(parameters).to(torch::kFloat32);
   auto low = high.clone();
   comm.all_reduce_max(high);
   comm.all_reduce_min(low);
@@ -121,6 +113,11 @@ ShardLayout shard_layout(int64_t numel, int world_size) {
 std::unique_ptr<GradientSynchronizer> make_synchronizer(torch::nn::Module& model,
                                                         std::shared_ptr<Communicator> comm,
                                                         const SyncOptions& options) {
+  // The one world-size-1 substitution: with no peer, no strategy runs, and the synchroniser's
+  // name() says so ("none") wherever the result reports which synchronisation ran.
+  if (comm->world_size() == 1) {
+    return std::make_unique<detail::LocalSynchronizer>(model, std::move(comm));
+  }
   switch (options.strategy) {
     case Strategy::kNaive:
       return detail::make_naive(model, std::move(comm));
