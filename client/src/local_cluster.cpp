@@ -1,19 +1,19 @@
 #include "local_cluster.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/socket.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <random>
 #include <stdexcept>
 #include <thread>
+
+#include "ddpd/net.h"
 
 extern char** environ;
 
@@ -25,39 +25,6 @@ std::string own_directory() {
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   if (n <= 0) throw std::runtime_error("cannot locate ddpctl (/proc/self/exe)");
   return std::filesystem::path(std::string(buf, n)).parent_path();
-}
-
-int free_loopback_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    throw std::runtime_error("no free loopback port");
-  }
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
-// Waits until something accepts TCP connections on 127.0.0.1:port (the coordinator is up), so
-// the workers' and ddpctl's first calls do not fail into gRPC's reconnect backoff.
-bool wait_for_listener(int port, std::chrono::seconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    const bool up = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-    close(fd);
-    if (up) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
 }
 
 std::string random_token() {
@@ -74,7 +41,7 @@ LocalCluster::LocalCluster(const LocalClusterOptions& options) {
   std::string pattern = (std::filesystem::temp_directory_path() / "ddpctl-local-XXXXXX").string();
   if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
   directory_ = pattern;
-  const int port = free_loopback_port();
+  const int port = free_port("127.0.0.1");
   address_ = "127.0.0.1:" + std::to_string(port);
   token_ = random_token();
   const std::string bin = own_directory();
@@ -91,7 +58,9 @@ LocalCluster::LocalCluster(const LocalClusterOptions& options) {
          "--log-level", options.log_level, "--log-format", options.log_format, "--metrics-port",
          metrics_port(0)},
         "coordinator.log");
-  if (!wait_for_listener(port, std::chrono::seconds(30))) {
+  // Waits for the coordinator to listen, so the workers' and ddpctl's first calls do not fail
+  // into gRPC's reconnect backoff.
+  if (!wait_for_port("127.0.0.1", port, std::chrono::seconds(30))) {
     keep_ = true;
     throw std::runtime_error("the coordinator did not start listening on " + address_ +
                              " within 30 s; log in " + directory_ + "/coordinator.log");
@@ -121,14 +90,40 @@ pid_t LocalCluster::spawn(const std::vector<std::string>& argv, const std::strin
   for (auto& s : argv_copy) args.push_back(s.data());
   args.push_back(nullptr);
   const std::string log = directory_ + "/" + log_name;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) throw std::runtime_error("cannot start " + argv[0]);
+  // fork + exec rather than posix_spawn, so that each daemon asks for SIGKILL when ddpctl dies
+  // (PR_SET_PDEATHSIG): a ddpctl killed outright leaves no coordinator or worker behind. Only
+  // async-signal-safe calls before exec; a failed exec comes back through a close-on-exec pipe.
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) throw std::runtime_error("cannot start " + argv[0]);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    // The parent may have died between fork and prctl: then no signal would ever come.
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0 && (fd == 1 || dup2(fd, 1) == 1) && dup2(1, 2) == 2) {
+      if (fd != 1) close(fd);
+      execve(args[0], args.data(), envp.data());
+    }
+    const int error = errno;
+    ssize_t ignored = write(report[1], &error, sizeof(error));
+    (void)ignored;
+    _exit(127);
+  }
+  close(report[1]);
+  int error = 0;
+  ssize_t n = -1;
+  if (pid > 0) {
+    do {
+      n = read(report[0], &error, sizeof(error));
+    } while (n < 0 && errno == EINTR);
+  }
+  close(report[0]);
+  if (pid < 0) throw std::runtime_error("cannot start " + argv[0]);
+  if (n > 0) {  // the child did not reach exec
+    waitpid(pid, nullptr, 0);
+    throw std::runtime_error("cannot start " + argv[0]);
+  }
   children_.push_back(pid);
   return pid;
 }

@@ -20,11 +20,26 @@ export DDPD_TOKEN="compose-$$-$RANDOM" DDPD_PORT=$(( 40000 + $$ % 9000 ))
 export DDPD_PROMETHEUS_PORT=$(( 49100 + $$ % 800 ))
 ctl() { "$bin/ddpctl" --coordinator "127.0.0.1:$DDPD_PORT" "$@"; }
 
+# On every exit (a pass, a failure, a skip, INT/TERM/HUP): `down -v` (containers, network,
+# volume), then the dockerd this test started, if any. A second signal does not cut it short.
 cleanup() {
-  "${compose[@]}" down -v >"$work/down.log" 2>&1
-  if [ -n "$started_dockerd" ]; then kill "$started_dockerd" 2>/dev/null; wait 2>/dev/null; fi
+  trap '' INT TERM HUP
+  if ! "${compose[@]}" down -v >"$work/down.log" 2>&1 && [ -n "$stack_up" ]; then
+    echo "WARNING: docker-compose down failed:"; tail -n 5 "$work/down.log"
+  fi
+  if [ -n "$started_dockerd" ]; then
+    kill "$started_dockerd" 2>/dev/null
+    for _ in $(seq 300); do kill -0 "$started_dockerd" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$started_dockerd" 2>/dev/null
+    wait "$started_dockerd" 2>/dev/null
+  fi
   if [ "${failed:-0}" = 1 ]; then echo "logs kept in $work"; else rm -rf "$work"; fi
 }
+stack_up=""
+trap cleanup EXIT
+trap 'failed=1; exit 130' INT
+trap 'failed=1; exit 143' TERM
+trap 'failed=1; exit 129' HUP
 source "$(dirname "$0")/../support/shell_helpers.sh"
 fail() {
   echo "FAIL: $*"
@@ -38,15 +53,15 @@ if ! docker info >/dev/null 2>&1; then
   dockerd >"$work/dockerd.log" 2>&1 &
   started_dockerd=$!
   for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
-  docker info >/dev/null 2>&1 || { kill "$started_dockerd" 2>/dev/null; wait 2>/dev/null
-    tail -n 5 "$work/dockerd.log"; rm -rf "$work"; skip "dockerd did not start here"; }
+  docker info >/dev/null 2>&1 ||
+    { tail -n 5 "$work/dockerd.log"; skip "dockerd did not start here"; }  # cleanup stops it
 fi
-trap cleanup EXIT
 
 t0=$(now)
 DDPD_BIN_DIR="$bin" "$repo/deploy/docker/build-images.sh" >"$work/images.log" 2>&1 ||
   fail "building images: $(tail -n 5 "$work/images.log")"
 t_images=$(now)
+stack_up=1
 "${compose[@]}" up -d --scale worker=2 >"$work/up.log" 2>&1 || fail "up: $(tail -n 5 "$work/up.log")"
 idle_workers() { [ "$(ctl workers | grep -c ' IDLE ')" = 2 ]; }
 wait_for 90 "2 idle workers" idle_workers

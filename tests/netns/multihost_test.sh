@@ -10,7 +10,8 @@
 # 2. Partition: W1's link is cut mid-job. The job FAILS with the reason, rank 0 gives up within
 #    the collective timeout, W0 is IDLE again (W1 LOST), and a new job runs on W0.
 # 3. The link comes back: W1 registers again and a 2-rank job succeeds.
-# Namespaces, links and daemons are removed on exit, also when a check fails.
+# Namespaces, links and daemons are removed on exit, also when a check fails or on INT/TERM/HUP;
+# the daemons die with this shell even when it is SIGKILLed.
 #
 # Usage: multihost_test.sh BIN_DIR   (exit 0 pass, 1 fail, 77 skip: not root / no netns)
 set -uo pipefail
@@ -29,13 +30,39 @@ work=$(mktemp -d /tmp/ddpd-netns-XXXXXX)
 pids=()
 export DDPD_TOKEN="netns-$tag"
 
+# Every daemon runs as `ip netns exec NS setpriv --pdeathsig KILL CMD` started straight from this
+# shell: ip and setpriv exec, so $! is the daemon's own pid, and the daemon gets SIGKILL when
+# this shell dies, even by SIGKILL (CTest's timeout), which runs no trap.
+pdeathsig=()
+setpriv --pdeathsig KILL true 2>/dev/null && pdeathsig=(setpriv --pdeathsig KILL)
+
+# stop_pids PIDS...: SIGTERM, up to 5 s to exit, then SIGKILL; reaps them.
+stop_pids() {
+  [ $# -gt 0 ] || return 0
+  kill "$@" 2>/dev/null
+  for _ in $(seq 50); do kill -0 "$@" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$@" 2>/dev/null
+  wait "$@" 2>/dev/null
+}
+# del_netns NS: kills whatever still runs in NS (its /proc/PID/ns/net), then deletes it.
+del_netns() {
+  ip netns list 2>/dev/null | grep -q "^$1\( \|$\)" || return 0
+  local left
+  for _ in $(seq 50); do
+    left=$(ip netns pids "$1" 2>/dev/null | tr '\n' ' ')
+    [ -n "${left// }" ] || break
+    # shellcheck disable=SC2086
+    kill -9 $left 2>/dev/null; sleep 0.1
+  done
+  [ -z "${left// }" ] || echo "WARNING: processes left in namespace $1: $left" >&2
+  ip netns del "$1" 2>/dev/null
+}
 cleanup() {
-  kill "${pids[@]}" 2>/dev/null
-  for _ in $(seq 50); do kill -0 "${pids[@]}" 2>/dev/null || break; sleep 0.1; done
-  kill -9 "${pids[@]}" 2>/dev/null
+  trap '' INT TERM HUP  # a second signal must not cut the cleanup short
+  stop_pids "${pids[@]}"
   wait 2>/dev/null
-  for h in "${hosts[@]}"; do ip netns del "dd$h$tag" 2>/dev/null; done
-  ip netns del "$sw" 2>/dev/null
+  for h in "${hosts[@]}"; do del_netns "dd$h$tag"; done
+  del_netns "$sw"
   if [ "${failed:-0}" = 1 ]; then
     echo "logs kept in $work"; tail -n 20 "$work"/*.log
   else
@@ -43,6 +70,9 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
+trap 'failed=1; exit 130' INT
+trap 'failed=1; exit 143' TERM
+trap 'failed=1; exit 129' HUP
 source "$(dirname "$0")/../support/shell_helpers.sh"
 fail() { echo "FAIL: $*"; failed=1; exit 1; }
 
@@ -56,7 +86,14 @@ for h in "${hosts[@]}"; do
     ip -n "$ns" addr add "${ip_of[$h]}/24" dev "v$h$tag" && ip -n "$ns" link set "v$h$tag" up &&
     ip -n "$sw" link set "p$h" master br0 && ip -n "$sw" link set "p$h" up || fail "host $h"
 done
-on() { local h=$1; shift; ip netns exec "dd$h$tag" "$@"; }
+on() { local h=$1; shift; ip netns exec "dd$h$tag" "${pdeathsig[@]}" "$@"; }
+# daemon HOST LOG CMD...: starts CMD on HOST in the background, its pid in pids. Not through
+# on(): `on ... &` would fork a subshell, and $! would be the subshell's pid, not the daemon's.
+daemon() {
+  local h=$1 log=$2; shift 2
+  ip netns exec "dd$h$tag" "${pdeathsig[@]}" "$@" >"$log" 2>&1 &
+  pids+=($!)
+}
 ctl() { on c "$bin/ddpctl" --coordinator "${ip_of[c]}:50051" "$@"; }
 json_field() { /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
 worker_state() { ctl workers | awk -v id="$1" '$1 == id {print $2}'; }
@@ -64,13 +101,12 @@ is_state() { [ "$(worker_state "$1")" = "$2" ]; }
 job_state() { ctl show "$1" --json | json_field 'd["state"]'; }
 has_state() { [ "$(job_state "$1")" = "$2" ]; }
 
-on c "$bin/ddpd-coordinator" --listen "${ip_of[c]}:50051" --db "$work/ddpd.db" --metrics-port 0 \
-  --worker-timeout "$worker_timeout" --log-level info >"$work/coordinator.log" 2>&1 &
-pids+=($!)
+daemon c "$work/coordinator.log" "$bin/ddpd-coordinator" --listen "${ip_of[c]}:50051" \
+  --db "$work/ddpd.db" --metrics-port 0 --worker-timeout "$worker_timeout" --log-level info
 for w in w0 w1; do
-  on "$w" "$bin/ddpd-worker" --log-level info serve --coordinator "${ip_of[c]}:50051" \
-    --worker-id "$w" --advertise-host "${ip_of[$w]}" --heartbeat 0.5 >"$work/$w.log" 2>&1 &
-  pids+=($!)
+  daemon "$w" "$work/$w.log" "$bin/ddpd-worker" --log-level info serve \
+    --coordinator "${ip_of[c]}:50051" --worker-id "$w" --advertise-host "${ip_of[$w]}" \
+    --heartbeat 0.5
 done
 start=$(now)
 both_idle() { is_state w0 IDLE && is_state w1 IDLE; }

@@ -4,12 +4,14 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -25,6 +27,55 @@ std::string slurp(const std::string& path) {
   std::stringstream buffer;
   buffer << in.rdbuf();
   return buffer.str();
+}
+
+// Starts argv with envp, stdout to out_path and stderr to err_path (to stdout when empty).
+// fork + exec rather than posix_spawn, so that the child asks for SIGKILL when this process
+// dies (PR_SET_PDEATHSIG): a test binary killed by CTest's timeout runs no destructors, and its
+// daemons and ranks must not outlive it. The signal follows the thread that forked; every caller
+// spawns from the thread that waits for or owns the child. Between fork and exec the child makes
+// only async-signal-safe calls; a failed exec is reported back through a close-on-exec pipe.
+pid_t spawn_child(char* const argv[], char* const envp[], const std::string& out_path,
+                  const std::string& err_path) {
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
+  const pid_t parent = getpid();
+  const char* out = out_path.c_str();
+  const char* err = err_path.empty() ? nullptr : err_path.c_str();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    // The parent may have died between fork and prctl: then no signal would ever come.
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
+    auto redirect = [](const char* path, int target) {
+      const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd < 0) return false;
+      if (fd == target) return true;
+      const bool ok = dup2(fd, target) == target;
+      close(fd);
+      return ok;
+    };
+    if (redirect(out, 1) && (err ? redirect(err, 2) : dup2(1, 2) == 2)) execve(argv[0], argv, envp);
+    const int error = errno;
+    ssize_t ignored = write(report[1], &error, sizeof(error));
+    (void)ignored;
+    _exit(127);
+  }
+  close(report[1]);
+  if (pid < 0) {
+    close(report[0]);
+    throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
+  }
+  int error = 0;
+  ssize_t n;
+  do {
+    n = read(report[0], &error, sizeof(error));
+  } while (n < 0 && errno == EINTR);
+  close(report[0]);
+  if (n > 0) {  // the child did not reach exec
+    waitpid(pid, nullptr, 0);
+    throw std::runtime_error(std::string("cannot start ") + argv[0] + ": " + std::strerror(error));
+  }
+  return pid;
 }
 
 struct Running {
@@ -53,20 +104,7 @@ Running start(const std::vector<std::string>& argv, const std::map<std::string, 
   Running r;
   r.out_path = temp_dir() + "/" + tag + ".out";
   r.err_path = temp_dir() + "/" + tag + ".err";
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, r.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
-  if (merge_stderr) {
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  } else {
-    posix_spawn_file_actions_addopen(&actions, 2, r.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-  }
-  const int rc = posix_spawn(&r.pid, args[0], &actions, nullptr, args.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0)
-    throw std::runtime_error("posix_spawn " + argv[0] + " failed: " + std::to_string(rc));
+  r.pid = spawn_child(args.data(), envp.data(), r.out_path, merge_stderr ? "" : r.err_path);
   return r;
 }
 
@@ -81,6 +119,7 @@ std::vector<ProcessOutcome> wait_all(std::vector<Running>& running, std::chrono:
       int status = 0;
       if (waitpid(running[i].pid, &status, WNOHANG) == running[i].pid) {
         outcomes[i].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        outcomes[i].exited_unix_s = unix_now();
         done[i] = true;
         --remaining;
       }
@@ -107,20 +146,9 @@ std::vector<ProcessOutcome> wait_all(std::vector<Running>& running, std::chrono:
 
 }  // namespace
 
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    throw std::runtime_error("free_port: bind failed");
-  }
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 std::string binary_dir() {
