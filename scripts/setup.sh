@@ -9,6 +9,7 @@ packages=(
   libopenblas0-pthread                           # fast BLAS for LibTorch (else netlib reference BLAS)
   libgloo-dev                                    # c10d Gloo backend headers
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  python3-grpcio python3-protobuf                # the Python API example and its test
   libspdlog-dev libfmt-dev prometheus-cpp-dev libsqlite3-dev libcli11-dev
   nlohmann-json3-dev libgtest-dev libgmock-dev
   openssl                                        # test certificates for the TLS test

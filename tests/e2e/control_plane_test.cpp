@@ -136,7 +136,8 @@ TEST(ControlPlane, WrongTokenAndInvalidSpecAreRefused) {
   const auto bad = cluster.ctl({"submit", "ddp", "--world-size", "2", "--batch", "7"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--batch"), std::string::npos) << bad.err;
-  // ... and the coordinator refuses on its own, naming the field.
+  // ... and the coordinator refuses on its own, naming the proto field (API callers never
+  // saw the flag).
   auto channel = grpc::CreateChannel(cluster.address(), grpc::InsecureChannelCredentials());
   auto stub = v1::Coordinator::NewStub(channel);
   v1::SubmitJobRequest request;
@@ -151,7 +152,8 @@ TEST(ControlPlane, WrongTokenAndInvalidSpecAreRefused) {
     const auto status = stub->SubmitJob(&context, request, &reply);
     if (token == kToken) {
       EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-      EXPECT_NE(status.error_message().find("--batch"), std::string::npos)
+      EXPECT_EQ(status.error_message().rfind("batch_size: ", 0), 0u) << status.error_message();
+      EXPECT_EQ(status.error_message().find("--batch"), std::string::npos)
           << status.error_message();
     } else {
       EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);

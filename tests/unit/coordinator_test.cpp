@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include "ddpd/spec_convert.h"
 #include "job_store.h"
 #include "scheduling.h"
 
@@ -124,6 +125,57 @@ TEST(JobStore, SurvivesReopening) {
   EXPECT_EQ(steps[0].rank(), 1);
   EXPECT_DOUBLE_EQ(steps[0].loss(), 9.5);
   unlink(path.c_str());
+}
+
+// ddpctl's own check names the flag; the coordinator's names the field an API caller set.
+std::string refusal(const v1::JobSpec& spec, FieldNames names) {
+  try {
+    validate_spec(spec, names);
+  } catch (const OptionError& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+TEST(SpecValidation, ApiErrorsNameTheProtoFieldAndDdpctlsNameTheFlag) {
+  v1::JobSpec spec;
+  spec.set_world_size(2);
+  spec.mutable_ddp()->set_batch_size(7);
+  EXPECT_EQ(refusal(spec, FieldNames::kFlag),
+            "--batch: global batch 7 is not divisible by world size 2");
+  EXPECT_EQ(refusal(spec, FieldNames::kProto),
+            "batch_size: global batch 7 is not divisible by world size 2");
+  spec.mutable_ddp()->set_batch_size(8);
+  EXPECT_EQ(refusal(spec, FieldNames::kProto), "accepted");
+  spec.set_world_size(0);
+  EXPECT_EQ(refusal(spec, FieldNames::kProto).rfind("world_size: ", 0), 0u);
+  EXPECT_EQ(refusal(v1::JobSpec(), FieldNames::kProto).rfind("world_size: ", 0), 0u);
+  v1::JobSpec no_kind;
+  no_kind.set_world_size(1);
+  EXPECT_EQ(refusal(no_kind, FieldNames::kProto).rfind("kind: ", 0), 0u);
+}
+
+TEST(SpecValidation, EveryFlagMapsToAFieldOfItsSpec) {
+  const auto* job = v1::JobSpec::descriptor();
+  const auto* ddp = v1::DdpSpec::descriptor();
+  const auto* comm = v1::CommSpec::descriptor();
+  for (const char* flag : {"--model",           "--d-model",      "--d-ff",
+                           "--layers",          "--heads",        "--vocab",
+                           "--context",         "--batch",        "--steps",
+                           "--warmup-steps",    "--strategy",     "--bucket-mb",
+                           "--shard-optimizer", "--lr",           "--beta1",
+                           "--beta2",           "--eps",          "--weight-decay",
+                           "--precision",       "--attention",    "--device",
+                           "--data-dtype",      "--spread-every", "--max-param-spread",
+                           "--threads",         "--timeout"}) {
+    EXPECT_NE(ddp->FindFieldByName(proto_field(flag)), nullptr) << flag;
+  }
+  for (const char* flag :
+       {"--collective", "--sizes", "--backend", "--dtype", "--warmup", "--iters", "--timeout"}) {
+    EXPECT_NE(comm->FindFieldByName(proto_field(flag)), nullptr) << flag;
+  }
+  EXPECT_NE(job->FindFieldByName(proto_field("--world-size")), nullptr);
+  EXPECT_NE(job->FindFieldByName(proto_field("WORLD_SIZE")), nullptr);
 }
 
 }  // namespace
