@@ -1,5 +1,5 @@
 # Dependencies that may come from build-deps/ (scripts/stage-deps.sh) instead of packages, on a
-# machine with a LibTorch but no package registry (SPEC §1: the core builds alone). Packages
+# machine with a LibTorch but no package registry (the core builds alone). Packages
 # win when present.
 set(DDPD_DEPS_DIR "${PROJECT_SOURCE_DIR}/build-deps" CACHE PATH "Staged headers and googletest")
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the training core, kernels, ddpd-train, the CUDA tests and benchmarks on a GPU machine
 # that has a CUDA LibTorch (inside Python's torch package), CMake and nvcc, but no gRPC and no
-# package registry (SPEC §1). Needs build-deps/ from scripts/stage-deps.sh (carried along).
+# package registry. Needs build-deps/ from scripts/stage-deps.sh (carried along).
 # Usage: scripts/device-build.sh [BUILD_DIR (build-cuda)]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,4 +1,4 @@
-// `ddpctl plan`: memory/communication accounting (SPEC §3.3) and the bucket advisor. Pure
+// `ddpctl plan`: memory/communication accounting (docs/planning.md) and the bucket advisor. Pure
 // arithmetic; every figure is in bytes, seconds, FLOP/s or bytes/s.
 #pragma once
 
