@@ -15,6 +15,7 @@ set -uo pipefail
 bin=$(cd "${1:?usage: python_client_test.sh BIN_DIR SOURCE_DIR}" && pwd)
 src=$(cd "${2:?usage: python_client_test.sh BIN_DIR SOURCE_DIR}" && pwd)
 python=/usr/bin/python3
+source "$src/tests/support/shell_helpers.sh"
 steps=4
 
 skip() { echo "SKIP: $*"; exit 77; }
@@ -26,12 +27,7 @@ pids=()
 cleanup() {
   trap '' INT TERM HUP
   [ -n "${client_pid:-}" ] && kill "$client_pid" 2>/dev/null && wait "$client_pid" 2>/dev/null
-  if ((${#pids[@]})); then
-    kill "${pids[@]}" 2>/dev/null
-    for _ in $(seq 100); do kill -0 "${pids[@]}" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "${pids[@]}" 2>/dev/null
-    wait "${pids[@]}" 2>/dev/null
-  fi
+  stop_pids "${pids[@]}"
   if [ "${failed:-0}" = 1 ]; then
     echo "logs kept in $work"
     for f in "$work"/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 20 "$f"; }; done
@@ -43,7 +39,6 @@ trap cleanup EXIT
 trap 'failed=1; exit 130' INT
 trap 'failed=1; exit 143' TERM
 trap 'failed=1; exit 129' HUP
-source "$src/tests/support/shell_helpers.sh"
 fail() { echo "FAIL: $*"; failed=1; exit 1; }
 
 for b in ddpd-coordinator ddpd-worker; do [ -x "$bin/$b" ] || fail "no $bin/$b"; done
@@ -51,9 +46,6 @@ for b in ddpd-coordinator ddpd-worker; do [ -x "$bin/$b" ] || fail "no $bin/$b";
 # Stubs, as a user generates them.
 bash "$src/examples/python/generate_stubs.sh" "$work/stubs" || fail "generate_stubs.sh failed"
 
-free_port() {
-  "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 port=$(free_port)
 address=127.0.0.1:$port
 export DDPD_TOKEN="pyapi-$$-$RANDOM"
@@ -65,8 +57,7 @@ for i in 0 1; do
     --advertise-host 127.0.0.1 --heartbeat 0.5 --metrics-port 0 >"$work/worker$i.log" 2>&1 &
   pids+=($!)
 done
-listening() { (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; }
-wait_for 30 "the coordinator to listen on $address" listening
+wait_for 30 "the coordinator to listen on $address" port_open "$port"
 for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || fail "a daemon exited at start-up"; done
 
 # client [ENV...] -- ARGS...: runs the example; stdout to $work/out, stderr to $work/err.

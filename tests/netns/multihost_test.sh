@@ -15,6 +15,7 @@
 #
 # Usage: multihost_test.sh BIN_DIR   (exit 0 pass, 1 fail, 77 skip: not root / no netns)
 set -uo pipefail
+source "$(dirname "$0")/../support/shell_helpers.sh"
 bin=${1:?usage: multihost_test.sh BIN_DIR}
 collective_timeout=8  # seconds; the job's --timeout
 worker_timeout=3      # seconds; the coordinator's --worker-timeout
@@ -36,14 +37,6 @@ export DDPD_TOKEN="netns-$tag"
 pdeathsig=()
 setpriv --pdeathsig KILL true 2>/dev/null && pdeathsig=(setpriv --pdeathsig KILL)
 
-# stop_pids PIDS...: SIGTERM, up to 5 s to exit, then SIGKILL; reaps them.
-stop_pids() {
-  [ $# -gt 0 ] || return 0
-  kill "$@" 2>/dev/null
-  for _ in $(seq 50); do kill -0 "$@" 2>/dev/null || break; sleep 0.1; done
-  kill -9 "$@" 2>/dev/null
-  wait "$@" 2>/dev/null
-}
 # del_netns NS: kills whatever still runs in NS (its /proc/PID/ns/net), then deletes it.
 del_netns() {
   ip netns list 2>/dev/null | grep -q "^$1\( \|$\)" || return 0
@@ -73,7 +66,6 @@ trap cleanup EXIT
 trap 'failed=1; exit 130' INT
 trap 'failed=1; exit 143' TERM
 trap 'failed=1; exit 129' HUP
-source "$(dirname "$0")/../support/shell_helpers.sh"
 fail() { echo "FAIL: $*"; failed=1; exit 1; }
 
 ip netns add "$sw" || skip "cannot create network namespaces here"
