@@ -28,18 +28,9 @@ cleanup() {
   trap '' INT TERM HUP
   [ -n "${client_pid:-}" ] && kill "$client_pid" 2>/dev/null && wait "$client_pid" 2>/dev/null
   stop_pids "${pids[@]}"
-  if [ "${failed:-0}" = 1 ]; then
-    echo "logs kept in $work"
-    for f in "$work"/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 20 "$f"; }; done
-  else
-    rm -rf "$work"
-  fi
+  finish_work "$work"
 }
-trap cleanup EXIT
-trap 'failed=1; exit 130' INT
-trap 'failed=1; exit 143' TERM
-trap 'failed=1; exit 129' HUP
-fail() { echo "FAIL: $*"; failed=1; exit 1; }
+on_exit cleanup
 
 for b in ddpd-coordinator ddpd-worker; do [ -x "$bin/$b" ] || fail "no $bin/$b"; done
 

@@ -6,6 +6,7 @@
 # Starts dockerd if none answers (as the machine's root) and stops the one it started.
 # Usage: compose_test.sh BIN_DIR   (exit 0 pass, 1 fail, 77 skip: no Docker engine here)
 set -uo pipefail
+source "$(dirname "$0")/../support/shell_helpers.sh"
 bin=$(cd "${1:?usage: compose_test.sh BIN_DIR}" && pwd)
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
@@ -33,14 +34,10 @@ cleanup() {
     kill -9 "$started_dockerd" 2>/dev/null
     wait "$started_dockerd" 2>/dev/null
   fi
-  if [ "${failed:-0}" = 1 ]; then echo "logs kept in $work"; else rm -rf "$work"; fi
+  finish_work "$work"
 }
 stack_up=""
-trap cleanup EXIT
-trap 'failed=1; exit 130' INT
-trap 'failed=1; exit 143' TERM
-trap 'failed=1; exit 129' HUP
-source "$(dirname "$0")/../support/shell_helpers.sh"
+on_exit cleanup
 fail() {
   echo "FAIL: $*"
   "${compose[@]}" logs --tail 30 >"$work/compose.log" 2>&1; tail -n 60 "$work/compose.log"

@@ -56,17 +56,9 @@ cleanup() {
   wait 2>/dev/null
   for h in "${hosts[@]}"; do del_netns "dd$h$tag"; done
   del_netns "$sw"
-  if [ "${failed:-0}" = 1 ]; then
-    echo "logs kept in $work"; tail -n 20 "$work"/*.log
-  else
-    rm -rf "$work"
-  fi
+  finish_work "$work"
 }
-trap cleanup EXIT
-trap 'failed=1; exit 130' INT
-trap 'failed=1; exit 143' TERM
-trap 'failed=1; exit 129' HUP
-fail() { echo "FAIL: $*"; failed=1; exit 1; }
+on_exit cleanup
 
 ip netns add "$sw" || skip "cannot create network namespaces here"
 ip -n "$sw" link add br0 type bridge && ip -n "$sw" link set br0 up && ip -n "$sw" link set lo up ||

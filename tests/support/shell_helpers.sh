@@ -1,6 +1,9 @@
 # Helpers shared by the shell tests (tests/netns, tests/compose, tests/api); fail() may be defined
 # after sourcing, before the first call.
 
+# fail MESSAGE: marks the run failed and exits 1 (a test may define its own, after sourcing).
+fail() { echo "FAIL: $*"; failed=1; exit 1; }
+
 now() { date +%s.%N; }
 elapsed() { /usr/bin/python3 -c "print(f'{$2 - $1:.1f}')"; }  # seconds between two now()s
 
@@ -28,5 +31,25 @@ stop_pids() {
   for _ in $(seq 50); do kill -0 "$@" 2>/dev/null || break; sleep 0.1; done
   kill -9 "$@" 2>/dev/null
   wait "$@" 2>/dev/null
+  return 0
+}
+
+# on_exit CLEANUP: CLEANUP runs on every exit; INT, TERM and HUP mark the run failed and exit
+# with 128 + the signal, so CLEANUP runs once, from the EXIT trap.
+on_exit() {
+  trap "$1" EXIT
+  trap 'failed=1; exit 130' INT
+  trap 'failed=1; exit 143' TERM
+  trap 'failed=1; exit 129' HUP
+}
+
+# finish_work DIR: a failed run keeps DIR and prints the tail of each log in it; else removes it.
+finish_work() {
+  if [ "${failed:-0}" = 1 ]; then
+    echo "logs kept in $1"
+    for f in "$1"/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 20 "$f"; }; done
+  else
+    rm -rf "$1"
+  fi
   return 0
 }
