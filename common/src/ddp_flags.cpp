@@ -46,6 +46,9 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
       ->capture_default_str();
   app.add_option("--timeout", o.collective_timeout_s, "Collective and rendezvous timeout, seconds")
       ->capture_default_str();
+  app.add_option("--journal-size", o.journal_size,
+                 "Collectives each rank's journal keeps (sequence number, op, tag, size, state)")
+      ->capture_default_str();
 }
 
 void add_comm_flags(CLI::App& app, CommBenchOptions& o) {

@@ -140,6 +140,8 @@ void validate(const DdpJobOptions& o, int world_size) {
   require(o.max_param_spread >= 0, "--max-param-spread", "must be >= 0");
   require(o.threads >= 0, "--threads", "must be >= 0");
   require(o.collective_timeout_s > 0, "--timeout", "must be > 0 seconds");
+  require(o.journal_size >= 1 && o.journal_size <= 1000000, "--journal-size",
+          "must be in 1..1000000, got " + std::to_string(o.journal_size));
 }
 
 }  // namespace ddpd

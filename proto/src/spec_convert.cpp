@@ -35,6 +35,7 @@ v1::DdpSpec to_proto(const DdpJobOptions& o) {
   s.set_max_param_spread(o.max_param_spread);
   s.set_threads(o.threads);
   s.set_collective_timeout_s(o.collective_timeout_s);
+  s.set_journal_size(o.journal_size);
   return s;
 }
 
@@ -68,6 +69,7 @@ DdpJobOptions from_proto(const v1::DdpSpec& s) {
   if (s.has_max_param_spread()) o.max_param_spread = s.max_param_spread();
   if (s.has_threads()) o.threads = s.threads();
   if (s.has_collective_timeout_s()) o.collective_timeout_s = s.collective_timeout_s();
+  if (s.has_journal_size()) o.journal_size = s.journal_size();
   return o;
 }
 
@@ -118,6 +120,7 @@ std::string proto_field(const std::string& flag) {
       {"--batch", "batch_size"},
       {"--bucket-mb", "bucket_size_mb"},
       {"--timeout", "collective_timeout_s"},
+      {"--journal-size", "journal_size"},
       {"--collective", "collectives"},
       {"--sizes", "sizes_bytes"},
       {"WORLD_SIZE", "world_size"},

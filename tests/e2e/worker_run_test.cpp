@@ -2,7 +2,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <signal.h>
+
 #include <fstream>
+#include <memory>
+#include <thread>
 
 #include "ddpd/job_options.h"
 #include "support/process.h"
@@ -255,6 +259,65 @@ TEST(WorkerRun, TokenFileWithIdsOutsideTheVocabularyIsRefused) {
   EXPECT_NE(r["error"].get<std::string>().find("outside the vocabulary of 10000"),
             std::string::npos)
       << r.dump();
+}
+
+// --journal-dump: every rank writes its collective journal when the job ends. After a clean run
+// the ranks' journals agree and every collective completed; when a peer is killed mid-job, the
+// survivor's journal shows the collective that failed.
+nlohmann::json load_journal(const std::string& dir, int rank) {
+  std::ifstream in(dir + "/journal-rank" + std::to_string(rank) + ".json");
+  EXPECT_TRUE(in.good()) << "no journal for rank " << rank << " in " << dir;
+  return in.good() ? nlohmann::json::parse(in) : nlohmann::json::object();
+}
+
+TEST(WorkerRun, JournalDumpAfterSuccessAgreesAcrossRanks) {
+  const std::string dir = temp_dir() + "/journal-ok";
+  const auto outcomes =
+      run_ranks(job({"--strategy", "bucketed", "--bucket-mb", "1", "--journal-dump", dir}), 2,
+                std::chrono::seconds(120));
+  ASSERT_EQ(outcomes[0].exit_code, 0) << outcomes[0].err;
+  ASSERT_EQ(outcomes[1].exit_code, 0) << outcomes[1].err;
+  const auto rank0 = load_journal(dir, 0), rank1 = load_journal(dir, 1);
+  EXPECT_EQ(rank0["succeeded"], true);
+  EXPECT_EQ(rank1["rank"], 1);
+  const auto& j0 = rank0["journal"];
+  EXPECT_GT(j0["last_enqueued"].get<int64_t>(), 6);  // at least a bucket per step
+  EXPECT_EQ(j0["last_completed"], j0["last_enqueued"]);
+  ASSERT_EQ(j0["entries"].size(), rank1["journal"]["entries"].size());
+  for (size_t i = 0; i < j0["entries"].size(); ++i) {
+    EXPECT_EQ(j0["entries"][i]["op"], rank1["journal"]["entries"][i]["op"]) << i;
+    EXPECT_EQ(j0["entries"][i]["numel"], rank1["journal"]["entries"][i]["numel"]) << i;
+  }
+}
+
+TEST(WorkerRun, JournalDumpAfterAPeersDeathShowsTheFailedCollective) {
+  const std::string dir = temp_dir() + "/journal-fail";
+  const int port = free_port();
+  std::vector<std::unique_ptr<BackgroundProcess>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.push_back(std::make_unique<BackgroundProcess>(
+        job({"--steps", "100000", "--timeout", "20", "--journal-dump", dir, "--log-level", "info"}),
+        std::map<std::string, std::string>{{"MASTER_ADDR", "127.0.0.1"},
+                                           {"MASTER_PORT", std::to_string(port)},
+                                           {"RANK", std::to_string(r)},
+                                           {"WORLD_SIZE", "2"}},
+        "journal-fail-rank" + std::to_string(r)));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (ranks[1]->log().find("step=2 ") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_NE(ranks[1]->log().find("step=2 "), std::string::npos) << ranks[1]->log();
+  ranks[1]->signal(SIGKILL);
+  EXPECT_EQ(ranks[0]->wait(std::chrono::seconds(30)), 1) << ranks[0]->log();
+  const auto dump = load_journal(dir, 0);
+  EXPECT_EQ(dump["succeeded"], false);
+  const auto& journal = dump["journal"];
+  int failed = 0;
+  for (const auto& e : journal["entries"]) failed += e["state"] == "failed";
+  EXPECT_GE(failed, 1) << journal.dump();
+  EXPECT_LT(journal["last_completed"].get<int64_t>(), journal["last_enqueued"].get<int64_t>());
 }
 
 }  // namespace

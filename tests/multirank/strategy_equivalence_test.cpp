@@ -135,6 +135,38 @@ std::vector<Case> all_cases() {
 INSTANTIATE_TEST_SUITE_P(AllStrategies, StrategyEquivalence, ::testing::ValuesIn(all_cases()),
                          case_name);
 
+// Every rank journals the same collectives under the same sequence numbers (what matching
+// journals across ranks relies on), all completed; the ring keeps the last --journal-size.
+class CollectiveJournalAcrossRanks : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CollectiveJournalAcrossRanks, RanksRecordTheSameSequenceAndTheRingKeepsTheLast) {
+  auto args = training_flags(GetParam());
+  args.insert(args.end(), {"--journal-size", "24"});
+  if (GetParam() != "fsdp") args.push_back("--shard-optimizer");  // ZeRO-1's broadcasts too
+  const std::string prefix = run_helper("journal-" + GetParam(), args, 3);
+  const auto rank0 = load_json(rank_file(prefix, 0, "json"))["journal"];
+  EXPECT_EQ(rank0["capacity"], 24);
+  ASSERT_EQ(rank0["entries"].size(), 24u);
+  EXPECT_GT(rank0["last_enqueued"].get<int64_t>(), 24) << "the ring never wrapped";
+  EXPECT_EQ(rank0["last_completed"], rank0["last_enqueued"]);
+  EXPECT_EQ(rank0["entries"].back()["seq"], rank0["last_enqueued"]);
+  for (int r = 1; r < 3; ++r) {
+    const auto journal = load_json(rank_file(prefix, r, "json"))["journal"];
+    ASSERT_EQ(journal["entries"].size(), rank0["entries"].size()) << "rank " << r;
+    for (size_t i = 0; i < journal["entries"].size(); ++i) {
+      const auto& mine = journal["entries"][i];
+      const auto& theirs = rank0["entries"][i];
+      for (const char* field : {"seq", "op", "tag", "numel", "dtype"}) {
+        EXPECT_EQ(mine[field], theirs[field]) << "rank " << r << " entry " << i << " " << field;
+      }
+      EXPECT_EQ(mine["state"], "completed") << "rank " << r << " #" << mine["seq"];
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, CollectiveJournalAcrossRanks,
+                         ::testing::Values("overlap", "bucketed", "fsdp"));
+
 // The reference itself: a single process runs no synchronisation and says so, and the AdamW
 // options it is given change the result (they are not ignored).
 TEST(SingleProcess, ReportsNoSynchronisationAndHonoursAdamWOptions) {

@@ -8,7 +8,7 @@
 //     Files, for rank R: PREFIX.rankR.init_local.pt (this rank's own initialisation),
 //     PREFIX.rankR.init_synced.pt (full parameters after construction), PREFIX.rankR.gradsK.pt
 //     (step K's averaged gradients; fsdp: this rank's shards), PREFIX.rankR.final.pt, and
-//     PREFIX.rankR.json (the result JSON plus model facts).
+//     PREFIX.rankR.json (the result JSON, the collective journal and model facts).
 //     A fault makes rank R exit (die) or stop responding (hang) at the start of step S, after
 //     printing "FAULT <unix seconds>" to stderr so the test can time the survivors from it.
 //
@@ -25,6 +25,8 @@
 #include <iostream>
 #include <thread>
 
+#include "ddpd/collective_journal.h"
+#include "ddpd/communicator.h"
 #include "ddpd/ddp_flags.h"
 #include "ddpd/grad_sync.h"
 #include "ddpd/model.h"
@@ -95,11 +97,13 @@ int train(const ddpd::DdpJobOptions& options, const std::string& out, bool tie_e
     torch::save(grads, prefix + ".grads" + std::to_string(step) + ".pt");
   };
 
-  ddpd::Trainer trainer(options, ddpd::connect(rendezvous), std::move(hooks));
+  auto comm = ddpd::connect(rendezvous);
+  ddpd::Trainer trainer(options, comm, std::move(hooks));
   torch::save(clones(trainer.full_parameters()), prefix + ".init_synced.pt");
   const auto result = trainer.run();
   torch::save(clones(trainer.full_parameters()), prefix + ".final.pt");
   report["result"] = ddpd::to_json(result);
+  report["journal"] = ddpd::journal_json(comm->journal());
   std::ofstream(prefix + ".json") << report.dump();
   return 0;
 }

@@ -232,10 +232,10 @@ int main(int argc, char** argv) {
   }
 
   const bool prints_result = rendezvous.rank == 0;
+  std::shared_ptr<ddpd::Communicator> comm;
   try {
     spdlog::info("rank={} world={} rendezvous at {}:{}", rendezvous.rank, rendezvous.world_size,
                  rendezvous.master_addr, rendezvous.master_port);
-    std::shared_ptr<ddpd::Communicator> comm;
     try {
       comm = ddpd::connect(rendezvous);
     } catch (const std::invalid_argument& e) {  // --device cuda in a CPU build, too few GPUs
@@ -253,7 +253,7 @@ int main(int argc, char** argv) {
                    s.step_seconds * 1e3);
     });
     metrics.record_memory(result.memory, /*final_points=*/true);
-    ddpd::finish_local_run(local_run, rendezvous.rank, rendezvous.world_size);
+    ddpd::finish_local_run(local_run, comm.get(), /*succeeded=*/true);
     metrics.job_finished(true);
     if (prints_result) {
       if (json) {
@@ -267,6 +267,8 @@ int main(int argc, char** argv) {
     const std::string error = "rank " + std::to_string(rendezvous.rank) + ": " + e.what();
     if (prints_result && json) std::cout << ddpd::failure_json(error).dump() << std::endl;
     std::fprintf(stderr, "FAILED: %s\n", error.c_str());
+    const std::string dump_error = ddpd::finish_failed_local_run(local_run, comm.get());
+    if (!dump_error.empty()) std::fprintf(stderr, "error: %s\n", dump_error.c_str());
     return 1;
   }
 }

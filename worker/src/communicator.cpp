@@ -14,7 +14,22 @@ struct PendingSpan {
   std::string name;
   detail::TimePoint launch, complete;
   int64_t bytes = 0;
+  int64_t seq = 0;  // the collective's journal entry
 };
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point epoch) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch).count();
+}
+
+// The journal's tag: the part of a span name after "op/" ("all_reduce/bucket3" → "bucket3").
+std::string tag_of(const std::string& name) {
+  const auto slash = name.find('/');
+  return slash == std::string::npos ? name : name.substr(slash + 1);
+}
+
+}  // namespace
 
 // Recorded spans; shared with completion callbacks, which run on backend threads.
 struct Communicator::SpanLog {
@@ -47,12 +62,13 @@ std::string describe_collective_failure(const std::string& collective,
 
 PendingCollective::PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string name,
                                      std::chrono::milliseconds timeout, bool on_device,
-                                     std::vector<at::Tensor> keep_alive)
+                                     std::vector<at::Tensor> keep_alive, JournalTicket ticket)
     : work_(std::move(work)),
       name_(std::move(name)),
       timeout_(timeout),
       on_device_(on_device),
-      keep_alive_(std::move(keep_alive)) {}
+      keep_alive_(std::move(keep_alive)),
+      ticket_(std::move(ticket)) {}
 PendingCollective::~PendingCollective() = default;
 PendingCollective::PendingCollective(PendingCollective&&) noexcept = default;
 PendingCollective& PendingCollective::operator=(PendingCollective&&) noexcept = default;
@@ -68,12 +84,14 @@ void PendingCollective::wait() {
     }
     keep_alive_.clear();
   } catch (const std::exception& e) {
+    if (ticket_.journal) ticket_.journal->fail(ticket_.seq, seconds_since(ticket_.epoch));
     throw std::runtime_error(describe_collective_failure(name_, timeout_, e.what()));
   }
 }
 
 Communicator::Communicator(c10::intrusive_ptr<compat::CollectiveBackend> group, int rank,
-                           int world_size, std::chrono::milliseconds timeout, at::Device device)
+                           int world_size, std::chrono::milliseconds timeout, at::Device device,
+                           size_t journal_size)
     : group_(std::move(group)),
       rank_(rank),
       world_size_(world_size),
@@ -83,7 +101,8 @@ Communicator::Communicator(c10::intrusive_ptr<compat::CollectiveBackend> group, 
       unix_epoch_s_(
           std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
               .count()),
-      spans_(std::make_shared<SpanLog>()) {
+      spans_(std::make_shared<SpanLog>()),
+      journal_(std::make_shared<CollectiveJournal>(journal_size)) {
   TORCH_CHECK(world_size_ == 1 || group_, "a process group is required for world size ",
               world_size_);
   timeline_ = detail::make_timeline(device_, [this] { return now(); });
@@ -107,16 +126,24 @@ std::vector<CommSpan> Communicator::take_spans() {
   out.reserve(pending.size());
   for (const auto& p : pending) {
     out.push_back({p.name, timeline_->seconds(p.launch), timeline_->seconds(p.complete), p.bytes});
+    // On CUDA the end is known only once the device has passed the completion event.
+    if (device_.is_cuda()) journal_->complete(p.seq, out.back().complete_s);
   }
   std::sort(out.begin(), out.end(),
             [](const CommSpan& a, const CommSpan& b) { return a.launch_s < b.launch_s; });
   return out;
 }
 
+int64_t Communicator::journal_launch(const std::string& op, const std::string& name,
+                                     const at::Tensor& data) {
+  return journal_->enqueue(op, tag_of(name), data.numel(),
+                           std::string(c10::toString(data.scalar_type())), now());
+}
+
 PendingCollective Communicator::track(c10::intrusive_ptr<c10d::Work> work, const std::string& name,
-                                      int64_t bytes, const detail::TimePoint& launch,
+                                      int64_t seq, int64_t bytes, const detail::TimePoint& launch,
                                       std::vector<at::Tensor> keep_alive) {
-  PendingSpan span{name, launch, {}, bytes};
+  PendingSpan span{name, launch, {}, bytes, seq};
   auto log = spans_;
   if (device_.is_cuda()) {
     // NCCL completes the work's future at launch; the device says when it really finished.
@@ -126,15 +153,21 @@ PendingCollective Communicator::track(c10::intrusive_ptr<c10d::Work> work, const
   } else {
     // Completion time comes from the work's future, set by the backend thread that finishes it.
     auto epoch = epoch_;
-    work->getFuture()->addCallback([log, epoch, span](c10::ivalue::Future&) mutable {
-      span.complete.host_s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch).count();
-      std::lock_guard<std::mutex> lock(log->mutex);
-      log->spans.push_back(std::move(span));
-    });
+    auto journal = journal_;
+    work->getFuture()->addCallback(
+        [log, journal, epoch, span](c10::ivalue::Future& future) mutable {
+          span.complete.host_s = seconds_since(epoch);
+          if (future.hasError()) {
+            journal->fail(span.seq, span.complete.host_s);
+            return;
+          }
+          journal->complete(span.seq, span.complete.host_s);
+          std::lock_guard<std::mutex> lock(log->mutex);
+          log->spans.push_back(std::move(span));
+        });
   }
   return PendingCollective(std::move(work), name, timeout_, device_.is_cuda(),
-                           std::move(keep_alive));
+                           std::move(keep_alive), ticket(seq));
 }
 
 PendingCollective Communicator::all_reduce_sum(at::Tensor& tensor, const std::string& name) {
@@ -145,30 +178,31 @@ PendingCollective Communicator::all_reduce_sum(at::Tensor& tensor, const std::st
   options.reduceOp = c10d::ReduceOp::SUM;
   options.timeout = timeout_;
   const auto launch = timeline_->mark();
-  return track(group_->allreduce(tensors, options), name, tensor.nbytes(), launch);
+  const int64_t seq = journal_launch("all_reduce", name, tensor);
+  return track(group_->allreduce(tensors, options), name, seq, tensor.nbytes(), launch);
 }
 
-namespace {
-void all_reduce_op(compat::CollectiveBackend& group, at::Tensor& tensor, c10d::ReduceOp op,
-                   std::chrono::milliseconds timeout, const char* name) {
+void Communicator::blocking_all_reduce(at::Tensor& tensor, c10d::ReduceOp op,
+                                       const std::string& name) {
+  if (world_size_ == 1) return;
+  std::lock_guard<std::mutex> lock(launch_mutex_);
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions options;
   options.reduceOp = op;
-  options.timeout = timeout;
-  PendingCollective(group.allreduce(tensors, options), name, timeout, tensor.is_cuda()).wait();
+  options.timeout = timeout_;
+  const int64_t seq = journal_launch("all_reduce", name, tensor);
+  PendingCollective(group_->allreduce(tensors, options), name, timeout_, device_.is_cuda(), {},
+                    ticket(seq))
+      .wait();
+  journal_->complete(seq, now());
 }
-}  // namespace
 
 void Communicator::all_reduce_max(at::Tensor& tensor) {
-  if (world_size_ == 1) return;
-  std::lock_guard<std::mutex> lock(launch_mutex_);
-  all_reduce_op(*group_, tensor, c10d::ReduceOp::MAX, timeout_, "all_reduce_max");
+  blocking_all_reduce(tensor, c10d::ReduceOp::MAX, "all_reduce/spread_max");
 }
 
 void Communicator::all_reduce_min(at::Tensor& tensor) {
-  if (world_size_ == 1) return;
-  std::lock_guard<std::mutex> lock(launch_mutex_);
-  all_reduce_op(*group_, tensor, c10d::ReduceOp::MIN, timeout_, "all_reduce_min");
+  blocking_all_reduce(tensor, c10d::ReduceOp::MIN, "all_reduce/spread_min");
 }
 
 PendingCollective Communicator::broadcast(at::Tensor& tensor, int root, const std::string& name) {
@@ -179,7 +213,8 @@ PendingCollective Communicator::broadcast(at::Tensor& tensor, int root, const st
   options.rootRank = root;
   options.timeout = timeout_;
   const auto launch = timeline_->mark();
-  return track(group_->broadcast(tensors, options), name, tensor.nbytes(), launch);
+  const int64_t seq = journal_launch("broadcast", name, tensor);
+  return track(group_->broadcast(tensors, options), name, seq, tensor.nbytes(), launch);
 }
 
 PendingCollective Communicator::all_gather(at::Tensor& output, const at::Tensor& input,
@@ -196,9 +231,10 @@ PendingCollective Communicator::all_gather(at::Tensor& output, const at::Tensor&
   c10d::AllgatherOptions options;
   options.timeout = timeout_;
   const auto launch = timeline_->mark();
+  const int64_t seq = journal_launch("all_gather", name, flat_input);
   if (device_.is_cuda()) {
     // NCCL gathers straight into the flat output (the list form stages a copy).
-    return track(group_->_allgather_base(output, flat_input, options), name, output.nbytes(),
+    return track(group_->_allgather_base(output, flat_input, options), name, seq, output.nbytes(),
                  launch, {flat_input});
   }
   // Outputs are views into `output`, so the gathered chunks land in place.
@@ -207,7 +243,7 @@ PendingCollective Communicator::all_gather(at::Tensor& output, const at::Tensor&
     outputs[0].push_back(output.narrow(0, r * input.numel(), input.numel()));
   }
   std::vector<at::Tensor> inputs{flat_input};
-  return track(group_->allgather(outputs, inputs, options), name, output.nbytes(), launch,
+  return track(group_->allgather(outputs, inputs, options), name, seq, output.nbytes(), launch,
                {flat_input});
 }
 
@@ -222,13 +258,14 @@ void Communicator::reduce_scatter_sum(at::Tensor& output, const at::Tensor& inpu
   }
   std::lock_guard<std::mutex> lock(launch_mutex_);
   const auto launch = timeline_->mark();
+  const int64_t seq = journal_launch("reduce_scatter", name, input);
   if (device_.is_cuda()) {
     at::Tensor flat_input = input.contiguous();
     c10d::ReduceScatterOptions options;
     options.reduceOp = c10d::ReduceOp::SUM;
     options.timeout = timeout_;
-    track(group_->_reduce_scatter_base(output, flat_input, options), name, input.nbytes(), launch,
-          {flat_input})
+    track(group_->_reduce_scatter_base(output, flat_input, options), name, seq, input.nbytes(),
+          launch, {flat_input})
         .wait();
     return;
   }
@@ -244,14 +281,17 @@ void Communicator::reduce_scatter_sum(at::Tensor& output, const at::Tensor& inpu
   for (int s = 0; s < n - 1; ++s) {
     std::vector<at::Tensor> recv_tensors{incoming};
     std::vector<at::Tensor> send_tensors{chunk_of(rank_ - s - 1).contiguous()};
-    auto recv = PendingCollective(group_->recv(recv_tensors, prev, s), name + "/recv", timeout_);
-    auto send = PendingCollective(group_->send(send_tensors, next, s), name + "/send", timeout_);
+    auto recv = PendingCollective(group_->recv(recv_tensors, prev, s), name + "/recv", timeout_,
+                                  false, {}, ticket(seq));
+    auto send = PendingCollective(group_->send(send_tensors, next, s), name + "/send", timeout_,
+                                  false, {}, ticket(seq));
     send.wait();
     recv.wait();
     chunk_of(rank_ - s - 2).add_(incoming);
   }
   output.copy_(chunk_of(rank_));
-  PendingSpan span{name, launch, timeline_->mark(), static_cast<int64_t>(input.nbytes())};
+  journal_->complete(seq, now());
+  PendingSpan span{name, launch, timeline_->mark(), static_cast<int64_t>(input.nbytes()), seq};
   std::lock_guard<std::mutex> span_lock(spans_->mutex);
   spans_->spans.push_back(std::move(span));
 }
@@ -262,7 +302,11 @@ void Communicator::barrier() {
   c10d::BarrierOptions options;
   options.timeout = timeout_;
   if (device_.is_cuda()) options.device_ids = {device_.index()};  // else NCCL guesses one
-  PendingCollective(group_->barrier(options), "barrier", timeout_, device_.is_cuda()).wait();
+  const int64_t seq = journal_->enqueue("barrier", "barrier", 0, "none", now());
+  PendingCollective(group_->barrier(options), "barrier", timeout_, device_.is_cuda(), {},
+                    ticket(seq))
+      .wait();
+  journal_->complete(seq, now());
 }
 
 }  // namespace ddpd

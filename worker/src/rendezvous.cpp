@@ -59,6 +59,7 @@ RendezvousOptions rendezvous_for_job(const DdpJobOptions& job) {
       std::chrono::milliseconds(static_cast<int64_t>(job.collective_timeout_s * 1000.0));
   options.backend = backend_for(job);
   validate(job, options.world_size);
+  options.journal_size = static_cast<size_t>(job.journal_size);
   return options;
 }
 
@@ -72,7 +73,7 @@ std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
       options.backend == "nccl" ? detail::bind_cuda_device(options.local_rank) : at::kCPU;
   if (options.world_size == 1) {
     return std::make_shared<Communicator>(c10::intrusive_ptr<compat::CollectiveBackend>(), 0, 1,
-                                          options.timeout, device);
+                                          options.timeout, device, options.journal_size);
   }
   const std::string endpoint = options.master_addr + ":" + std::to_string(options.master_port);
   c10::intrusive_ptr<c10d::Store> store;
@@ -105,7 +106,7 @@ std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
       auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, options.rank,
                                                                options.world_size, gloo_options);
       return std::make_shared<Communicator>(group, options.rank, options.world_size,
-                                            options.timeout);
+                                            options.timeout, at::kCPU, options.journal_size);
     } catch (const std::exception& e) {
       throw std::runtime_error("creating the gloo process group (rendezvous " + endpoint +
                                ", rank " + std::to_string(options.rank) + ") failed: " + e.what());
@@ -114,7 +115,7 @@ std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
   try {
     auto group = detail::make_nccl_group(store, options.rank, options.world_size, options.timeout);
     return std::make_shared<Communicator>(group, options.rank, options.world_size, options.timeout,
-                                          device);
+                                          device, options.journal_size);
   } catch (const std::invalid_argument&) {
     throw;
   } catch (const std::exception& e) {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "ddpd/communicator.h"
 #include "ddpd/ddp_flags.h"
 #include "ddpd/local_run.h"
 #include "ddpd/rendezvous.h"
@@ -28,13 +29,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   int rank = 0;
+  std::shared_ptr<ddpd::Communicator> comm;
   try {
     const auto rendezvous = ddpd::rendezvous_for_job(options);
     rank = rendezvous.rank;
     ddpd::validate(local, options);
-    ddpd::Trainer trainer(options, ddpd::connect(rendezvous));
+    comm = ddpd::connect(rendezvous);
+    ddpd::Trainer trainer(options, comm);
     const auto result = trainer.run();
-    ddpd::finish_local_run(local, rank, rendezvous.world_size);
+    ddpd::finish_local_run(local, comm.get(), /*succeeded=*/true);
     if (rank == 0) std::cout << ddpd::to_json(result).dump() << std::endl;
     return 0;
   } catch (const std::invalid_argument& e) {  // a flag, the environment, or the device
@@ -42,6 +45,8 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "FAILED: rank %d: %s\n", rank, e.what());
+    const std::string dump_error = ddpd::finish_failed_local_run(local, comm.get());
+    if (!dump_error.empty()) std::fprintf(stderr, "error: %s\n", dump_error.c_str());
     return 1;
   }
 }

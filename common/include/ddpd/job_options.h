@@ -85,6 +85,7 @@ struct DdpJobOptions {
   double max_param_spread = 0.0;      // fail the job when spread exceeds it (0: never fail)
   int threads = 0;                    // intra-op threads per rank; 0: cores / world size (one host)
   double collective_timeout_s = 300.0;  // every collective and the rendezvous time out after it
+  int64_t journal_size = 2000;          // collectives each rank's journal keeps (a ring buffer)
 
   // The preset with the overrides applied.
   ModelConfig resolved_model() const;

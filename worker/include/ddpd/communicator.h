@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include "ddpd/c10d_compat.h"
+#include "ddpd/collective_journal.h"
 
 #include <chrono>
 #include <memory>
@@ -40,12 +41,19 @@ std::string describe_collective_failure(const std::string& collective,
 // host-side poll); NCCL's watchdog enforces the timeout given to the process group. The
 // tensors passed in `keep_alive` stay referenced until wait(), so their memory is not reused
 // by the caller's stream before the collective is done with it.
+// A collective's entry in its communicator's journal, marked failed when wait() throws.
+struct JournalTicket {
+  std::shared_ptr<CollectiveJournal> journal;  // null: not journalled
+  int64_t seq = 0;
+  std::chrono::steady_clock::time_point epoch;  // the communicator's clock
+};
+
 class PendingCollective {
  public:
   PendingCollective() = default;
   PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string name,
                     std::chrono::milliseconds timeout, bool on_device = false,
-                    std::vector<at::Tensor> keep_alive = {});
+                    std::vector<at::Tensor> keep_alive = {}, JournalTicket ticket = {});
   ~PendingCollective();
   PendingCollective(PendingCollective&&) noexcept;
   PendingCollective& operator=(PendingCollective&&) noexcept;
@@ -58,6 +66,7 @@ class PendingCollective {
   std::chrono::milliseconds timeout_{0};
   bool on_device_ = false;
   std::vector<at::Tensor> keep_alive_;
+  JournalTicket ticket_;
 };
 
 // Thread contract: collectives may be launched from the training thread and from autograd
@@ -69,8 +78,10 @@ class PendingCollective {
 class Communicator {
  public:
   // `device` holds the tensors the collectives take: CPU for Gloo, the rank's GPU for NCCL.
+  // The journal keeps the last `journal_size` collectives.
   Communicator(c10::intrusive_ptr<compat::CollectiveBackend> group, int rank, int world_size,
-               std::chrono::milliseconds timeout, at::Device device = at::kCPU);
+               std::chrono::milliseconds timeout, at::Device device = at::kCPU,
+               size_t journal_size = CollectiveJournal::kDefaultCapacity);
   ~Communicator();
 
   int rank() const { return rank_; }
@@ -98,6 +109,9 @@ class Communicator {
   void reduce_scatter_sum(at::Tensor& output, const at::Tensor& input, const std::string& name);
   void barrier();
 
+  // Every collective launched, with its sequence number and state (thread-safe to read).
+  const CollectiveJournal& journal() const { return *journal_; }
+
   // Spans completed since the last call, oldest first.
   std::vector<CommSpan> take_spans();
   // Seconds since this communicator was created (the clock of CommSpan).
@@ -107,7 +121,12 @@ class Communicator {
   double unix_seconds(double clock_s) const;
 
  private:
-  PendingCollective track(c10::intrusive_ptr<c10d::Work> work, const std::string& name,
+  // A blocking all-reduce with `op` (the param spread's max and min).
+  void blocking_all_reduce(at::Tensor& tensor, c10d::ReduceOp op, const std::string& name);
+  // Journals a launch (call with launch_mutex_ held, so sequence numbers follow launch order).
+  int64_t journal_launch(const std::string& op, const std::string& name, const at::Tensor& data);
+  JournalTicket ticket(int64_t seq) const { return {journal_, seq, epoch_}; }
+  PendingCollective track(c10::intrusive_ptr<c10d::Work> work, const std::string& name, int64_t seq,
                           int64_t bytes, const detail::TimePoint& launch,
                           std::vector<at::Tensor> keep_alive = {});
 
@@ -120,6 +139,7 @@ class Communicator {
   double unix_epoch_s_;  // system clock at epoch_
   std::mutex launch_mutex_;
   std::unique_ptr<detail::Timeline> timeline_;
+  std::shared_ptr<CollectiveJournal> journal_;  // shared with completion callbacks
   struct SpanLog;
   std::shared_ptr<SpanLog> spans_;  // shared with completion callbacks that may outlive a call
 };

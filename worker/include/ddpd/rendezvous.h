@@ -23,6 +23,7 @@ struct RendezvousOptions {
   // address, else the address this host's name resolves to.
   std::string local_address;
   std::chrono::milliseconds timeout{300000};  // store connection and every collective
+  size_t journal_size = 2000;                 // collectives the communicator's journal keeps
 };
 
 // Reads torchrun-style variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK).
