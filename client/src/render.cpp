@@ -53,6 +53,13 @@ nlohmann::json job_json(const v1::GetJobReply& reply) {
     history.push_back(
         {{"state", to_string(t.state())}, {"unix_time", t.unix_time()}, {"reason", t.reason()}});
   }
+  auto& events = out["events"] = nlohmann::json::array();
+  for (const auto& i : job.incidents()) {
+    events.push_back({{"unix_time", i.unix_time()},
+                      {"kind", i.kind()},
+                      {"rank", i.rank()},
+                      {"message", i.message()}});
+  }
   auto& ranks = out["rank_steps"] = nlohmann::json::array();
   for (const auto& s : reply.steps()) {
     ranks.push_back({{"rank", s.rank()},
@@ -100,6 +107,10 @@ std::string job_summary(const v1::GetJobReply& reply) {
     out << "  " << clock_time(t.unix_time()) << "  " << format("%-9s", to_string(t.state()).c_str())
         << "  " << t.reason() << "\n";
   }
+  for (const auto& i : job.incidents()) {
+    out << "  " << clock_time(i.unix_time()) << "  " << format("%-9s", i.kind().c_str()) << "  "
+        << i.message() << "\n";
+  }
   if (!job.error().empty()) out << "error: " << job.error() << "\n";
   if (!job.result_json().empty() && job.spec().has_comm()) {
     out << comm_table(nlohmann::json::parse(job.result_json()));
@@ -128,6 +139,10 @@ std::string event_line(const v1::JobEvent& event) {
   if (event.has_transition()) {
     const auto& t = event.transition();
     return clock_time(t.unix_time()) + "  " + to_string(t.state()) + "  " + t.reason();
+  }
+  if (event.has_incident()) {
+    const auto& i = event.incident();
+    return clock_time(i.unix_time()) + "  " + i.kind() + "  " + i.message();
   }
   const auto& s = event.step();
   const int64_t total = std::max<int64_t>(event.total_steps(), 1);

@@ -46,6 +46,15 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
       ->capture_default_str();
   app.add_option("--timeout", o.collective_timeout_s, "Collective and rendezvous timeout, seconds")
       ->capture_default_str();
+  app.add_option("--stall-seconds", o.stall_seconds,
+                 "Daemon jobs: seconds without a completed collective or step on any rank before "
+                 "the coordinator reports a stall (0: never)")
+      ->capture_default_str();
+  app.add_option("--on-stall", o.on_stall, "fail (the job fails with the analysis) or warn")
+      ->capture_default_str();
+  app.add_option("--inject", o.inject,
+                 "Fault injection: KIND:rank=R,step=S[,seconds=T][,factor=F], KIND hang, exit "
+                 "or slow (docs/diagnosis.md)");
   app.add_option("--journal-size", o.journal_size,
                  "Collectives each rank's journal keeps (sequence number, op, tag, size, state)")
       ->capture_default_str();

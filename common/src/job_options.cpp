@@ -5,6 +5,8 @@
 #include <map>
 #include <sstream>
 
+#include "ddpd/fault_injection.h"
+
 namespace ddpd {
 namespace {
 
@@ -140,6 +142,10 @@ void validate(const DdpJobOptions& o, int world_size) {
   require(o.max_param_spread >= 0, "--max-param-spread", "must be >= 0");
   require(o.threads >= 0, "--threads", "must be >= 0");
   require(o.collective_timeout_s > 0, "--timeout", "must be > 0 seconds");
+  require(o.stall_seconds >= 0, "--stall-seconds", "must be >= 0 (0: never)");
+  require(o.on_stall == "fail" || o.on_stall == "warn", "--on-stall",
+          "unknown action '" + o.on_stall + "' (expected fail or warn)");
+  parse_fault_injection(o.inject, world_size);
   require(o.journal_size >= 1 && o.journal_size <= 1000000, "--journal-size",
           "must be in 1..1000000, got " + std::to_string(o.journal_size));
 }

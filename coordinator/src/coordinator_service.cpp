@@ -3,10 +3,13 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <optional>
 #include <set>
 
+#include "ddpd/fault_injection.h"
 #include "ddpd/spec_convert.h"
 #include "scheduling.h"
+#include "stall_analysis.h"
 
 namespace ddpd::coordinator {
 namespace {
@@ -47,6 +50,7 @@ struct CoordinatorService::WorkerEntry {
   double last_seen = 0;
   std::chrono::steady_clock::time_point last_heartbeat;
   std::shared_ptr<Session> session;
+  std::optional<v1::RankProgress> progress;  // the last heartbeat's, for job_id
 };
 
 struct CoordinatorService::JobEntry {
@@ -56,6 +60,11 @@ struct CoordinatorService::JobEntry {
   std::map<int64_t, std::vector<v1::StepReport>> partial_steps;  // until every rank reported
   std::set<int> succeeded_ranks;
   std::vector<v1::JobEvent> events;  // what WatchJob replays and follows
+  // Stall watch (DDP jobs): when the coordinator last saw any rank complete a collective or a
+  // step, and each rank's (last completed sequence number, step) at that time.
+  std::chrono::steady_clock::time_point last_advance;
+  std::map<int, std::pair<int64_t, int64_t>> progress_marks;
+  bool stall_reported = false;  // this stall episode has its incident
 };
 
 CoordinatorService::CoordinatorService(CoordinatorOptions options, std::unique_ptr<JobStore> store)
@@ -166,15 +175,23 @@ void CoordinatorService::schedule() {
     assignment.set_master_port(rank0.hello.rendezvous_port());
     entry.job.clear_worker_ids();
     for (const auto& id : placement->worker_ids) entry.job.add_worker_ids(id);
+    entry.last_advance = std::chrono::steady_clock::now();
+    entry.progress_marks.clear();
+    std::string armed;  // the history says when a fault injection is armed
+    if (entry.job.spec().has_ddp() && !entry.job.spec().ddp().inject().empty()) {
+      armed = "; fault injection armed: " +
+              to_string(*parse_fault_injection(entry.job.spec().ddp().inject()));
+    }
     transition(entry, v1::RUNNING,
                "placed on " + std::to_string(placement->worker_ids.size()) +
                    " workers, rendezvous " + assignment.master_addr() + ":" +
-                   std::to_string(assignment.master_port()));
+                   std::to_string(assignment.master_port()) + armed);
     for (int rank = 0; rank < static_cast<int>(placement->worker_ids.size()); ++rank) {
       WorkerEntry& worker = *workers_[placement->worker_ids[rank]];
       worker.state = v1::BUSY;
       worker.job_id = entry.job.job_id();
       worker.rank = rank;
+      worker.progress.reset();
       v1::CoordinatorMessage message;
       *message.mutable_assign() = assignment;
       message.mutable_assign()->set_rank(rank);
@@ -202,7 +219,56 @@ void CoordinatorService::fail_job(JobEntry& entry, const std::string& reason) {
   cancel_workers(entry);
 }
 
+void CoordinatorService::record_incident(JobEntry& entry, const std::string& kind, int rank,
+                                         const std::string& message) {
+  v1::Incident incident;
+  incident.set_unix_time(unix_now());
+  incident.set_kind(kind);
+  incident.set_rank(rank);
+  incident.set_message(message);
+  *entry.job.add_incidents() = incident;
+  *entry.events.emplace_back().mutable_incident() = incident;
+  store_->add_incident(entry.job.job_id(), incident);
+  spdlog::warn("job={} {}", entry.job.job_id(), message);
+  changed_.notify_all();
+}
+
+void CoordinatorService::record_progress(JobEntry& entry, int rank,
+                                         const v1::RankProgress& progress) {
+  const std::pair<int64_t, int64_t> mark{progress.last_completed(), progress.step()};
+  auto [it, inserted] = entry.progress_marks.emplace(rank, mark);
+  if (inserted || mark > it->second) {
+    it->second = mark;
+    entry.last_advance = std::chrono::steady_clock::now();
+    entry.stall_reported = false;
+  }
+}
+
+void CoordinatorService::check_stall(JobEntry& entry, std::chrono::steady_clock::time_point now) {
+  if (entry.job.state() != v1::RUNNING || !entry.job.spec().has_ddp() || entry.stall_reported) {
+    return;
+  }
+  const DdpJobOptions job = from_proto(entry.job.spec().ddp());
+  const double stalled = std::chrono::duration<double>(now - entry.last_advance).count();
+  if (job.stall_seconds <= 0 || stalled < job.stall_seconds) return;
+  std::vector<RankReport> ranks;
+  for (int rank = 0; rank < entry.job.worker_ids_size(); ++rank) {
+    RankReport report{rank, std::nullopt};
+    auto it = workers_.find(entry.job.worker_ids(rank));
+    if (it != workers_.end() && it->second->job_id == entry.job.job_id()) {
+      report.progress = it->second->progress;
+    }
+    ranks.push_back(std::move(report));
+  }
+  const StallFinding finding = analyze_stall(ranks, stalled);
+  entry.stall_reported = true;
+  record_incident(entry, finding.kind, finding.rank, finding.message);
+  if (job.on_stall == "fail") fail_job(entry, finding.message);
+}
+
 void CoordinatorService::record_step(JobEntry& entry, const v1::StepReport& step) {
+  entry.last_advance = std::chrono::steady_clock::now();
+  entry.stall_reported = false;
   store_->add_step(entry.job.job_id(), step);
   auto& ranks = entry.partial_steps[step.step()];
   ranks.push_back(step);
@@ -282,6 +348,7 @@ void CoordinatorService::reap() {
         }
       }
     }
+    for (const auto& id : job_order_) check_stall(*jobs_[id], now);
   }
 }
 
@@ -331,6 +398,13 @@ grpc::Status CoordinatorService::WorkerSession(
     WorkerEntry& worker = *workers_[hello.worker_id()];
     worker.last_seen = unix_now();
     worker.last_heartbeat = std::chrono::steady_clock::now();
+    if (message.has_progress() && !message.job_id().empty() && message.job_id() == worker.job_id) {
+      worker.progress = message.progress();
+      JobEntry* entry = find_job(message.job_id());
+      if (entry && entry->job.state() == v1::RUNNING) {
+        record_progress(*entry, worker.rank, message.progress());
+      }
+    }
     if (message.has_step()) {
       JobEntry* entry = find_job(message.job_id());
       if (on_step_report_) on_step_report_();

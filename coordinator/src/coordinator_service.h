@@ -38,6 +38,12 @@ struct CoordinatorOptions {
 //     job FAILS with the reason and the other ranks are cancelled; each returns to IDLE when
 //     it reports its (cancelled) result.
 //  5. CancelJob marks the job CANCELLED and sends cancel to its workers.
+//  6. Stall watch (DDP jobs): every heartbeat carries the rank's progress (phase, step, its
+//     collective journal's last enqueued/completed sequence numbers and oldest pending
+//     collective). When no rank has completed a collective or a step for --stall-seconds, the
+//     reaper records an incident naming the waiting ranks, the collective they wait in and the
+//     ranks that have not joined it (or a desync), once per stall; --on-stall fail then fails the
+//     job with that text and cancels its ranks.
 // On start, jobs found RUNNING in the store are marked FAILED ("coordinator restarted").
 //
 // Thread contract: gRPC calls handlers on its own threads; all state is guarded by mutex_.
@@ -82,6 +88,12 @@ class CoordinatorService final : public v1::Coordinator::Service {
   void fail_job(JobEntry& job, const std::string& reason);
   void cancel_workers(JobEntry& job);
   void record_step(JobEntry& job, const v1::StepReport& step);
+  // Stall watch: a rank's heartbeat progress, and the reaper's check (an incident, and the job
+  // FAILED with the analysis under --on-stall fail).
+  void record_progress(JobEntry& job, int rank, const v1::RankProgress& progress);
+  void check_stall(JobEntry& job, std::chrono::steady_clock::time_point now);
+  void record_incident(JobEntry& job, const std::string& kind, int rank,
+                       const std::string& message);
   void record_result(WorkerEntry& worker, const v1::JobResult& result);
   void worker_lost(const std::string& worker_id, Session* session, const std::string& reason);
   void reap();

@@ -69,6 +69,9 @@ JobStore::JobStore(const std::string& path) {
       "CREATE TABLE IF NOT EXISTS transitions (job_id TEXT NOT NULL, state TEXT NOT NULL, "
       "state_code INTEGER NOT NULL, unix_time REAL NOT NULL, reason TEXT NOT NULL)");
   exec(
+      "CREATE TABLE IF NOT EXISTS incidents (job_id TEXT NOT NULL, unix_time REAL NOT NULL, "
+      "kind TEXT NOT NULL, rank INTEGER NOT NULL, message TEXT NOT NULL)");
+  exec(
       "CREATE TABLE IF NOT EXISTS steps (job_id TEXT NOT NULL, rank INTEGER NOT NULL, "
       "step INTEGER NOT NULL, loss REAL, step_seconds REAL, comm_fraction REAL, report BLOB "
       "NOT NULL, PRIMARY KEY (job_id, rank, step))");
@@ -110,6 +113,16 @@ void JobStore::add_transition(const std::string& job_id, const v1::StateTransiti
       .integer(3, t.state())
       .real(4, t.unix_time())
       .text(5, t.reason())
+      .step();
+}
+
+void JobStore::add_incident(const std::string& job_id, const v1::Incident& incident) {
+  Statement(db_, "INSERT INTO incidents VALUES (?1, ?2, ?3, ?4, ?5)")
+      .text(1, job_id)
+      .real(2, incident.unix_time())
+      .text(3, incident.kind())
+      .integer(4, incident.rank())
+      .text(5, incident.message())
       .step();
 }
 
@@ -155,6 +168,17 @@ std::vector<v1::Job> JobStore::load_jobs() {
       t->set_state(static_cast<v1::JobState>(history.column_int(0)));
       t->set_unix_time(history.column_real(1));
       t->set_reason(history.column_text(2));
+    }
+    Statement incidents(db_,
+                        "SELECT unix_time, kind, rank, message FROM incidents WHERE job_id = ?1 "
+                        "ORDER BY rowid");
+    incidents.text(1, job.job_id());
+    while (incidents.step()) {
+      auto* i = job.add_incidents();
+      i->set_unix_time(incidents.column_real(0));
+      i->set_kind(incidents.column_text(1));
+      i->set_rank(static_cast<int32_t>(incidents.column_int(2)));
+      i->set_message(incidents.column_text(3));
     }
     jobs.push_back(std::move(job));
   }

@@ -1,4 +1,5 @@
-// Durable job store on SQLite (WAL): jobs, their state history and per-rank step reports.
+// Durable job store on SQLite (WAL): jobs, their state history, incidents and per-rank step
+// reports.
 #pragma once
 
 #include <sqlite3.h>
@@ -24,8 +25,9 @@ class JobStore {
   void save_job(const v1::Job& job, int64_t sequence);
   void add_transition(const std::string& job_id, const v1::StateTransition& transition);
   void add_step(const std::string& job_id, const v1::StepReport& step);
+  void add_incident(const std::string& job_id, const v1::Incident& incident);
 
-  // Every job in submission order, with its history.
+  // Every job in submission order, with its history and incidents.
   std::vector<v1::Job> load_jobs();
   std::vector<v1::StepReport> load_steps(const std::string& job_id);
   int64_t max_sequence();

@@ -36,6 +36,9 @@ v1::DdpSpec to_proto(const DdpJobOptions& o) {
   s.set_threads(o.threads);
   s.set_collective_timeout_s(o.collective_timeout_s);
   s.set_journal_size(o.journal_size);
+  s.set_stall_seconds(o.stall_seconds);
+  s.set_on_stall(o.on_stall);
+  s.set_inject(o.inject);
   return s;
 }
 
@@ -70,6 +73,9 @@ DdpJobOptions from_proto(const v1::DdpSpec& s) {
   if (s.has_threads()) o.threads = s.threads();
   if (s.has_collective_timeout_s()) o.collective_timeout_s = s.collective_timeout_s();
   if (s.has_journal_size()) o.journal_size = s.journal_size();
+  if (s.has_stall_seconds()) o.stall_seconds = s.stall_seconds();
+  if (!s.on_stall().empty()) o.on_stall = s.on_stall();
+  o.inject = s.inject();
   return o;
 }
 
@@ -121,6 +127,9 @@ std::string proto_field(const std::string& flag) {
       {"--bucket-mb", "bucket_size_mb"},
       {"--timeout", "collective_timeout_s"},
       {"--journal-size", "journal_size"},
+      {"--stall-seconds", "stall_seconds"},
+      {"--on-stall", "on_stall"},
+      {"--inject", "inject"},
       {"--collective", "collectives"},
       {"--sizes", "sizes_bytes"},
       {"WORLD_SIZE", "world_size"},

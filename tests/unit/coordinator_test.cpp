@@ -5,6 +5,7 @@
 #include "ddpd/spec_convert.h"
 #include "job_store.h"
 #include "scheduling.h"
+#include "stall_analysis.h"
 
 namespace ddpd::coordinator {
 namespace {
@@ -179,4 +180,61 @@ TEST(SpecValidation, EveryFlagMapsToAFieldOfItsSpec) {
 }
 
 }  // namespace
+// The stall analysis on hand-made heartbeats: the waiting ranks and the collective, the ranks
+// that have not joined it and where they are, a desync, and a stall outside collectives.
+v1::RankProgress progress(const std::string& phase, int64_t step, int64_t enqueued,
+                          int64_t completed) {
+  v1::RankProgress p;
+  p.set_phase(phase);
+  p.set_step(step);
+  p.set_last_enqueued(enqueued);
+  p.set_last_completed(completed);
+  return p;
+}
+
+v1::RankProgress waiting_in(int64_t seq, const std::string& op, int64_t numel, double age) {
+  auto p = progress("sync", 17, seq, seq - 1);
+  auto* c = p.mutable_oldest_pending();
+  c->set_seq(seq);
+  c->set_op(op);
+  c->set_tag("bucket3");
+  c->set_numel(numel);
+  c->set_dtype("float32");
+  c->set_age_seconds(age);
+  return p;
+}
+
+TEST(StallAnalysis, NamesTheWaitingRanksTheCollectiveAndTheRankThatHasNotJoined) {
+  const std::vector<RankReport> ranks{{0, waiting_in(1043, "all_reduce", 1100000, 61)},
+                                      {1, progress("backward", 17, 1041, 1041)},
+                                      {2, waiting_in(1043, "all_reduce", 1100000, 60)}};
+  const auto finding = analyze_stall(ranks, 61);
+  EXPECT_EQ(finding.kind, "stall");
+  EXPECT_EQ(finding.rank, 1);
+  EXPECT_EQ(finding.message,
+            "stall: ranks 0,2 wait in all_reduce #1043 (bucket3, 4.2 MB) for 61 s; rank 1 has "
+            "not joined it: in backward of step 17, last completed #1041");
+}
+
+TEST(StallAnalysis, DifferentCollectivesUnderOneSequenceNumberAreADesync) {
+  const std::vector<RankReport> ranks{{0, waiting_in(57, "all_reduce", 4096, 9)},
+                                      {1, waiting_in(57, "all_gather", 4096, 9)}};
+  const auto finding = analyze_stall(ranks, 9);
+  EXPECT_EQ(finding.kind, "desync");
+  EXPECT_EQ(finding.rank, 1);
+  EXPECT_EQ(finding.message,
+            "desync: rank 1 launched all_gather(4096 × float32) [bucket3] as #57 where rank 0 "
+            "launched all_reduce(4096 × float32) [bucket3]");
+}
+
+TEST(StallAnalysis, NoRankInACollectiveSaysWhereEachIs) {
+  const std::vector<RankReport> ranks{{0, progress("forward", 3, 20, 20)}, {1, std::nullopt}};
+  const auto finding = analyze_stall(ranks, 12);
+  EXPECT_EQ(finding.rank, -1);
+  EXPECT_EQ(finding.message,
+            "stall: no rank completed a collective or a step for 12 s and none waits in a "
+            "collective: rank 0 in forward of step 3, last completed #20; rank 1 no progress "
+            "reported yet");
+}
+
 }  // namespace ddpd::coordinator

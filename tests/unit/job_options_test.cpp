@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "ddpd/fault_injection.h"
 #include "ddpd/job_options.h"
 
 namespace ddpd {
@@ -93,4 +94,34 @@ TEST(JobOptions, ParameterCountOfSmallIsThePeers) {
 }
 
 }  // namespace
+TEST(FaultInjection, ParsesEveryKindAndRefusesBadSpecsByFlag) {
+  const auto hang = parse_fault_injection("hang:rank=1,step=3,seconds=2.5", 3);
+  ASSERT_TRUE(hang.has_value());
+  EXPECT_EQ(hang->kind, "hang");
+  EXPECT_EQ(hang->rank, 1);
+  EXPECT_EQ(hang->step, 3);
+  EXPECT_DOUBLE_EQ(hang->seconds, 2.5);
+  EXPECT_EQ(to_string(*hang), "hang:rank=1,step=3,seconds=2.5");
+  EXPECT_EQ(to_string(*parse_fault_injection("slow:step=20,rank=2,factor=3")),
+            "slow:rank=2,step=20,factor=3");
+  EXPECT_FALSE(parse_fault_injection("").has_value());
+  for (const std::string bad :
+       {"hang", "boom:rank=0,step=1", "hang:rank=0", "hang:rank=x,step=1", "hang:rank=0,step=-1",
+        "exit:rank=0,step=1,seconds=3", "slow:rank=0,step=1", "hang:rank=0,step=1,colour=2",
+        "hang:rank=3,step=1"}) {
+    try {
+      parse_fault_injection(bad, 3);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const OptionError& e) {
+      EXPECT_EQ(e.flag(), "--inject") << bad;
+    }
+  }
+  DdpJobOptions o;
+  o.on_stall = "panic";
+  EXPECT_THROW(validate(o, 2), OptionError);
+  o.on_stall = "warn";
+  o.stall_seconds = -1;
+  EXPECT_THROW(validate(o, 2), OptionError);
+}
+
 }  // namespace ddpd

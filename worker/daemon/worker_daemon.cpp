@@ -65,6 +65,27 @@ v1::StepReport to_report(const StepMetrics& m, int rank) {
   return r;
 }
 
+// A heartbeat's progress: the trainer's phase and step, and its collective journal's.
+v1::RankProgress to_progress(const TrainerProgress& trainer, const JournalProgress& journal,
+                             double now_s) {
+  v1::RankProgress p;
+  p.set_phase(trainer.phase);
+  p.set_step(trainer.step);
+  p.set_last_enqueued(journal.last_enqueued);
+  p.set_last_completed(journal.last_completed);
+  if (journal.oldest_pending) {
+    const JournalEntry& e = *journal.oldest_pending;
+    auto* pending = p.mutable_oldest_pending();
+    pending->set_seq(e.seq);
+    pending->set_op(e.op);
+    pending->set_tag(e.tag);
+    pending->set_numel(e.numel);
+    pending->set_dtype(e.dtype);
+    pending->set_age_seconds(now_s - e.enqueued_s);
+  }
+  return p;
+}
+
 using Stream = grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>;
 
 // One session's writer: the heartbeat and job threads share the stream.
@@ -90,6 +111,27 @@ struct WorkerDaemon::Impl {
   std::condition_variable wake;
   grpc::ClientContext* live_context = nullptr;  // to end the session on stop()
   std::unique_ptr<WorkerMetrics> metrics;
+  // While a DDP job trains: fills a heartbeat with the rank's progress. Set and cleared by the
+  // job thread, called by the heartbeat thread, both under progress_mutex (so the trainer it
+  // reads outlives every call).
+  std::mutex progress_mutex;
+  std::function<void(v1::WorkerMessage&)> describe_progress;
+
+  // Sets describe_progress for one job's lifetime (cleared on every exit path).
+  class ProgressSource {
+   public:
+    ProgressSource(Impl& impl, std::function<void(v1::WorkerMessage&)> describe) : impl_(impl) {
+      std::lock_guard<std::mutex> lock(impl_.progress_mutex);
+      impl_.describe_progress = std::move(describe);
+    }
+    ~ProgressSource() {
+      std::lock_guard<std::mutex> lock(impl_.progress_mutex);
+      impl_.describe_progress = nullptr;
+    }
+
+   private:
+    Impl& impl_;
+  };
 
   RendezvousOptions rendezvous_for(const v1::Assignment& a, double timeout_s) const {
     RendezvousOptions rendezvous;
@@ -149,6 +191,11 @@ struct WorkerDaemon::Impl {
     metrics->ddp_job_started(a.job_id(), a.rank(), job.strategy);
     auto comm = connect(rendezvous);
     Trainer trainer(job, comm);
+    ProgressSource progress(*this, [&, job_id = a.job_id()](v1::WorkerMessage& beat) {
+      beat.set_job_id(job_id);
+      *beat.mutable_progress() =
+          to_progress(trainer.progress(), comm->journal().progress(), comm->now());
+    });
     metrics->record_memory(trainer.memory(), /*final_points=*/false);
     auto training = trainer.run(
         [&](const StepMetrics& m) {
@@ -194,6 +241,10 @@ struct WorkerDaemon::Impl {
         lock.unlock();
         v1::WorkerMessage beat;
         beat.set_heartbeat(true);
+        {
+          std::lock_guard<std::mutex> progress_lock(progress_mutex);
+          if (describe_progress) describe_progress(beat);
+        }
         writer.write(beat);
         lock.lock();
       }

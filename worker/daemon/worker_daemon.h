@@ -22,7 +22,9 @@ struct WorkerDaemonOptions {
 };
 
 // Protocol (worker side of the session, see coordinator_service.h):
-//  hello → welcome; then, concurrently: heartbeats every heartbeat_seconds; for each
+//  hello → welcome; then, concurrently: heartbeats every heartbeat_seconds (while a DDP job
+//  trains, each carries the rank's progress: phase, step, and its collective journal's last
+//  enqueued/completed sequence numbers and oldest pending collective); for each
 //  Assignment, one job thread builds the process group from the rendezvous it names, trains,
 //  streams a StepReport per step and ends with one JobResult; a cancel for the current job
 //  stops it at the next step boundary. When the session ends (coordinator restart, network)

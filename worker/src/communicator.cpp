@@ -29,6 +29,26 @@ std::string tag_of(const std::string& name) {
   return slash == std::string::npos ? name : name.substr(slash + 1);
 }
 
+// The journal's dtype, as users write it: float32, bfloat16, int64.
+std::string dtype_name(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat:
+      return "float32";
+    case at::kDouble:
+      return "float64";
+    case at::kBFloat16:
+      return "bfloat16";
+    case at::kHalf:
+      return "float16";
+    case at::kLong:
+      return "int64";
+    case at::kInt:
+      return "int32";
+    default:
+      return c10::toString(type);
+  }
+}
+
 }  // namespace
 
 // Recorded spans; shared with completion callbacks, which run on backend threads.
@@ -136,8 +156,7 @@ std::vector<CommSpan> Communicator::take_spans() {
 
 int64_t Communicator::journal_launch(const std::string& op, const std::string& name,
                                      const at::Tensor& data) {
-  return journal_->enqueue(op, tag_of(name), data.numel(),
-                           std::string(c10::toString(data.scalar_type())), now());
+  return journal_->enqueue(op, tag_of(name), data.numel(), dtype_name(data.scalar_type()), now());
 }
 
 PendingCollective Communicator::track(c10::intrusive_ptr<c10d::Work> work, const std::string& name,

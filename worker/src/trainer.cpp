@@ -3,8 +3,12 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <thread>
+
+#include "ddpd/fault_injection.h"
 
 #include "ddpd/grad_sync.h"
 #include "ddpd/intervals.h"
@@ -48,11 +52,52 @@ void record_spans(StepMetrics& metrics, const Communicator& comm,
   }
 }
 
+// Phases as TrainerProgress names them; stored as an index so progress() reads an atomic.
+enum PhaseIndex : int { kSetup, kForward, kBackward, kSync, kOptimizer, kMetrics, kIdle };
+constexpr const char* kPhaseNames[] = {"setup",     "forward", "backward", "sync",
+                                       "optimizer", "metrics", "idle"};
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 }  // namespace
 
 struct Trainer::Impl {
   DdpJobOptions options;
   TrainerHooks hooks;
+  std::optional<FaultInjection> fault;  // this rank's, when --inject names it
+  std::function<bool()> cancelled;      // run()'s, while it runs
+  std::atomic<int> phase{kSetup};
+  std::atomic<int64_t> step{0};
+
+  void enter(PhaseIndex p) { phase.store(p, std::memory_order_relaxed); }
+
+  // --inject at the start of `step_index`: exit, or hang (polling for cancellation).
+  void inject_at_start(int64_t step_index) {
+    if (!fault || step_index != fault->step || fault->kind == "slow") return;
+    std::fprintf(stderr, "ddpd: inject %s rank %d step %lld at unix %.3f\n", fault->kind.c_str(),
+                 fault->rank, static_cast<long long>(step_index), unix_now());
+    std::fflush(stderr);
+    if (fault->kind == "exit") std::_Exit(3);
+    const auto start = std::chrono::steady_clock::now();
+    const auto length = std::chrono::duration<double>(fault->seconds);
+    while (fault->seconds <= 0 || std::chrono::steady_clock::now() - start < length) {
+      if (cancelled && cancelled()) throw std::runtime_error("job cancelled");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  // --inject slow: stretches this step's compute by the factor.
+  void inject_slowness(int64_t step_index, double compute_seconds) {
+    if (!fault || fault->kind != "slow" || step_index < fault->step) return;
+    if (step_index == fault->step) {
+      std::fprintf(stderr, "ddpd: inject slow rank %d step %lld at unix %.3f\n", fault->rank,
+                   static_cast<long long>(step_index), unix_now());
+    }
+    std::this_thread::sleep_for(
+        std::chrono::duration<double>((fault->factor - 1) * compute_seconds));
+  }
   std::shared_ptr<Communicator> comm;
   TransformerLM model{nullptr};
   std::unique_ptr<GradientSynchronizer> sync;
@@ -90,6 +135,8 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
   }
   m.options = options;
   m.hooks = std::move(hooks);
+  m.fault = parse_fault_injection(options.inject, comm->world_size());
+  if (m.fault && m.fault->rank != comm->rank()) m.fault.reset();
   m.comm = std::move(comm);
   const int world = m.comm->world_size();
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -131,7 +178,10 @@ Trainer::~Trainer() = default;
 StepMetrics Trainer::train_step(int64_t step) {
   Impl& m = *impl_;
   Communicator& comm = *m.comm;
+  m.step.store(step, std::memory_order_relaxed);
+  m.enter(kForward);
   if (m.hooks.before_step) m.hooks.before_step(step);
+  m.inject_at_start(step);
   const bool last = step == m.options.steps - 1;
   auto batch = m.data->next_global_batch().narrow(0, comm.rank() * m.local_batch, m.local_batch);
   batch = batch.to(comm.device());
@@ -156,8 +206,13 @@ StepMetrics Trainer::train_step(int64_t step) {
     loss = language_model_loss(m.model->forward(inputs), targets);
   }
   const auto p_forward = timeline.mark();
+  m.enter(kBackward);
   loss.backward();
+  if (m.fault) {
+    m.inject_slowness(step, timeline.seconds(timeline.mark()) - timeline.seconds(p_gathered));
+  }
   const auto p_backward = timeline.mark();
+  m.enter(kSync);
   m.sync->finish_gradient_synchronization();
   const auto p_synced = timeline.mark();
   if (m.hooks.after_gradient_sync) m.hooks.after_gradient_sync(step, *m.sync);
@@ -166,6 +221,7 @@ StepMetrics Trainer::train_step(int64_t step) {
   const auto p_opt_start = timeline.mark();
   const double measure_seconds_host = comm.now() - t_synced_host;
   double broadcast_seconds = 0;
+  m.enter(kOptimizer);
   if (m.sharded) {
     m.sharded->step();
     broadcast_seconds = m.sharded->last_broadcast_seconds();
@@ -213,6 +269,7 @@ StepMetrics Trainer::train_step(int64_t step) {
                 {"optimizer", t_opt_start, t_end}});
 
   // Bookkeeping collectives, outside the timed step.
+  m.enter(kMetrics);
   auto loss_sum = loss.detach().to(torch::kFloat32).reshape({1}).clone();
   comm.all_reduce_sum(loss_sum, "all_reduce/loss").wait();
   metrics.loss = loss_sum.item<double>() / comm.world_size();
@@ -231,11 +288,13 @@ StepMetrics Trainer::train_step(int64_t step) {
 TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step,
                             const std::function<bool()>& cancelled) {
   TrainingResult result;
+  impl_->cancelled = cancelled;
   for (int64_t step = 0; step < impl_->options.steps; ++step) {
     if (cancelled && cancelled()) throw std::runtime_error("job cancelled");
     result.steps.push_back(train_step(step));
     if (on_step) on_step(result.steps.back());
   }
+  impl_->enter(kIdle);
   result.synchronization = synchronization();
   result.optimizer_sharding = impl_->sharded && impl_->comm->world_size() > 1;
   result.summary = summarize(result.steps, impl_->options.warmup_steps);
@@ -248,5 +307,10 @@ std::vector<torch::Tensor> Trainer::full_parameters() { return impl_->sync->full
 const MemoryProfile& Trainer::memory() const { return impl_->memory; }
 
 std::string Trainer::synchronization() const { return impl_->sync->name(); }
+
+TrainerProgress Trainer::progress() const {
+  return {kPhaseNames[impl_->phase.load(std::memory_order_relaxed)],
+          impl_->step.load(std::memory_order_relaxed)};
+}
 
 }  // namespace ddpd

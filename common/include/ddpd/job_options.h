@@ -86,6 +86,11 @@ struct DdpJobOptions {
   int threads = 0;                    // intra-op threads per rank; 0: cores / world size (one host)
   double collective_timeout_s = 300.0;  // every collective and the rendezvous time out after it
   int64_t journal_size = 2000;          // collectives each rank's journal keeps (a ring buffer)
+  // Daemon jobs: a stall is S seconds in which no rank completes a collective or a step; the
+  // coordinator then names the waiting and the missing ranks (docs/diagnosis.md). 0: never.
+  double stall_seconds = 60;
+  std::string on_stall = "fail";  // fail (the job FAILS with the analysis) | warn (event only)
+  std::string inject;             // fault injection (ddpd/fault_injection.h); empty: none
 
   // The preset with the overrides applied.
   ModelConfig resolved_model() const;

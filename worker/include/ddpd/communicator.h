@@ -139,9 +139,9 @@ class Communicator {
   double unix_epoch_s_;  // system clock at epoch_
   std::mutex launch_mutex_;
   std::unique_ptr<detail::Timeline> timeline_;
-  std::shared_ptr<CollectiveJournal> journal_;  // shared with completion callbacks
   struct SpanLog;
   std::shared_ptr<SpanLog> spans_;  // shared with completion callbacks that may outlive a call
+  std::shared_ptr<CollectiveJournal> journal_;  // shared with completion callbacks
 };
 
 }  // namespace ddpd

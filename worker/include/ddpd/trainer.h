@@ -34,8 +34,23 @@ struct TrainerHooks {
   std::function<void(int64_t step, GradientSynchronizer&)> after_gradient_sync;
 };
 
+// Where a trainer is; readable from any thread (the worker daemon's heartbeat).
+struct TrainerProgress {
+  // setup (construction, rank 0's broadcast) | forward (zero_grad, fsdp's gather, forward) |
+  // backward | sync (waiting for gradient synchronisation) | optimizer | metrics (the loss and
+  // param spread collectives) | idle (after the last step)
+  std::string phase;
+  int64_t step = 0;
+};
+
 // Thread contract: one thread drives a Trainer. The observer runs on that thread after each
-// step; a cancellation check can be passed to run() and is polled between steps.
+// step; a cancellation check can be passed to run() and is polled between steps (and by an
+// injected hang). progress() may be read from any thread.
+//
+// The job's --inject (ddpd/fault_injection.h) fires on its rank: exit ends the process at the
+// start of the step, hang stops there (for its seconds, or until cancelled: then run() throws
+// "job cancelled"), slow sleeps factor - 1 times the step's forward and backward time after
+// backward. Each prints "ddpd: inject KIND rank R step S at unix T" to stderr when it fires.
 class Trainer {
  public:
   // Builds the model (seeded with seed + rank), the synchroniser (which broadcasts rank 0's
@@ -51,6 +66,8 @@ class Trainer {
   // The parameters every rank agrees on (fsdp gathers: a collective).
   std::vector<torch::Tensor> full_parameters();
   const MemoryProfile& memory() const;
+  // Thread-safe: may be called from any thread while another drives the trainer.
+  TrainerProgress progress() const;
   // The synchronisation that runs (see TrainingResult::synchronization).
   std::string synchronization() const;
 

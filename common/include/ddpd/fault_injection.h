@@ -1,0 +1,30 @@
+// Fault injection, a job option for tests, demos and drills (docs/diagnosis.md):
+//   --inject KIND:rank=R,step=S[,seconds=T][,factor=F]
+//   hang  rank R stops in compute at the start of step S, for T seconds (0 or absent: until the
+//         job is cancelled)
+//   exit  rank R's process exits at the start of step S
+//   slow  rank R's compute takes F times as long from step S on
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace ddpd {
+
+struct FaultInjection {
+  std::string kind;  // hang | exit | slow
+  int rank = 0;
+  int64_t step = 0;
+  double seconds = 0;   // hang: 0 = until cancelled
+  double factor = 1.0;  // slow: compute time multiplier (> 1)
+};
+
+// Parses --inject; empty text: none. Throws OptionError("--inject", reason) naming the part
+// that is wrong; checks rank < world_size when world_size > 0.
+std::optional<FaultInjection> parse_fault_injection(const std::string& text, int world_size = 0);
+
+// The canonical text of an injection (what the job's history records when it is armed).
+std::string to_string(const FaultInjection& fault);
+
+}  // namespace ddpd

@@ -1,0 +1,84 @@
+#include "ddpd/fault_injection.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include "ddpd/job_options.h"
+
+namespace ddpd {
+namespace {
+
+constexpr const char* kFlag = "--inject";
+constexpr const char* kForm = " (expected KIND:rank=R,step=S[,seconds=T][,factor=F])";
+
+double number(const std::string& key, const std::string& value) {
+  char* end = nullptr;
+  const double parsed = std::strtod(value.c_str(), &end);
+  require(!value.empty() && end && *end == '\0', kFlag,
+          key + " is not a number: '" + value + "'" + kForm);
+  return parsed;
+}
+
+}  // namespace
+
+std::optional<FaultInjection> parse_fault_injection(const std::string& text, int world_size) {
+  if (text.empty()) return std::nullopt;
+  const auto colon = text.find(':');
+  FaultInjection fault;
+  fault.kind = text.substr(0, colon);
+  require(fault.kind == "hang" || fault.kind == "exit" || fault.kind == "slow", kFlag,
+          "unknown kind '" + fault.kind + "' (expected hang, exit or slow)");
+  require(colon != std::string::npos, kFlag, "'" + text + "' has no parameters" + kForm);
+  bool has_rank = false, has_step = false;
+  std::stringstream parts(text.substr(colon + 1));
+  std::string part;
+  while (std::getline(parts, part, ',')) {
+    const auto eq = part.find('=');
+    require(eq != std::string::npos, kFlag, "'" + part + "' is not key=value" + kForm);
+    const std::string key = part.substr(0, eq), value = part.substr(eq + 1);
+    const double v = number(key, value);
+    if (key == "rank") {
+      require(v >= 0 && v == static_cast<int>(v), kFlag, "rank must be an integer >= 0");
+      fault.rank = static_cast<int>(v);
+      has_rank = true;
+    } else if (key == "step") {
+      require(v >= 0 && v == static_cast<int64_t>(v), kFlag, "step must be an integer >= 0");
+      fault.step = static_cast<int64_t>(v);
+      has_step = true;
+    } else if (key == "seconds") {
+      require(v >= 0, kFlag, "seconds must be >= 0");
+      fault.seconds = v;
+    } else if (key == "factor") {
+      require(v > 1, kFlag, "factor must be > 1");
+      fault.factor = v;
+    } else {
+      require(false, kFlag, "unknown key '" + key + "'" + kForm);
+    }
+  }
+  require(has_rank && has_step, kFlag, "rank= and step= are required" + std::string(kForm));
+  require(fault.kind == "slow" || fault.factor == 1.0, kFlag, "factor applies to slow only");
+  require(fault.kind == "hang" || fault.seconds == 0, kFlag, "seconds applies to hang only");
+  require(fault.kind != "slow" || fault.factor > 1, kFlag, "slow needs factor=F (> 1)");
+  require(world_size <= 0 || fault.rank < world_size, kFlag,
+          "rank " + std::to_string(fault.rank) + " is outside a world of " +
+              std::to_string(world_size));
+  return fault;
+}
+
+std::string to_string(const FaultInjection& fault) {
+  std::string text =
+      fault.kind + ":rank=" + std::to_string(fault.rank) + ",step=" + std::to_string(fault.step);
+  char buf[64];
+  if (fault.seconds > 0) {
+    std::snprintf(buf, sizeof(buf), ",seconds=%g", fault.seconds);
+    text += buf;
+  }
+  if (fault.kind == "slow") {
+    std::snprintf(buf, sizeof(buf), ",factor=%g", fault.factor);
+    text += buf;
+  }
+  return text;
+}
+
+}  // namespace ddpd

@@ -1,0 +1,128 @@
+// Naming the rank that hangs, against real daemons: a coordinator and three workers on loopback,
+// a DDP job of world size 3 with --inject, and the coordinator's stall analysis from the ranks'
+// heartbeats. Each test measures detection from the moment the fault fired (the worker prints
+// "ddpd: inject KIND rank R step S at unix T"), asserts the rank and the collective named, and
+// that every surviving worker is IDLE afterwards.
+#include <cstdlib>
+
+#include "e2e/cluster.h"
+
+namespace ddpd::testing {
+namespace {
+
+constexpr double kStallSeconds = 5;
+constexpr double kHeartbeatSeconds = 0.5;  // Cluster's workers
+
+// When the injected fault fired, from the worker logs (0: not found).
+double fault_time(Cluster& cluster, int workers) {
+  for (int i = 0; i < workers; ++i) {
+    const std::string log = cluster.worker(i).log();
+    const auto at = log.find("ddpd: inject ");
+    if (at == std::string::npos) continue;
+    const auto unix_at = log.find(" at unix ", at);
+    if (unix_at != std::string::npos) return std::strtod(log.c_str() + unix_at + 9, nullptr);
+  }
+  return 0;
+}
+
+nlohmann::json wait_for_end(Cluster& cluster, const std::string& job) {
+  nlohmann::json shown;
+  cluster.wait_until(
+      [&] {
+        shown = cluster.show(job);
+        return shown["state"] != "RUNNING" && shown["state"] != "PENDING";
+      },
+      std::chrono::seconds(90));
+  return shown;
+}
+
+std::vector<std::string> job_flags(const std::string& inject, const std::string& steps = "2000") {
+  return {"--world-size", "3",    "--batch",         "6", "--steps",   steps,
+          "--inject",     inject, "--stall-seconds", "5", "--timeout", "60"};
+}
+
+class StallDiagnosis : public ::testing::TestWithParam<int> {};
+
+TEST_P(StallDiagnosis, HangInComputeIsNamedWithTheCollectiveTheOthersWaitIn) {
+  const int hung = GetParam();
+  Cluster cluster(3, "stall" + std::to_string(hung));
+  const std::string job =
+      cluster.submit(job_flags("hang:rank=" + std::to_string(hung) + ",step=3"));
+  const auto shown = wait_for_end(cluster, job);
+  ASSERT_EQ(shown["state"], "FAILED") << shown.dump();
+  const double fault_at = fault_time(cluster, 3);
+  ASSERT_GT(fault_at, 0) << "the hang never fired";
+  const double failed_at = shown["history"].back()["unix_time"].get<double>();
+  const double detected_after = failed_at - fault_at;
+  std::printf("[ stall    ] hang at rank %d: FAILED %.2f s after the fault\n", hung,
+              detected_after);
+  EXPECT_LE(detected_after, kStallSeconds + 2 * kHeartbeatSeconds + 2) << shown.dump();
+  EXPECT_GE(detected_after, kStallSeconds - 1) << shown.dump();
+
+  const std::string error = shown["error"];
+  EXPECT_NE(error.find("rank " + std::to_string(hung) + " has not joined it: in forward of step 3"),
+            std::string::npos)
+      << error;
+  std::vector<std::string> others;
+  for (int r = 0; r < 3; ++r) {
+    if (r != hung) others.push_back(std::to_string(r));
+  }
+  const std::string waiting = "ranks " + others[0] + "," + others[1];
+  EXPECT_NE(error.find(waiting + " wait in all_reduce #"), std::string::npos) << error;
+  // The history says the injection was armed; the incident is stored with the job.
+  EXPECT_NE(shown["history"][1]["reason"].get<std::string>().find(
+                "fault injection armed: hang:rank=" + std::to_string(hung) + ",step=3"),
+            std::string::npos);
+  ASSERT_EQ(shown["events"].size(), 1u) << shown.dump();
+  EXPECT_EQ(shown["events"][0]["kind"], "stall");
+  EXPECT_EQ(shown["events"][0]["rank"], hung);
+  // Every worker goes back to IDLE: the hung rank stops at the cancel, and its peers' collective
+  // then fails at once.
+  EXPECT_TRUE(cluster.wait_until([&] { return cluster.count_workers("IDLE") == 3; },
+                                 std::chrono::seconds(20)))
+      << cluster.ctl({"workers"}).out;
+}
+
+INSTANTIATE_TEST_SUITE_P(HungRank, StallDiagnosis, ::testing::Values(0, 1, 2),
+                         [](const auto& info) { return "rank" + std::to_string(info.param); });
+
+TEST(StallDiagnosis, WarnRecordsTheIncidentOnceAndTheJobGoesOn) {
+  Cluster cluster(3, "stall-warn");
+  auto flags = job_flags("hang:rank=1,step=2,seconds=8", "6");
+  flags.insert(flags.end(), {"--on-stall", "warn"});
+  const std::string job = cluster.submit(flags);
+  const auto shown = wait_for_end(cluster, job);
+  EXPECT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
+  ASSERT_EQ(shown["events"].size(), 1u) << "one incident per stall episode: " << shown.dump();
+  EXPECT_NE(shown["events"][0]["message"].get<std::string>().find("rank 1 has not joined it"),
+            std::string::npos);
+}
+
+TEST(ExitDiagnosis, ExitOfRankZeroNamesItAndTheOthersReturnToIdle) {
+  Cluster cluster(3, "exit0");
+  const std::string job = cluster.submit(job_flags("exit:rank=0,step=3"));
+  const auto shown = wait_for_end(cluster, job);
+  ASSERT_EQ(shown["state"], "FAILED") << shown.dump();
+  const double detected_after =
+      shown["history"].back()["unix_time"].get<double>() - fault_time(cluster, 3);
+  std::printf("[ exit     ] exit of rank 0: FAILED %.2f s after the fault\n", detected_after);
+  EXPECT_LE(detected_after, kStallSeconds + 2 * kHeartbeatSeconds + 2);
+  EXPECT_NE(shown["error"].get<std::string>().find("(rank 0) lost"), std::string::npos)
+      << shown["error"];
+  EXPECT_TRUE(cluster.wait_until([&] { return cluster.count_workers("IDLE") == 2; },
+                                 std::chrono::seconds(20)))
+      << cluster.ctl({"workers"}).out;
+}
+
+TEST(FaultInjection, BadSpecsAreRefusedNamingTheFlag) {
+  Cluster cluster(1, "inject-bad");
+  for (const std::string bad : {"hang", "crash:rank=0,step=1", "hang:rank=5,step=1",
+                                "slow:rank=0,step=1", "hang:rank=0,step=1,factor=2"}) {
+    auto o = cluster.ctl({"submit", "ddp", "--world-size", "1", "--inject", bad});
+    EXPECT_EQ(o.exit_code, 2) << bad;
+    EXPECT_NE(o.err.find("--inject:"), std::string::npos) << bad << ": " << o.err;
+  }
+}
+
+}  // namespace
+}  // namespace ddpd::testing
