@@ -46,6 +46,7 @@ nlohmann::json job_json(const v1::GetJobReply& reply) {
   out["job_id"] = job.job_id();
   out["state"] = to_string(job.state());
   if (!job.error().empty()) out["error"] = job.error();
+  if (!job.pending_reason().empty()) out["pending_reason"] = job.pending_reason();
   out["world_size"] = job.spec().world_size();
   out["workers"] = std::vector<std::string>(job.worker_ids().begin(), job.worker_ids().end());
   auto& history = out["history"] = nlohmann::json::array();
@@ -107,6 +108,7 @@ std::string job_summary(const v1::GetJobReply& reply) {
     out << "  " << clock_time(t.unix_time()) << "  " << format("%-9s", to_string(t.state()).c_str())
         << "  " << t.reason() << "\n";
   }
+  if (!job.pending_reason().empty()) out << "  pending: " << job.pending_reason() << "\n";
   for (const auto& i : job.incidents()) {
     out << "  " << clock_time(i.unix_time()) << "  " << format("%-9s", i.kind().c_str()) << "  "
         << i.message() << "\n";
@@ -160,8 +162,9 @@ std::string jobs_table(const v1::ListJobsReply& jobs) {
                 "STRATEGY", "SUBMITTED", "REASON");
   for (const auto& job : jobs.jobs()) {
     const std::string submitted = job.history_size() ? clock_time(job.history(0).unix_time()) : "";
-    const std::string reason =
-        job.history_size() ? job.history(job.history_size() - 1).reason() : "";
+    const std::string reason = !job.pending_reason().empty() ? job.pending_reason()
+                               : job.history_size() ? job.history(job.history_size() - 1).reason()
+                                                    : "";
     out << format("%-12s %-10s %-5s %-6d %-10s %-20s %s\n", job.job_id().c_str(),
                   to_string(job.state()).c_str(), kind_name(job.spec()).c_str(),
                   job.spec().world_size(), job.spec().ddp().strategy().c_str(), submitted.c_str(),

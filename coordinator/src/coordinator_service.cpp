@@ -164,7 +164,15 @@ void CoordinatorService::schedule() {
       }
     }
     auto placement = place_next(pending, idle);
-    if (!placement) return;
+    if (!placement) {
+      int registered = 0;
+      for (const auto& [wid, w] : workers_) registered += w->session != nullptr;
+      for (size_t i = 0; i < pending.size(); ++i) {
+        jobs_[pending[i].job_id]->job.set_pending_reason(
+            pending_reason(pending, i, registered, idle));
+      }
+      return;
+    }
     JobEntry& entry = *jobs_[placement->job_id];
     const WorkerEntry& rank0 = *workers_[placement->worker_ids.front()];
     v1::Assignment assignment;
@@ -175,6 +183,7 @@ void CoordinatorService::schedule() {
     assignment.set_master_port(rank0.hello.rendezvous_port());
     entry.job.clear_worker_ids();
     for (const auto& id : placement->worker_ids) entry.job.add_worker_ids(id);
+    entry.job.clear_pending_reason();
     entry.last_advance = std::chrono::steady_clock::now();
     entry.progress_marks.clear();
     std::string armed;  // the history says when a fault injection is armed
@@ -322,6 +331,7 @@ void CoordinatorService::worker_lost(const std::string& worker_id, Session* sess
     worker.job_id.clear();
     worker.rank = -1;
   }
+  schedule();  // pending jobs' reasons count this worker no more
   changed_.notify_all();
 }
 

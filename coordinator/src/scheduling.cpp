@@ -20,6 +20,16 @@ std::string required_backend(const v1::JobSpec& spec) {
   return spec.ddp().device() == "cuda" ? "nccl" : "gloo";
 }
 
+namespace {
+
+bool offers(const IdleWorker& worker, const std::string& backend) {
+  return worker.backends.empty() ? backend == "gloo"
+                                 : std::find(worker.backends.begin(), worker.backends.end(),
+                                             backend) != worker.backends.end();
+}
+
+}  // namespace
+
 std::optional<Placement> place_next(const std::vector<PendingJob>& pending_in_order,
                                     const std::vector<IdleWorker>& idle_workers) {
   if (pending_in_order.empty()) return std::nullopt;
@@ -27,14 +37,20 @@ std::optional<Placement> place_next(const std::vector<PendingJob>& pending_in_or
   Placement placement;
   placement.job_id = next.job_id;
   for (const auto& worker : idle_workers) {
-    const bool offers = worker.backends.empty()
-                            ? next.backend == "gloo"
-                            : std::find(worker.backends.begin(), worker.backends.end(),
-                                        next.backend) != worker.backends.end();
-    if (offers) placement.worker_ids.push_back(worker.worker_id);
+    if (offers(worker, next.backend)) placement.worker_ids.push_back(worker.worker_id);
     if (static_cast<int>(placement.worker_ids.size()) == next.world_size) return placement;
   }
   return std::nullopt;
+}
+
+std::string pending_reason(const std::vector<PendingJob>& pending_in_order, size_t index,
+                           int registered, const std::vector<IdleWorker>& idle_workers) {
+  if (index > 0) return "queued behind " + pending_in_order.front().job_id;
+  const PendingJob& job = pending_in_order[index];
+  int idle = 0;
+  for (const auto& worker : idle_workers) idle += offers(worker, job.backend);
+  return "waiting for " + std::to_string(job.world_size) + " idle workers offering " + job.backend +
+         ": " + std::to_string(registered) + " registered, " + std::to_string(idle) + " idle";
 }
 
 v1::StepReport aggregate_step(const std::vector<v1::StepReport>& ranks) {

@@ -38,6 +38,12 @@ struct Placement {
 std::optional<Placement> place_next(const std::vector<PendingJob>& pending_in_order,
                                     const std::vector<IdleWorker>& idle_workers);
 
+// Why a pending job waits, kept current as workers come and go (as Slurm's reason column):
+// "waiting for 5 idle workers offering gloo: 1 registered, 1 idle", or, FIFO, "queued behind
+// job-000003" for any job but the oldest. `registered`: workers with a live session.
+std::string pending_reason(const std::vector<PendingJob>& pending_in_order, size_t index,
+                           int registered, const std::vector<IdleWorker>& idle_workers);
+
 // Aggregates one step over ranks: the slowest rank's times (a step ends when every rank's
 // does), the mean loss, the largest spread.
 v1::StepReport aggregate_step(const std::vector<v1::StepReport>& ranks);

@@ -124,5 +124,28 @@ TEST(FaultInjection, BadSpecsAreRefusedNamingTheFlag) {
   }
 }
 
+// A pending job says why it waits, and the reason follows the workers as they register.
+TEST(PendingReason, FollowsTheWorkersAsTheyRegister) {
+  Cluster cluster(1, "pending");
+  const std::string job = cluster.submit({"--world-size", "3", "--batch", "6", "--steps", "2"});
+  const std::string behind = cluster.submit({"--world-size", "1", "--steps", "2"});
+  EXPECT_EQ(cluster.show(job)["pending_reason"],
+            "waiting for 3 idle workers offering gloo: 1 registered, 1 idle");
+  EXPECT_EQ(cluster.show(behind)["pending_reason"], "queued behind " + job);
+  cluster.start_worker(1);
+  EXPECT_TRUE(cluster.wait_until(
+      [&] {
+        return cluster.show(job)["pending_reason"] ==
+               "waiting for 3 idle workers offering gloo: 2 registered, 2 idle";
+      },
+      std::chrono::seconds(30)));
+  EXPECT_NE(cluster.ctl({"list"}).out.find("waiting for 3 idle workers"), std::string::npos);
+  cluster.start_worker(2);
+  const auto done = wait_for_end(cluster, job);
+  EXPECT_EQ(done["state"], "SUCCEEDED") << done.dump();
+  EXPECT_FALSE(done.contains("pending_reason"));
+  EXPECT_EQ(wait_for_end(cluster, behind)["state"], "SUCCEEDED");
+}
+
 }  // namespace
 }  // namespace ddpd::testing

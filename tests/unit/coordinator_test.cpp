@@ -237,4 +237,12 @@ TEST(StallAnalysis, NoRankInACollectiveSaysWhereEachIs) {
             "reported yet");
 }
 
+TEST(Scheduler, PendingJobsSayWhyTheyWait) {
+  const std::vector<PendingJob> pending{{"job-000001", 5, "gloo"}, {"job-000002", 1, "gloo"}};
+  const std::vector<IdleWorker> idle{{"w0", {"gloo"}}, {"w1", {"nccl"}}};
+  EXPECT_EQ(pending_reason(pending, 0, 3, idle),
+            "waiting for 5 idle workers offering gloo: 3 registered, 1 idle");
+  EXPECT_EQ(pending_reason(pending, 1, 3, idle), "queued behind job-000001");
+}
+
 }  // namespace ddpd::coordinator
