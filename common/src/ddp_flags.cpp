@@ -52,6 +52,10 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
       ->capture_default_str();
   app.add_option("--on-stall", o.on_stall, "fail (the job fails with the analysis) or warn")
       ->capture_default_str();
+  app.add_option("--straggler-threshold", o.straggler_threshold,
+                 "Daemon jobs: report a rank whose compute score (fastest rank's median compute "
+                 "over 10 steps / its own) falls below this (0: never)")
+      ->capture_default_str();
   app.add_option("--inject", o.inject,
                  "Fault injection: KIND:rank=R,step=S[,seconds=T][,factor=F], KIND hang, exit "
                  "or slow (docs/diagnosis.md)");

@@ -146,6 +146,8 @@ void validate(const DdpJobOptions& o, int world_size) {
   require(o.on_stall == "fail" || o.on_stall == "warn", "--on-stall",
           "unknown action '" + o.on_stall + "' (expected fail or warn)");
   parse_fault_injection(o.inject, world_size);
+  require(o.straggler_threshold >= 0 && o.straggler_threshold < 1, "--straggler-threshold",
+          "must be in [0, 1) (0: never)");
   require(o.journal_size >= 1 && o.journal_size <= 1000000, "--journal-size",
           "must be in 1..1000000, got " + std::to_string(o.journal_size));
 }

@@ -10,6 +10,7 @@
 #include "ddpd/spec_convert.h"
 #include "scheduling.h"
 #include "stall_analysis.h"
+#include "straggler_watch.h"
 
 namespace ddpd::coordinator {
 namespace {
@@ -64,7 +65,8 @@ struct CoordinatorService::JobEntry {
   // step, and each rank's (last completed sequence number, step) at that time.
   std::chrono::steady_clock::time_point last_advance;
   std::map<int, std::pair<int64_t, int64_t>> progress_marks;
-  bool stall_reported = false;  // this stall episode has its incident
+  bool stall_reported = false;                 // this stall episode has its incident
+  std::unique_ptr<StragglerWatch> stragglers;  // DDP jobs, from RUNNING on
 };
 
 CoordinatorService::CoordinatorService(CoordinatorOptions options, std::unique_ptr<JobStore> store)
@@ -184,6 +186,10 @@ void CoordinatorService::schedule() {
     entry.job.clear_worker_ids();
     for (const auto& id : placement->worker_ids) entry.job.add_worker_ids(id);
     entry.job.clear_pending_reason();
+    if (entry.job.spec().has_ddp()) {
+      entry.stragglers = std::make_unique<StragglerWatch>(
+          entry.job.spec().world_size(), from_proto(entry.job.spec().ddp()).straggler_threshold);
+    }
     entry.last_advance = std::chrono::steady_clock::now();
     entry.progress_marks.clear();
     std::string armed;  // the history says when a fault injection is armed
@@ -282,6 +288,18 @@ void CoordinatorService::record_step(JobEntry& entry, const v1::StepReport& step
   auto& ranks = entry.partial_steps[step.step()];
   ranks.push_back(step);
   if (static_cast<int>(ranks.size()) == entry.job.spec().world_size()) {
+    if (entry.stragglers) {
+      // Compute: the step less the time the rank was blocked on communication.
+      std::vector<double> compute(ranks.size(), 0.0);
+      for (const auto& r : ranks) {
+        if (r.rank() >= 0 && r.rank() < static_cast<int>(compute.size())) {
+          compute[r.rank()] = r.step_seconds() - r.exposed_comm_seconds();
+        }
+      }
+      for (const auto& finding : entry.stragglers->add_step(step.step(), compute)) {
+        record_incident(entry, "straggler", finding.rank, finding.message);
+      }
+    }
     auto* event = &entry.events.emplace_back();
     *event->mutable_step() = aggregate_step(ranks);
     event->set_total_steps(total_steps(entry.job.spec()));

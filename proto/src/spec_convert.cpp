@@ -39,6 +39,7 @@ v1::DdpSpec to_proto(const DdpJobOptions& o) {
   s.set_stall_seconds(o.stall_seconds);
   s.set_on_stall(o.on_stall);
   s.set_inject(o.inject);
+  s.set_straggler_threshold(o.straggler_threshold);
   return s;
 }
 
@@ -76,6 +77,7 @@ DdpJobOptions from_proto(const v1::DdpSpec& s) {
   if (s.has_stall_seconds()) o.stall_seconds = s.stall_seconds();
   if (!s.on_stall().empty()) o.on_stall = s.on_stall();
   o.inject = s.inject();
+  if (s.has_straggler_threshold()) o.straggler_threshold = s.straggler_threshold();
   return o;
 }
 
@@ -130,6 +132,7 @@ std::string proto_field(const std::string& flag) {
       {"--stall-seconds", "stall_seconds"},
       {"--on-stall", "on_stall"},
       {"--inject", "inject"},
+      {"--straggler-threshold", "straggler_threshold"},
       {"--collective", "collectives"},
       {"--sizes", "sizes_bytes"},
       {"WORLD_SIZE", "world_size"},

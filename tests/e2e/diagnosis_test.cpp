@@ -147,5 +147,22 @@ TEST(PendingReason, FollowsTheWorkersAsTheyRegister) {
   EXPECT_EQ(wait_for_end(cluster, behind)["state"], "SUCCEEDED");
 }
 
+// A rank made slow (compute x3 from step 3) is named once as a straggler; the healthy ranks,
+// which wait for it in all-reduce, are not.
+TEST(StragglerDiagnosis, SlowRankIsNamedOnceAndTheHealthyRanksAreNot) {
+  Cluster cluster(3, "straggler");
+  const std::string job =
+      cluster.submit({"--world-size", "3", "--batch", "6", "--context", "64", "--steps", "30",
+                      "--inject", "slow:rank=1,step=3,factor=3"});
+  const auto shown = wait_for_end(cluster, job);
+  ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
+  ASSERT_EQ(shown["events"].size(), 1u) << shown["events"].dump();
+  const auto& event = shown["events"][0];
+  EXPECT_EQ(event["kind"], "straggler");
+  EXPECT_EQ(event["rank"], 1);
+  EXPECT_EQ(event["message"].get<std::string>().rfind("straggler: rank 1 (score ", 0), 0u)
+      << event["message"];
+}
+
 }  // namespace
 }  // namespace ddpd::testing

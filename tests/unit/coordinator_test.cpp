@@ -6,6 +6,7 @@
 #include "job_store.h"
 #include "scheduling.h"
 #include "stall_analysis.h"
+#include "straggler_watch.h"
 
 namespace ddpd::coordinator {
 namespace {
@@ -243,6 +244,31 @@ TEST(Scheduler, PendingJobsSayWhyTheyWait) {
   EXPECT_EQ(pending_reason(pending, 0, 3, idle),
             "waiting for 5 idle workers offering gloo: 3 registered, 1 idle");
   EXPECT_EQ(pending_reason(pending, 1, 3, idle), "queued behind job-000001");
+}
+
+// Straggler scores over a sliding window: one finding per episode, for the slow rank only.
+TEST(StragglerWatch, NamesTheSlowRankOncePerEpisode) {
+  StragglerWatch watch(3, 0.75, /*window=*/3);
+  std::vector<StragglerFinding> findings;
+  auto feed = [&](int64_t step, double slow) {
+    for (auto& f : watch.add_step(step, {0.10, slow, 0.11})) findings.push_back(f);
+  };
+  for (int64_t step = 0; step < 3; ++step) feed(step, 0.10);
+  EXPECT_TRUE(findings.empty());
+  // Rank 1 at 2.1x from step 3: its median crosses at step 4 (window 2-4), once.
+  for (int64_t step = 3; step < 12; ++step) feed(step, 0.21);
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0].rank, 1);
+  EXPECT_EQ(findings[0].message,
+            "straggler: rank 1 (score 0.48: compute 2.1× the fastest rank) at steps 2–4");
+  EXPECT_NEAR(watch.scores()[1], 0.476, 0.01);
+  EXPECT_DOUBLE_EQ(watch.scores()[0], 1.0);
+  for (int64_t step = 12; step < 15; ++step) feed(step, 0.10);  // recovers: episode over
+  for (int64_t step = 15; step < 18; ++step) feed(step, 0.30);  // a second episode
+  ASSERT_EQ(findings.size(), 2u);
+  EXPECT_EQ(findings[1].rank, 1);
+  StragglerWatch off(2, 0.0, 3);  // threshold 0: never
+  for (int64_t step = 0; step < 6; ++step) EXPECT_TRUE(off.add_step(step, {0.1, 1.0}).empty());
 }
 
 }  // namespace ddpd::coordinator

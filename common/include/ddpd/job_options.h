@@ -90,7 +90,10 @@ struct DdpJobOptions {
   // coordinator then names the waiting and the missing ranks (docs/diagnosis.md). 0: never.
   double stall_seconds = 60;
   std::string on_stall = "fail";  // fail (the job FAILS with the analysis) | warn (event only)
-  std::string inject;             // fault injection (ddpd/fault_injection.h); empty: none
+  // Daemon jobs: a rank whose compute score (the fastest rank's median compute time over the
+  // last 10 steps, divided by its own) falls below this is reported as a straggler. 0: never.
+  double straggler_threshold = 0.75;
+  std::string inject;  // fault injection (ddpd/fault_injection.h); empty: none
 
   // The preset with the overrides applied.
   ModelConfig resolved_model() const;
