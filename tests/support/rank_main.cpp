@@ -186,6 +186,7 @@ int zero1(const ddpd::DdpJobOptions& options, const std::string& out, int64_t ad
 }  // namespace
 
 int main(int argc, char** argv) {
+  ddpd::ignore_broken_pipes();
   CLI::App app{"ddpd multi-rank test helper"};
   app.require_subcommand(1);
   ddpd::DdpJobOptions options;

@@ -132,6 +132,7 @@ void prefer_passive_openmp_threads(char** argv) {
 }
 
 int main(int argc, char** argv) {
+  ddpd::ignore_broken_pipes();
   prefer_passive_openmp_threads(argv);
   keep_freed_memory_for_reuse();
   CLI::App app{"ddpd worker: runs DDP training, alone (run) or for a coordinator (serve)"};

@@ -4,6 +4,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <csignal>
 #include <cstdlib>
 #include <stdexcept>
 #include <thread>
@@ -32,6 +33,8 @@ bool is_loopback(const std::string& host) {
 }
 
 }  // namespace
+
+void ignore_broken_pipes() { std::signal(SIGPIPE, SIG_IGN); }
 
 RendezvousOptions rendezvous_from_environment() {
   RendezvousOptions options;

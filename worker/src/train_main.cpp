@@ -16,6 +16,7 @@
 #include "ddpd/trainer.h"
 
 int main(int argc, char** argv) {
+  ddpd::ignore_broken_pipes();
   CLI::App app{"ddpd-train: one DDP job on the training core (torchrun-style environment)"};
   ddpd::DdpJobOptions options;
   ddpd::add_ddp_flags(app, options);

@@ -26,6 +26,13 @@ struct RendezvousOptions {
   size_t journal_size = 2000;                 // collectives the communicator's journal keeps
 };
 
+// Makes a write to a connection a dead peer closed an error instead of a SIGPIPE that kills this
+// process: Gloo's TCP transport writes without MSG_NOSIGNAL, so without this a rank whose peer
+// died can die of the signal before its collective reports the peer's exit (Python ignores
+// SIGPIPE, which is why PyTorch users never see it). Call once from main() of a program that
+// runs ranks, before connect().
+void ignore_broken_pipes();
+
 // Reads torchrun-style variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK).
 // WORLD_SIZE unset means one process. Meant to be called once, at the program's entry point.
 // Throws std::invalid_argument naming the variable when one is malformed.
