@@ -196,6 +196,10 @@ int main(int argc, char** argv) {
   show->add_option("--trace", trace_path,
                    "Write a per-rank timeline (Chrome trace JSON: open in ui.perfetto.dev or "
                    "chrome://tracing) and print how much communication overlapped backward");
+  auto* diagnose = app.add_subcommand(
+      "diagnose", "One row per rank: state, phase, step, collective progress, compute score");
+  diagnose->add_option("job", job_id, "Job id")->required();
+  diagnose->add_flag("--json", as_json, "As JSON");
   auto* cancel = app.add_subcommand("cancel", "Cancel a pending or running job");
   cancel->add_option("job", job_id, "Job id")->required();
   app.add_subcommand("workers", "List registered workers");
@@ -323,6 +327,16 @@ int main(int argc, char** argv) {
         std::cout << client::steps_csv(reply);
       } else {
         std::cout << client::job_summary(reply);
+      }
+    } else if (diagnose->parsed()) {
+      const auto reply = control.get(job_id, false);
+      const double now =
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+              .count();
+      if (as_json) {
+        std::cout << client::diagnosis_json(reply.job(), now).dump() << std::endl;
+      } else {
+        std::cout << client::diagnosis_table(reply.job(), now);
       }
     } else if (cancel->parsed()) {
       const v1::Job cancelled = control.cancel(job_id);

@@ -1,5 +1,6 @@
 #include "render.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <sstream>
@@ -37,7 +38,82 @@ std::string worker_state(v1::WorkerState s) {
   }
 }
 
+// The age of a rank's oldest pending collective: as reported, plus the time since the report
+// while the job runs.
+double pending_age(const v1::Job& job, const v1::RankStatus& r, double now_unix) {
+  const double age = r.progress().oldest_pending().age_seconds();
+  if (job.state() != v1::RUNNING || r.progress_unix_time() <= 0) return age;
+  return age + std::max(0.0, now_unix - r.progress_unix_time());
+}
+
+nlohmann::json rank_json(const v1::Job& job, const v1::RankStatus& r, double now_unix) {
+  nlohmann::json out{{"rank", r.rank()}, {"worker_id", r.worker_id()}, {"state", r.state()}};
+  const auto& p = r.progress();
+  out["phase"] = r.has_progress() ? nlohmann::json(p.phase()) : nlohmann::json(nullptr);
+  out["step"] = r.has_progress() ? nlohmann::json(p.step()) : nlohmann::json(nullptr);
+  out["last_enqueued"] = p.last_enqueued();
+  out["last_completed"] = p.last_completed();
+  if (p.has_oldest_pending()) {
+    const auto& c = p.oldest_pending();
+    out["oldest_pending"] = {{"seq", c.seq()},     {"op", c.op()},
+                             {"tag", c.tag()},     {"numel", c.numel()},
+                             {"dtype", c.dtype()}, {"age_seconds", pending_age(job, r, now_unix)}};
+  } else {
+    out["oldest_pending"] = nullptr;
+  }
+  out["compute_score"] =
+      r.has_compute_score() ? nlohmann::json(r.compute_score()) : nlohmann::json(nullptr);
+  return out;
+}
+
+std::string scores_text(const google::protobuf::RepeatedField<double>& scores) {
+  std::string text;
+  for (double s : scores) text += (text.empty() ? "" : " ") + format("%.2f", s);
+  return text;
+}
+
 }  // namespace
+
+nlohmann::json diagnosis_json(const v1::Job& job, double now_unix) {
+  nlohmann::json out{{"job_id", job.job_id()},
+                     {"state", to_string(job.state())},
+                     {"live", job.state() == v1::RUNNING}};
+  auto& ranks = out["ranks"] = nlohmann::json::array();
+  for (const auto& r : job.ranks()) ranks.push_back(rank_json(job, r, now_unix));
+  return out;
+}
+
+std::string diagnosis_table(const v1::Job& job, double now_unix) {
+  std::ostringstream out;
+  out << "job " << job.job_id() << "  " << to_string(job.state()) << "  "
+      << (job.state() == v1::RUNNING ? "live (last heartbeats)" : "as last recorded") << "\n";
+  if (job.ranks_size() == 0) {
+    out << (job.pending_reason().empty() ? "no ranks (never scheduled)"
+                                         : "pending: " + job.pending_reason())
+        << "\n";
+    return out.str();
+  }
+  out << format("%-5s %-16s %-10s %-10s %-6s %-9s %-9s %-40s %-8s %s\n", "RANK", "WORKER", "STATE",
+                "PHASE", "STEP", "ENQUEUED", "COMPLETED", "OLDEST PENDING", "AGE", "SCORE");
+  for (const auto& r : job.ranks()) {
+    const auto& p = r.progress();
+    std::string pending = "-", age = "-";
+    if (p.has_oldest_pending()) {
+      const auto& c = p.oldest_pending();
+      pending = c.op() + " #" + std::to_string(c.seq()) + " (" + c.tag() + ", " +
+                std::to_string(c.numel()) + " × " + c.dtype() + ")";
+      age = format("%.1f s", pending_age(job, r, now_unix));
+    }
+    out << format("%-5d %-16s %-10s %-10s %-6s %-9lld %-9lld %-40s %-8s %s\n", r.rank(),
+                  r.worker_id().c_str(), r.state().c_str(),
+                  r.has_progress() ? p.phase().c_str() : "-",
+                  r.has_progress() ? std::to_string(p.step()).c_str() : "-",
+                  static_cast<long long>(p.last_enqueued()),
+                  static_cast<long long>(p.last_completed()), pending.c_str(), age.c_str(),
+                  r.has_compute_score() ? format("%.2f", r.compute_score()).c_str() : "-");
+  }
+  return out.str();
+}
 
 nlohmann::json job_json(const v1::GetJobReply& reply) {
   const v1::Job& job = reply.job();
@@ -61,6 +137,7 @@ nlohmann::json job_json(const v1::GetJobReply& reply) {
                       {"rank", i.rank()},
                       {"message", i.message()}});
   }
+  out["ranks"] = diagnosis_json(job, 0)["ranks"];
   auto& ranks = out["rank_steps"] = nlohmann::json::array();
   for (const auto& s : reply.steps()) {
     ranks.push_back({{"rank", s.rank()},
@@ -113,6 +190,11 @@ std::string job_summary(const v1::GetJobReply& reply) {
     out << "  " << clock_time(i.unix_time()) << "  " << format("%-9s", i.kind().c_str()) << "  "
         << i.message() << "\n";
   }
+  if (job.ranks_size() > 0 && job.ranks(0).has_compute_score()) {
+    out << "  compute score by rank:";
+    for (const auto& r : job.ranks()) out << format(" %.2f", r.compute_score());
+    out << "  (1: as fast as the fastest rank; ddpctl diagnose for more)\n";
+  }
   if (!job.error().empty()) out << "error: " << job.error() << "\n";
   if (!job.result_json().empty() && job.spec().has_comm()) {
     out << comm_table(nlohmann::json::parse(job.result_json()));
@@ -150,10 +232,12 @@ std::string event_line(const v1::JobEvent& event) {
   const int64_t total = std::max<int64_t>(event.total_steps(), 1);
   const int filled = static_cast<int>(20 * (s.step() + 1) / total);
   std::string bar = "[" + std::string(filled, '#') + std::string(20 - filled, '.') + "]";
-  return format("%s step %ld/%ld  loss %.4f  step %.1f ms  comm fraction %.3f  spread %s",
-                bar.c_str(), static_cast<long>(s.step() + 1), static_cast<long>(total), s.loss(),
-                s.step_seconds() * 1e3, s.comm_fraction(),
-                s.has_param_spread() ? format("%.2g", s.param_spread()).c_str() : "-");
+  std::string line = format(
+      "%s step %ld/%ld  loss %.4f  step %.1f ms  comm fraction %.3f  spread %s", bar.c_str(),
+      static_cast<long>(s.step() + 1), static_cast<long>(total), s.loss(), s.step_seconds() * 1e3,
+      s.comm_fraction(), s.has_param_spread() ? format("%.2g", s.param_spread()).c_str() : "-");
+  if (event.compute_scores_size() > 0) line += "  scores " + scores_text(event.compute_scores());
+  return line;
 }
 
 std::string jobs_table(const v1::ListJobsReply& jobs) {

@@ -19,6 +19,13 @@ std::string job_summary(const v1::GetJobReply& reply);
 // One live line per watch event, with a progress bar for steps.
 std::string event_line(const v1::JobEvent& event);
 std::string jobs_table(const v1::ListJobsReply& jobs);
+// `ddpctl diagnose`: one row per rank (state, phase, step, last enqueued and completed sequence
+// numbers, the oldest pending collective and its age, the compute score). A running job's ages
+// are brought up to `now_unix`; an ended job's are as last recorded.
+std::string diagnosis_table(const v1::Job& job, double now_unix);
+// The same as JSON: {"job_id", "state", "live", "ranks": [{"rank", "worker_id", "state", "phase",
+// "step", "last_enqueued", "last_completed", "oldest_pending": {…} | null, "compute_score"}]}.
+nlohmann::json diagnosis_json(const v1::Job& job, double now_unix);
 std::string workers_table(const v1::ListWorkersReply& workers);
 
 }  // namespace ddpd::client

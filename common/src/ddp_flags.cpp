@@ -57,8 +57,21 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
                  "over 10 steps / its own) falls below this (0: never)")
       ->capture_default_str();
   app.add_option("--inject", o.inject,
-                 "Fault injection: KIND:rank=R,step=S[,seconds=T][,factor=F], KIND hang, exit "
-                 "or slow (docs/diagnosis.md)");
+                 "Fault injection: KIND:rank=R,step=S[,seconds=T][,factor=F], KIND hang, exit, "
+                 "slow or skip-collective (docs/diagnosis.md)");
+  app.add_option("--checkpoint-dir", o.checkpoint_dir,
+                 "Directory of checkpoints (every worker must reach it: docs/checkpoints.md)");
+  app.add_option("--checkpoint-every", o.checkpoint_every,
+                 "Save a checkpoint every K steps (0: never)")
+      ->capture_default_str();
+  app.add_option("--keep-checkpoints", o.keep_checkpoints, "Keep the newest N (0: all)")
+      ->capture_default_str();
+  app.add_option("--resume", o.resume,
+                 "Continue from DIR/step-N, DIR (its latest) or latest (under --checkpoint-dir); "
+                 "--steps stays the total");
+  app.add_flag("--check-collectives", o.check_collectives,
+               "Debug: before each collective, ranks compare its fingerprint (op, sequence "
+               "number, size, dtype) and fail naming both sides when they differ");
   app.add_option("--journal-size", o.journal_size,
                  "Collectives each rank's journal keeps (sequence number, op, tag, size, state)")
       ->capture_default_str();

@@ -27,8 +27,11 @@ std::optional<FaultInjection> parse_fault_injection(const std::string& text, int
   const auto colon = text.find(':');
   FaultInjection fault;
   fault.kind = text.substr(0, colon);
-  require(fault.kind == "hang" || fault.kind == "exit" || fault.kind == "slow", kFlag,
-          "unknown kind '" + fault.kind + "' (expected hang, exit or slow)");
+  require(fault.kind == "hang" || fault.kind == "exit" || fault.kind == "slow" ||
+              fault.kind == "skip-collective" || fault.kind == "crash-during-checkpoint",
+          kFlag,
+          "unknown kind '" + fault.kind +
+              "' (expected hang, exit, slow, skip-collective or crash-during-checkpoint)");
   require(colon != std::string::npos, kFlag, "'" + text + "' has no parameters" + kForm);
   bool has_rank = false, has_step = false;
   std::stringstream parts(text.substr(colon + 1));

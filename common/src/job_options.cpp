@@ -146,6 +146,12 @@ void validate(const DdpJobOptions& o, int world_size) {
   require(o.on_stall == "fail" || o.on_stall == "warn", "--on-stall",
           "unknown action '" + o.on_stall + "' (expected fail or warn)");
   parse_fault_injection(o.inject, world_size);
+  require(o.checkpoint_every >= 0, "--checkpoint-every", "must be >= 0 (0: no checkpoints)");
+  require(o.checkpoint_every == 0 || !o.checkpoint_dir.empty(), "--checkpoint-every",
+          "needs --checkpoint-dir");
+  require(o.keep_checkpoints >= 0, "--keep-checkpoints", "must be >= 0 (0: keep all)");
+  require(o.resume != "latest" || !o.checkpoint_dir.empty(), "--resume",
+          "'latest' needs --checkpoint-dir");
   require(o.straggler_threshold >= 0 && o.straggler_threshold < 1, "--straggler-threshold",
           "must be in [0, 1) (0: never)");
   require(o.journal_size >= 1 && o.journal_size <= 1000000, "--journal-size",

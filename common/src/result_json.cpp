@@ -29,6 +29,7 @@ nlohmann::json to_json(const TrainingResult& result) {
                      {"comm_fraction", s.comm_fraction},
                      {"tokens_per_second", s.tokens_per_second},
                      {"gradient_sync_bytes", s.gradient_sync_bytes},
+                     {"checkpoint_seconds", s.checkpoint_seconds},
                      {"param_spread",
                       s.param_spread ? nlohmann::json(*s.param_spread) : nlohmann::json(nullptr)}});
   }

@@ -8,6 +8,7 @@
 #include <prometheus/registry.h>
 
 #include <iterator>
+#include <map>
 #include <mutex>
 
 namespace ddpd::coordinator {
@@ -105,6 +106,14 @@ struct CoordinatorMetrics::Impl {
                                           .Help("Per-rank step reports received")
                                           .Register(*registry)
                                           .Add({});
+  prometheus::Family<prometheus::Gauge>& compute_score =
+      prometheus::BuildGauge()
+          .Name("ddpd_rank_compute_score")
+          .Help(
+              "Straggler score per rank: the fastest rank's median compute time over the last "
+              "10 steps divided by this rank's (1: as fast as the fastest)")
+          .Register(*registry);
+  std::map<std::pair<std::string, int>, prometheus::Gauge*> score_gauges;
   std::shared_ptr<RefreshOnScrape> collectable;
   std::unique_ptr<MetricsEndpoint> endpoint;
 
@@ -119,6 +128,21 @@ struct CoordinatorMetrics::Impl {
       jobs.Add({{"state", state}}).Set(it == counts.jobs.end() ? 0 : it->second);
     }
     queue_length.Set(counts.queue_length);
+    for (auto it = score_gauges.begin(); it != score_gauges.end();) {
+      if (counts.compute_scores.count(it->first)) {
+        ++it;
+      } else {
+        compute_score.Remove(it->second);
+        it = score_gauges.erase(it);
+      }
+    }
+    for (const auto& [key, score] : counts.compute_scores) {
+      auto& gauge = score_gauges[key];
+      if (!gauge) {
+        gauge = &compute_score.Add({{"job_id", key.first}, {"rank", std::to_string(key.second)}});
+      }
+      gauge->Set(score);
+    }
   }
 };
 

@@ -15,7 +15,12 @@ struct StateCounts {
   std::map<std::string, int> workers;  // by state name: IDLE, BUSY, LOST
   std::map<std::string, int> jobs;     // by state name: PENDING, …, CANCELLED
   int queue_length = 0;                // jobs waiting for workers
+  // Straggler scores by (job_id, rank): running jobs and the last ended ones
+  // (kRetainedScoreJobs), so the last scores stay scrapeable and the label set stays bounded.
+  std::map<std::pair<std::string, int>, double> compute_scores;
 };
+
+constexpr int kRetainedScoreJobs = 4;
 
 struct CoordinatorMetricsOptions {
   int port = 9400;                    // 0: no /metrics endpoint
@@ -28,6 +33,8 @@ struct CoordinatorMetricsOptions {
 //   ddpd_coordinator_queue_length              jobs pending
 //   ddpd_coordinator_rpcs_total{method, code}  finished RPCs by method and gRPC status code
 //   ddpd_coordinator_step_reports_total        per-rank step reports received
+//   ddpd_rank_compute_score{job_id, rank}      straggler score: the fastest rank's median
+//                                              compute time over the window / this rank's
 //
 // Thread contract: count_* are called from gRPC's threads (prometheus-cpp counters are
 // thread-safe); `snapshot` is called on a scrape, from the endpoint's thread, and must take

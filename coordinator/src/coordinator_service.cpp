@@ -3,13 +3,14 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <set>
 
 #include "ddpd/fault_injection.h"
 #include "ddpd/spec_convert.h"
+#include "ddpd/stall_analysis.h"
 #include "scheduling.h"
-#include "stall_analysis.h"
 #include "straggler_watch.h"
 
 namespace ddpd::coordinator {
@@ -145,6 +146,7 @@ void CoordinatorService::transition(JobEntry& entry, v1::JobState to, const std:
   *entry.events.emplace_back().mutable_transition() = t;
   store_->save_job(job, entry.sequence);
   store_->add_transition(job.job_id(), t);
+  if (is_terminal(to)) store_->save_ranks(job);
   spdlog::info("job={} state={} {}", job.job_id(), to_string(to), reason);
   changed_.notify_all();
 }
@@ -184,7 +186,14 @@ void CoordinatorService::schedule() {
     assignment.set_master_addr(rank0.hello.advertised_host());
     assignment.set_master_port(rank0.hello.rendezvous_port());
     entry.job.clear_worker_ids();
-    for (const auto& id : placement->worker_ids) entry.job.add_worker_ids(id);
+    entry.job.clear_ranks();
+    for (const auto& id : placement->worker_ids) {
+      auto* status = entry.job.add_ranks();
+      status->set_rank(entry.job.worker_ids_size());
+      status->set_worker_id(id);
+      status->set_state("running");
+      entry.job.add_worker_ids(id);
+    }
     entry.job.clear_pending_reason();
     if (entry.job.spec().has_ddp()) {
       entry.stragglers = std::make_unique<StragglerWatch>(
@@ -250,6 +259,11 @@ void CoordinatorService::record_incident(JobEntry& entry, const std::string& kin
 
 void CoordinatorService::record_progress(JobEntry& entry, int rank,
                                          const v1::RankProgress& progress) {
+  if (rank >= 0 && rank < entry.job.ranks_size()) {
+    auto* status = entry.job.mutable_ranks(rank);
+    *status->mutable_progress() = progress;
+    status->set_progress_unix_time(unix_now());
+  }
   const std::pair<int64_t, int64_t> mark{progress.last_completed(), progress.step()};
   auto [it, inserted] = entry.progress_marks.emplace(rank, mark);
   if (inserted || mark > it->second) {
@@ -270,8 +284,8 @@ void CoordinatorService::check_stall(JobEntry& entry, std::chrono::steady_clock:
   for (int rank = 0; rank < entry.job.worker_ids_size(); ++rank) {
     RankReport report{rank, std::nullopt};
     auto it = workers_.find(entry.job.worker_ids(rank));
-    if (it != workers_.end() && it->second->job_id == entry.job.job_id()) {
-      report.progress = it->second->progress;
+    if (it != workers_.end() && it->second->job_id == entry.job.job_id() && it->second->progress) {
+      report.position = from_proto(*it->second->progress);
     }
     ranks.push_back(std::move(report));
   }
@@ -301,6 +315,13 @@ void CoordinatorService::record_step(JobEntry& entry, const v1::StepReport& step
       }
     }
     auto* event = &entry.events.emplace_back();
+    if (entry.stragglers) {
+      const auto& scores = entry.stragglers->scores();
+      for (int r = 0; r < static_cast<int>(scores.size()); ++r) {
+        event->add_compute_scores(scores[r]);
+        if (r < entry.job.ranks_size()) entry.job.mutable_ranks(r)->set_compute_score(scores[r]);
+      }
+    }
     *event->mutable_step() = aggregate_step(ranks);
     event->set_total_steps(total_steps(entry.job.spec()));
     entry.partial_steps.erase(step.step());
@@ -315,8 +336,32 @@ void CoordinatorService::record_result(WorkerEntry& worker, const v1::JobResult&
     worker.rank = -1;
   }
   JobEntry* entry = find_job(result.job_id());
+  if (entry != nullptr && result.rank() >= 0 && result.rank() < entry->job.ranks_size()) {
+    // A rank told to cancel (another failed, or the user cancelled) reports "job cancelled".
+    const bool cancelled =
+        !result.succeeded() && result.error().find("cancelled") != std::string::npos;
+    entry->job.mutable_ranks(result.rank())
+        ->set_state(result.succeeded() ? "succeeded"
+                    : cancelled        ? "cancelled"
+                                       : "failed");
+    if (is_terminal(entry->job.state())) store_->save_ranks(entry->job);
+  }
   if (entry != nullptr && entry->job.state() == v1::RUNNING) {
     if (!result.succeeded()) {
+      // --check-collectives' verdict is the same on every rank: record it as a desync event
+      // naming the rank it names first.
+      const std::string desync = "collective desync (--check-collectives): ";
+      const auto at = result.error().find(desync);
+      if (at != std::string::npos) {
+        std::string message = result.error().substr(at + desync.size());
+        message = "desync: " + message.substr(0, message.find("; cross-rank analysis"));
+        const auto rank_at = message.find("rank");
+        const auto digits = message.find_first_of("0123456789", rank_at);
+        const int named = rank_at == std::string::npos || digits == std::string::npos
+                              ? -1
+                              : std::atoi(message.c_str() + digits);
+        record_incident(*entry, "desync", named, message);
+      }
       fail_job(*entry, "rank " + std::to_string(result.rank()) + " (worker " +
                            worker.hello.worker_id() + ") failed: " + result.error());
     } else {
@@ -343,6 +388,9 @@ void CoordinatorService::worker_lost(const std::string& worker_id, Session* sess
   worker.state = v1::LOST;
   if (!worker.job_id.empty()) {
     if (JobEntry* entry = find_job(worker.job_id)) {
+      if (worker.rank >= 0 && worker.rank < entry->job.ranks_size()) {
+        entry->job.mutable_ranks(worker.rank)->set_state("lost");
+      }
       fail_job(*entry, "worker " + worker_id + " (rank " + std::to_string(worker.rank) +
                            ") lost: " + reason);
     }
@@ -566,6 +614,16 @@ StateCounts CoordinatorService::state_counts() const {
   for (const auto& [id, entry] : jobs_) {
     ++counts.jobs[to_string(entry->job.state())];
     counts.queue_length += entry->job.state() == v1::PENDING;
+  }
+  int ended_with_scores = 0;
+  for (auto id = job_order_.rbegin(); id != job_order_.rend(); ++id) {
+    const v1::Job& job = jobs_.at(*id)->job;
+    if (job.ranks_size() == 0 || !job.ranks(0).has_compute_score()) continue;
+    if (job.state() != v1::RUNNING && ++ended_with_scores > kRetainedScoreJobs) continue;
+    for (const auto& r : job.ranks()) {
+      if (r.has_compute_score())
+        counts.compute_scores[{job.job_id(), r.rank()}] = r.compute_score();
+    }
   }
   return counts;
 }

@@ -75,6 +75,9 @@ JobStore::JobStore(const std::string& path) {
       "CREATE TABLE IF NOT EXISTS steps (job_id TEXT NOT NULL, rank INTEGER NOT NULL, "
       "step INTEGER NOT NULL, loss REAL, step_seconds REAL, comm_fraction REAL, report BLOB "
       "NOT NULL, PRIMARY KEY (job_id, rank, step))");
+  exec(
+      "CREATE TABLE IF NOT EXISTS ranks (job_id TEXT NOT NULL, rank INTEGER NOT NULL, status BLOB "
+      "NOT NULL, PRIMARY KEY (job_id, rank))");
 }
 
 JobStore::~JobStore() { sqlite3_close(db_); }
@@ -124,6 +127,16 @@ void JobStore::add_incident(const std::string& job_id, const v1::Incident& incid
       .integer(4, incident.rank())
       .text(5, incident.message())
       .step();
+}
+
+void JobStore::save_ranks(const v1::Job& job) {
+  for (const auto& r : job.ranks()) {
+    Statement(db_, "INSERT OR REPLACE INTO ranks VALUES (?1, ?2, ?3)")
+        .text(1, job.job_id())
+        .integer(2, r.rank())
+        .blob(3, r.SerializeAsString())
+        .step();
+  }
 }
 
 void JobStore::add_step(const std::string& job_id, const v1::StepReport& s) {
@@ -180,6 +193,9 @@ std::vector<v1::Job> JobStore::load_jobs() {
       i->set_rank(static_cast<int32_t>(incidents.column_int(2)));
       i->set_message(incidents.column_text(3));
     }
+    Statement ranks(db_, "SELECT status FROM ranks WHERE job_id = ?1 ORDER BY rank");
+    ranks.text(1, job.job_id());
+    while (ranks.step()) job.add_ranks()->ParseFromString(ranks.column_text(0));
     jobs.push_back(std::move(job));
   }
   return jobs;

@@ -26,6 +26,8 @@ class JobStore {
   void add_transition(const std::string& job_id, const v1::StateTransition& transition);
   void add_step(const std::string& job_id, const v1::StepReport& step);
   void add_incident(const std::string& job_id, const v1::Incident& incident);
+  // Replaces the job's rank statuses (what ddpctl diagnose shows once it has ended).
+  void save_ranks(const v1::Job& job);
 
   // Every job in submission order, with its history and incidents.
   std::vector<v1::Job> load_jobs();

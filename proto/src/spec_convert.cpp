@@ -39,6 +39,11 @@ v1::DdpSpec to_proto(const DdpJobOptions& o) {
   s.set_stall_seconds(o.stall_seconds);
   s.set_on_stall(o.on_stall);
   s.set_inject(o.inject);
+  s.set_check_collectives(o.check_collectives);
+  s.set_checkpoint_dir(o.checkpoint_dir);
+  s.set_checkpoint_every(o.checkpoint_every);
+  s.set_keep_checkpoints(o.keep_checkpoints);
+  s.set_resume(o.resume);
   s.set_straggler_threshold(o.straggler_threshold);
   return s;
 }
@@ -77,6 +82,11 @@ DdpJobOptions from_proto(const v1::DdpSpec& s) {
   if (s.has_stall_seconds()) o.stall_seconds = s.stall_seconds();
   if (!s.on_stall().empty()) o.on_stall = s.on_stall();
   o.inject = s.inject();
+  o.check_collectives = s.check_collectives();
+  o.checkpoint_dir = s.checkpoint_dir();
+  if (s.has_checkpoint_every()) o.checkpoint_every = s.checkpoint_every();
+  if (s.has_keep_checkpoints()) o.keep_checkpoints = s.keep_checkpoints();
+  o.resume = s.resume();
   if (s.has_straggler_threshold()) o.straggler_threshold = s.straggler_threshold();
   return o;
 }
@@ -107,6 +117,35 @@ CommJob from_proto(const v1::CommSpec& s) {
   return job;
 }
 
+v1::RankProgress to_proto(const RankPosition& position) {
+  v1::RankProgress p;
+  p.set_phase(position.phase);
+  p.set_step(position.step);
+  p.set_last_enqueued(position.last_enqueued);
+  p.set_last_completed(position.last_completed);
+  if (position.oldest_pending) {
+    const CollectiveRecord& c = *position.oldest_pending;
+    auto* pending = p.mutable_oldest_pending();
+    pending->set_seq(c.seq);
+    pending->set_op(c.op);
+    pending->set_tag(c.tag);
+    pending->set_numel(c.numel);
+    pending->set_dtype(c.dtype);
+    pending->set_age_seconds(c.age_seconds);
+  }
+  return p;
+}
+
+RankPosition from_proto(const v1::RankProgress& p) {
+  RankPosition position{p.phase(), p.step(), p.last_enqueued(), p.last_completed(), std::nullopt};
+  if (p.has_oldest_pending()) {
+    const auto& c = p.oldest_pending();
+    position.oldest_pending =
+        CollectiveRecord{c.seq(), c.op(), c.tag(), c.numel(), c.dtype(), c.age_seconds()};
+  }
+  return position;
+}
+
 std::string kind_name(const v1::JobSpec& spec) {
   switch (spec.kind_case()) {
     case v1::JobSpec::kDdp:
@@ -132,6 +171,11 @@ std::string proto_field(const std::string& flag) {
       {"--stall-seconds", "stall_seconds"},
       {"--on-stall", "on_stall"},
       {"--inject", "inject"},
+      {"--check-collectives", "check_collectives"},
+      {"--checkpoint-dir", "checkpoint_dir"},
+      {"--checkpoint-every", "checkpoint_every"},
+      {"--keep-checkpoints", "keep_checkpoints"},
+      {"--resume", "resume"},
       {"--straggler-threshold", "straggler_threshold"},
       {"--collective", "collectives"},
       {"--sizes", "sizes_bytes"},

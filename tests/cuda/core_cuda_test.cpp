@@ -30,8 +30,11 @@ namespace {
   }
 
 std::shared_ptr<Communicator> single(at::Device device) {
+  CommunicatorOptions options;
+  options.timeout = std::chrono::milliseconds(60000);
+  options.device = device;
   return std::make_shared<Communicator>(c10::intrusive_ptr<compat::CollectiveBackend>(), 0, 1,
-                                        std::chrono::milliseconds(60000), device);
+                                        options);
 }
 
 DdpJobOptions tiny_job(const std::string& device) {

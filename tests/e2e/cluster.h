@@ -87,8 +87,11 @@ class Cluster {
     return run_process(argv, {{"DDPD_TOKEN", token}}, std::chrono::seconds(120));
   }
 
-  nlohmann::json show(const std::string& job) {
-    auto o = ctl({"show", job, "--json"});
+  nlohmann::json show(const std::string& job) { return ctl_json({"show", job, "--json"}); }
+
+  // A ddpctl command that prints JSON, parsed.
+  nlohmann::json ctl_json(std::vector<std::string> args) {
+    auto o = ctl(std::move(args));
     EXPECT_EQ(o.exit_code, 0) << o.err;
     return nlohmann::json::parse(o.out);
   }

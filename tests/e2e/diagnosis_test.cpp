@@ -76,6 +76,19 @@ TEST_P(StallDiagnosis, HangInComputeIsNamedWithTheCollectiveTheOthersWaitIn) {
   ASSERT_EQ(shown["events"].size(), 1u) << shown.dump();
   EXPECT_EQ(shown["events"][0]["kind"], "stall");
   EXPECT_EQ(shown["events"][0]["rank"], hung);
+  // diagnose on the ended job: the values recorded when it failed.
+  const auto diagnosis = cluster.ctl_json({"diagnose", job, "--json"});
+  ASSERT_EQ(diagnosis["ranks"].size(), 3u) << diagnosis.dump();
+  EXPECT_EQ(diagnosis["live"], false);
+  const auto& stuck = diagnosis["ranks"][hung];
+  EXPECT_EQ(stuck["phase"], "forward") << diagnosis.dump();
+  EXPECT_EQ(stuck["step"], 3) << diagnosis.dump();
+  EXPECT_TRUE(stuck["oldest_pending"].is_null()) << diagnosis.dump();
+  for (const auto& r : diagnosis["ranks"]) {
+    if (r["rank"] == hung) continue;
+    EXPECT_EQ(r["oldest_pending"]["op"], "all_reduce") << diagnosis.dump();
+    EXPECT_GE(r["oldest_pending"]["age_seconds"].get<double>(), kStallSeconds - 1);
+  }
   // Every worker goes back to IDLE: the hung rank stops at the cancel, and its peers' collective
   // then fails at once.
   EXPECT_TRUE(cluster.wait_until([&] { return cluster.count_workers("IDLE") == 3; },
@@ -110,6 +123,31 @@ TEST(ExitDiagnosis, ExitOfRankZeroNamesItAndTheOthersReturnToIdle) {
   EXPECT_NE(shown["error"].get<std::string>().find("(rank 0) lost"), std::string::npos)
       << shown["error"];
   EXPECT_TRUE(cluster.wait_until([&] { return cluster.count_workers("IDLE") == 2; },
+                                 std::chrono::seconds(20)))
+      << cluster.ctl({"workers"}).out;
+}
+
+// Rank 1 drops the first collective of step 3. --check-collectives fails every rank at the next
+// collective with both sides named; the coordinator records a desync event naming rank 1.
+TEST(DesyncDiagnosis, SkippedCollectiveIsNamedWithBothSides) {
+  Cluster cluster(3, "desync");
+  auto flags = job_flags("skip-collective:rank=1,step=3");
+  flags.insert(flags.end(), {"--check-collectives", "--strategy", "flat"});
+  const std::string job = cluster.submit(flags);
+  const auto shown = wait_for_end(cluster, job);
+  ASSERT_EQ(shown["state"], "FAILED") << shown.dump();
+  const double detected_after =
+      shown["history"].back()["unix_time"].get<double>() - fault_time(cluster, 3);
+  std::printf("[ desync   ] skipped collective at rank 1: FAILED %.2f s after the fault\n",
+              detected_after);
+  EXPECT_LE(detected_after, kStallSeconds + 2 * kHeartbeatSeconds + 2);
+  const std::string error = shown["error"];
+  EXPECT_NE(error.find("rank 1 launched all_reduce(1 × float32) as #"), std::string::npos) << error;
+  EXPECT_NE(error.find("where ranks 0,2 launched all_reduce("), std::string::npos) << error;
+  ASSERT_GE(shown["events"].size(), 1u) << shown.dump();
+  EXPECT_EQ(shown["events"][0]["kind"], "desync");
+  EXPECT_EQ(shown["events"][0]["rank"], 1);
+  EXPECT_TRUE(cluster.wait_until([&] { return cluster.count_workers("IDLE") == 3; },
                                  std::chrono::seconds(20)))
       << cluster.ctl({"workers"}).out;
 }
@@ -154,6 +192,21 @@ TEST(StragglerDiagnosis, SlowRankIsNamedOnceAndTheHealthyRanksAreNot) {
   const std::string job =
       cluster.submit({"--world-size", "3", "--batch", "6", "--context", "64", "--steps", "30",
                       "--inject", "slow:rank=1,step=3,factor=3"});
+  // diagnose while it runs: live rows, every rank running with a phase and a step.
+  nlohmann::json live;
+  ASSERT_TRUE(cluster.wait_until(
+      [&] {
+        live = cluster.ctl_json({"diagnose", job, "--json"});
+        if (live["live"] != true || live["ranks"].size() != 3) return false;
+        for (const auto& r : live["ranks"]) {
+          if (r["state"] != "running" || r["phase"].is_null() || r["step"].get<int>() < 1) {
+            return false;
+          }
+        }
+        return true;
+      },
+      std::chrono::seconds(60)))
+      << live.dump();
   const auto shown = wait_for_end(cluster, job);
   ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
   ASSERT_EQ(shown["events"].size(), 1u) << shown["events"].dump();
@@ -162,6 +215,20 @@ TEST(StragglerDiagnosis, SlowRankIsNamedOnceAndTheHealthyRanksAreNot) {
   EXPECT_EQ(event["rank"], 1);
   EXPECT_EQ(event["message"].get<std::string>().rfind("straggler: rank 1 (score ", 0), 0u)
       << event["message"];
+  // The scores, in diagnose (recorded), show and show --json.
+  const auto ended = cluster.ctl_json({"diagnose", job, "--json"});
+  ASSERT_EQ(ended["ranks"].size(), 3u) << ended.dump();
+  for (const auto& r : ended["ranks"]) {
+    EXPECT_EQ(r["state"], "succeeded");
+    const double score = r["compute_score"].get<double>();
+    if (r["rank"] == 1) {
+      EXPECT_LT(score, 0.75) << ended.dump();
+    } else {
+      EXPECT_GT(score, 0.75) << ended.dump();
+    }
+  }
+  EXPECT_NE(cluster.ctl({"show", job}).out.find("compute score by rank:"), std::string::npos);
+  EXPECT_NE(cluster.ctl({"diagnose", job}).out.find("as last recorded"), std::string::npos);
 }
 
 }  // namespace

@@ -97,6 +97,74 @@ std::vector<Fault> all_faults() {
 
 INSTANTIATE_TEST_SUITE_P(Faults, RankFailure, ::testing::ValuesIn(all_faults()), fault_name);
 
+// Standalone runs (torchrun-style, no coordinator): ddpd-train with the product's --inject.
+std::vector<std::string> standalone_train(const std::vector<std::string>& extra) {
+  std::vector<std::string> argv{binary_dir() + "/ddpd-train",
+                                "--model",
+                                "tiny",
+                                "--batch",
+                                "6",
+                                "--context",
+                                "16",
+                                "--steps",
+                                "20",
+                                "--threads",
+                                "1",
+                                "--timeout",
+                                "5",
+                                "--strategy",
+                                "flat"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+// "ddpd: inject KIND rank R step S at unix T" → T (0: not found).
+double injected_at(const ProcessOutcome& rank) {
+  const auto at = rank.err.find(" at unix ", rank.err.find("ddpd: inject "));
+  return at == std::string::npos ? 0 : std::strtod(rank.err.c_str() + at + 9, nullptr);
+}
+
+// Rank 1 hangs in compute; ranks 0 and 2 time out in the step's all-reduce, exchange their
+// positions through the TCPStore, and both print the same analysis naming rank 1.
+TEST(StandaloneAnalysis, HangNamesTheRankThatDidNotJoin) {
+  const auto outcomes = run_ranks(standalone_train({"--inject", "hang:rank=1,step=3,seconds=12"}),
+                                  3, std::chrono::seconds(90));
+  const double fault_at = injected_at(outcomes[1]);
+  ASSERT_GT(fault_at, 0) << outcomes[1].err;
+  for (int r : {0, 2}) {
+    const auto& o = outcomes[r];
+    EXPECT_EQ(o.exit_code, 1) << o.err;
+    EXPECT_NE(o.err.find("timed out after 5000 ms"), std::string::npos) << o.err;
+    EXPECT_NE(o.err.find("cross-rank analysis: stall: ranks 0,2 wait in all_reduce #"),
+              std::string::npos)
+        << o.err;
+    EXPECT_NE(o.err.find("rank 1 has not joined it: did not report"), std::string::npos) << o.err;
+    // The collective timeout, then at most the 5 s wait for reports (the hung rank may already
+    // be inside its previous step's collectives, so allow one timeout more).
+    const double after = o.exited_unix_s - fault_at;
+    std::printf("[ analysis ] rank %d named rank 1 %.2f s after the hang\n", r, after);
+    EXPECT_LT(after, 3 * kTimeoutSeconds + 3) << o.err;
+  }
+}
+
+// Rank 1 drops the first collective of step 2; with --check-collectives every rank fails at the
+// next collective, naming rank 1's collective and the one ranks 0 and 2 launched under the same
+// sequence number.
+TEST(StandaloneAnalysis, CheckCollectivesNamesBothSidesOfADesync) {
+  const auto outcomes = run_ranks(
+      standalone_train({"--inject", "skip-collective:rank=1,step=2", "--check-collectives"}), 3,
+      std::chrono::seconds(60));
+  for (int r = 0; r < 3; ++r) {
+    const auto& o = outcomes[r];
+    EXPECT_EQ(o.exit_code, 1) << o.err;
+    EXPECT_NE(o.err.find("collective desync (--check-collectives): rank 1 launched all_reduce(1 × "
+                         "float32) as #"),
+              std::string::npos)
+        << o.err;
+    EXPECT_NE(o.err.find("where ranks 0,2 launched all_reduce("), std::string::npos) << o.err;
+  }
+}
+
 // The messages users read, for the causes the fault tests cannot provoke on demand.
 TEST(CollectiveFailureMessage, NamesTheCause) {
   using std::chrono::milliseconds;

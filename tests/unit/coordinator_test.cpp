@@ -3,9 +3,9 @@
 #include <unistd.h>
 
 #include "ddpd/spec_convert.h"
+#include "ddpd/stall_analysis.h"
 #include "job_store.h"
 #include "scheduling.h"
-#include "stall_analysis.h"
 #include "straggler_watch.h"
 
 namespace ddpd::coordinator {
@@ -183,25 +183,13 @@ TEST(SpecValidation, EveryFlagMapsToAFieldOfItsSpec) {
 }  // namespace
 // The stall analysis on hand-made heartbeats: the waiting ranks and the collective, the ranks
 // that have not joined it and where they are, a desync, and a stall outside collectives.
-v1::RankProgress progress(const std::string& phase, int64_t step, int64_t enqueued,
-                          int64_t completed) {
-  v1::RankProgress p;
-  p.set_phase(phase);
-  p.set_step(step);
-  p.set_last_enqueued(enqueued);
-  p.set_last_completed(completed);
-  return p;
+RankPosition progress(const std::string& phase, int64_t step, int64_t enqueued, int64_t completed) {
+  return RankPosition{phase, step, enqueued, completed, std::nullopt};
 }
 
-v1::RankProgress waiting_in(int64_t seq, const std::string& op, int64_t numel, double age) {
+RankPosition waiting_in(int64_t seq, const std::string& op, int64_t numel, double age) {
   auto p = progress("sync", 17, seq, seq - 1);
-  auto* c = p.mutable_oldest_pending();
-  c->set_seq(seq);
-  c->set_op(op);
-  c->set_tag("bucket3");
-  c->set_numel(numel);
-  c->set_dtype("float32");
-  c->set_age_seconds(age);
+  p.oldest_pending = CollectiveRecord{seq, op, "bucket3", numel, "float32", age};
   return p;
 }
 

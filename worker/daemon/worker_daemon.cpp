@@ -50,6 +50,7 @@ v1::StepReport to_report(const StepMetrics& m, int rank) {
   r.set_forward_seconds(m.forward_seconds);
   r.set_backward_seconds(m.backward_seconds);
   r.set_optimizer_seconds(m.optimizer_seconds);
+  r.set_checkpoint_seconds(m.checkpoint_seconds);
   r.set_comm_seconds(m.comm_seconds);
   r.set_exposed_comm_seconds(m.exposed_comm_seconds);
   r.set_comm_fraction(m.comm_fraction);
@@ -63,27 +64,6 @@ v1::StepReport to_report(const StepMetrics& m, int rank) {
     out->set_end_unix_s(span.end_unix_s);
   }
   return r;
-}
-
-// A heartbeat's progress: the trainer's phase and step, and its collective journal's.
-v1::RankProgress to_progress(const TrainerProgress& trainer, const JournalProgress& journal,
-                             double now_s) {
-  v1::RankProgress p;
-  p.set_phase(trainer.phase);
-  p.set_step(trainer.step);
-  p.set_last_enqueued(journal.last_enqueued);
-  p.set_last_completed(journal.last_completed);
-  if (journal.oldest_pending) {
-    const JournalEntry& e = *journal.oldest_pending;
-    auto* pending = p.mutable_oldest_pending();
-    pending->set_seq(e.seq);
-    pending->set_op(e.op);
-    pending->set_tag(e.tag);
-    pending->set_numel(e.numel);
-    pending->set_dtype(e.dtype);
-    pending->set_age_seconds(now_s - e.enqueued_s);
-  }
-  return p;
 }
 
 using Stream = grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>;
@@ -185,7 +165,7 @@ struct WorkerDaemon::Impl {
                    v1::JobResult& result) {
     DdpJobOptions job = from_proto(a.spec().ddp());
     RendezvousOptions rendezvous = rendezvous_for(a, job.collective_timeout_s);
-    rendezvous.backend = backend_for(job);
+    apply_job_options(rendezvous, job);
     spdlog::info("job={} rank={} world={} rendezvous {}:{}", a.job_id(), a.rank(), a.world_size(),
                  a.master_addr(), a.master_port());
     metrics->ddp_job_started(a.job_id(), a.rank(), job.strategy);
@@ -193,8 +173,7 @@ struct WorkerDaemon::Impl {
     Trainer trainer(job, comm);
     ProgressSource progress(*this, [&, job_id = a.job_id()](v1::WorkerMessage& beat) {
       beat.set_job_id(job_id);
-      *beat.mutable_progress() =
-          to_progress(trainer.progress(), comm->journal().progress(), comm->now());
+      *beat.mutable_progress() = to_proto(trainer.position());
     });
     metrics->record_memory(trainer.memory(), /*final_points=*/false);
     auto training = trainer.run(

@@ -2,7 +2,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
+#include <map>
 #include <stdexcept>
+#include <thread>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "device.h"
 
@@ -49,6 +54,34 @@ std::string dtype_name(at::ScalarType type) {
   }
 }
 
+constexpr const char* kPeerExitedText = "a peer rank closed its connection (its process exited)";
+
+// Ops as --check-collectives' fingerprint encodes them.
+constexpr const char* kFingerprintOps[] = {"all_reduce", "broadcast", "all_gather",
+                                           "reduce_scatter", "barrier"};
+
+int64_t op_code(const std::string& op) {
+  for (int64_t i = 0; i < static_cast<int64_t>(std::size(kFingerprintOps)); ++i) {
+    if (op == kFingerprintOps[i]) return i;
+  }
+  return -1;
+}
+
+// "all_gather(4096 × float32)".
+std::string fingerprint_text(const int64_t* f) {
+  const std::string op = f[1] >= 0 && f[1] < static_cast<int64_t>(std::size(kFingerprintOps))
+                             ? kFingerprintOps[f[1]]
+                             : "op" + std::to_string(f[1]);
+  return op + "(" + std::to_string(f[2]) + " × " + dtype_name(static_cast<at::ScalarType>(f[3])) +
+         ")";
+}
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) text += (i ? "," : "") + std::to_string(ranks[i]);
+  return text;
+}
+
 }  // namespace
 
 // Recorded spans; shared with completion callbacks, which run on backend threads.
@@ -59,7 +92,12 @@ struct Communicator::SpanLog {
 
 std::string describe_collective_failure(const std::string& collective,
                                         std::chrono::milliseconds timeout,
-                                        const std::string& backend_message) {
+                                        const std::string& full_backend_message) {
+  // c10's errors append "Exception raised from … frame #0 …": keep the backend's own words.
+  std::string backend_message =
+      full_backend_message.substr(0, full_backend_message.find("Exception raised from"));
+  std::replace(backend_message.begin(), backend_message.end(), '\n', ' ');
+  while (!backend_message.empty() && backend_message.back() == ' ') backend_message.pop_back();
   std::string lower = backend_message;
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -74,8 +112,7 @@ std::string describe_collective_failure(const std::string& collective,
   }
   if (has("closed by peer") || has("connection reset") || has("broken pipe") ||
       has("connection refused") || has("end of file")) {
-    return head + "failed: a peer rank closed its connection (its process exited) [" +
-           backend_message + "]";
+    return head + "failed: " + kPeerExitedText + " [" + backend_message + "]";
   }
   return head + "failed: " + backend_message;
 }
@@ -105,24 +142,27 @@ void PendingCollective::wait() {
     keep_alive_.clear();
   } catch (const std::exception& e) {
     if (ticket_.journal) ticket_.journal->fail(ticket_.seq, seconds_since(ticket_.epoch));
-    throw std::runtime_error(describe_collective_failure(name_, timeout_, e.what()));
+    const std::string message = describe_collective_failure(name_, timeout_, e.what());
+    throw CollectiveError(message, message.find(kPeerExitedText) != std::string::npos);
   }
 }
 
 Communicator::Communicator(c10::intrusive_ptr<compat::CollectiveBackend> group, int rank,
-                           int world_size, std::chrono::milliseconds timeout, at::Device device,
-                           size_t journal_size)
+                           int world_size, CommunicatorOptions options,
+                           c10::intrusive_ptr<c10d::Store> store)
     : group_(std::move(group)),
       rank_(rank),
       world_size_(world_size),
-      timeout_(timeout),
-      device_(device),
+      timeout_(options.timeout),
+      device_(options.device),
+      check_collectives_(options.check_collectives),
+      store_(std::move(store)),
       epoch_(std::chrono::steady_clock::now()),
       unix_epoch_s_(
           std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
               .count()),
       spans_(std::make_shared<SpanLog>()),
-      journal_(std::make_shared<CollectiveJournal>(journal_size)) {
+      journal_(std::make_shared<CollectiveJournal>(options.journal_size)) {
   TORCH_CHECK(world_size_ == 1 || group_, "a process group is required for world size ",
               world_size_);
   timeline_ = detail::make_timeline(device_, [this] { return now(); });
@@ -156,7 +196,88 @@ std::vector<CommSpan> Communicator::take_spans() {
 
 int64_t Communicator::journal_launch(const std::string& op, const std::string& name,
                                      const at::Tensor& data) {
+  if (check_collectives_) {
+    check_fingerprint(journal_->progress().last_enqueued + 1, op, data.numel(), data.scalar_type());
+  }
   return journal_->enqueue(op, tag_of(name), data.numel(), dtype_name(data.scalar_type()), now());
+}
+
+void Communicator::check_fingerprint(int64_t seq, const std::string& op, int64_t numel,
+                                     at::ScalarType dtype) {
+  constexpr int64_t kFields = 4;  // seq, op, numel, dtype
+  at::Tensor mine = at::tensor({seq, op_code(op), numel, static_cast<int64_t>(dtype)},
+                               at::TensorOptions().dtype(at::kLong))
+                        .to(device_);
+  at::Tensor all = at::empty({kFields * world_size_}, mine.options());
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int r = 0; r < world_size_; ++r) outputs[0].push_back(all.narrow(0, r * kFields, kFields));
+  std::vector<at::Tensor> inputs{mine};
+  c10d::AllgatherOptions options;
+  options.timeout = timeout_;
+  auto work = group_->allgather(outputs, inputs, options);
+  try {
+    work->wait(timeout_);
+  } catch (const std::exception& e) {
+    throw CollectiveError(describe_collective_failure(
+        "all_gather/fingerprint of " + op + " #" + std::to_string(seq), timeout_, e.what()));
+  }
+  const at::Tensor host = all.cpu();
+  const int64_t* f = host.data_ptr<int64_t>();
+  // The majority's fingerprint is taken as the intended collective.
+  std::map<std::vector<int64_t>, std::vector<int>> by_fingerprint;
+  for (int r = 0; r < world_size_; ++r) {
+    by_fingerprint[std::vector<int64_t>(f + r * kFields, f + (r + 1) * kFields)].push_back(r);
+  }
+  if (by_fingerprint.size() == 1) return;
+  auto majority = std::max_element(
+      by_fingerprint.begin(), by_fingerprint.end(), [](const auto& a, const auto& b) {
+        return a.second.size() < b.second.size() ||
+               (a.second.size() == b.second.size() && a.second.front() > b.second.front());
+      });
+  std::string message = "collective desync (--check-collectives): ";
+  bool first = true;
+  for (const auto& [fingerprint, ranks] : by_fingerprint) {
+    if (&fingerprint == &majority->first) continue;
+    message += std::string(first ? "" : "; ") + ranks_text(ranks) + " launched " +
+               fingerprint_text(fingerprint.data()) + " as #" + std::to_string(fingerprint[0]);
+    first = false;
+  }
+  message += " where " + ranks_text(majority->second) + " launched " +
+             fingerprint_text(majority->first.data()) + " as #" +
+             std::to_string(majority->first[0]);
+  throw CollectiveDesync(message);
+}
+
+bool Communicator::skip_injected(const std::string& name) {
+  if (!skip_next_.exchange(false)) return false;
+  std::fprintf(stderr, "ddpd: inject skip-collective rank %d skips %s (would be #%lld)\n", rank_,
+               name.c_str(), static_cast<long long>(journal_->progress().last_enqueued + 1));
+  std::fflush(stderr);
+  return true;
+}
+
+std::vector<std::optional<std::string>> Communicator::exchange_failure_reports(
+    const std::string& report, std::chrono::milliseconds wait) {
+  std::vector<std::optional<std::string>> reports(world_size_);
+  reports[rank_] = report;
+  if (!store_) return reports;
+  auto key = [](int rank) { return "failure_report/" + std::to_string(rank); };
+  store_->set(key(rank_), std::vector<uint8_t>(report.begin(), report.end()));
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  while (true) {
+    bool all = true;
+    for (int r = 0; r < world_size_; ++r) {
+      if (reports[r]) continue;
+      if (store_->check({key(r)})) {
+        const auto bytes = store_->get(key(r));
+        reports[r] = std::string(bytes.begin(), bytes.end());
+      } else {
+        all = false;
+      }
+    }
+    if (all || std::chrono::steady_clock::now() >= deadline) return reports;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 }
 
 PendingCollective Communicator::track(c10::intrusive_ptr<c10d::Work> work, const std::string& name,
@@ -192,6 +313,7 @@ PendingCollective Communicator::track(c10::intrusive_ptr<c10d::Work> work, const
 PendingCollective Communicator::all_reduce_sum(at::Tensor& tensor, const std::string& name) {
   if (world_size_ == 1) return {};
   std::lock_guard<std::mutex> lock(launch_mutex_);
+  if (skip_injected(name)) return {};
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions options;
   options.reduceOp = c10d::ReduceOp::SUM;
@@ -205,6 +327,7 @@ void Communicator::blocking_all_reduce(at::Tensor& tensor, c10d::ReduceOp op,
                                        const std::string& name) {
   if (world_size_ == 1) return;
   std::lock_guard<std::mutex> lock(launch_mutex_);
+  if (skip_injected(name)) return;
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions options;
   options.reduceOp = op;
@@ -227,6 +350,7 @@ void Communicator::all_reduce_min(at::Tensor& tensor) {
 PendingCollective Communicator::broadcast(at::Tensor& tensor, int root, const std::string& name) {
   if (world_size_ == 1) return {};
   std::lock_guard<std::mutex> lock(launch_mutex_);
+  if (skip_injected(name)) return {};
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions options;
   options.rootRank = root;
@@ -246,6 +370,7 @@ PendingCollective Communicator::all_gather(at::Tensor& output, const at::Tensor&
     return {};
   }
   std::lock_guard<std::mutex> lock(launch_mutex_);
+  if (skip_injected(name)) return {};
   at::Tensor flat_input = input.reshape(-1).contiguous();
   c10d::AllgatherOptions options;
   options.timeout = timeout_;
@@ -276,6 +401,7 @@ void Communicator::reduce_scatter_sum(at::Tensor& output, const at::Tensor& inpu
     return;
   }
   std::lock_guard<std::mutex> lock(launch_mutex_);
+  if (skip_injected(name)) return;
   const auto launch = timeline_->mark();
   const int64_t seq = journal_launch("reduce_scatter", name, input);
   if (device_.is_cuda()) {
@@ -321,6 +447,9 @@ void Communicator::barrier() {
   c10d::BarrierOptions options;
   options.timeout = timeout_;
   if (device_.is_cuda()) options.device_ids = {device_.index()};  // else NCCL guesses one
+  if (check_collectives_) {
+    check_fingerprint(journal_->progress().last_enqueued + 1, "barrier", 0, at::kByte);
+  }
   const int64_t seq = journal_->enqueue("barrier", "barrier", 0, "none", now());
   PendingCollective(group_->barrier(options), "barrier", timeout_, device_.is_cuda(), {},
                     ticket(seq))

@@ -56,13 +56,18 @@ RendezvousOptions rendezvous_from_environment() {
 
 std::string backend_for(const DdpJobOptions& job) { return job.device == "cuda" ? "nccl" : "gloo"; }
 
-RendezvousOptions rendezvous_for_job(const DdpJobOptions& job) {
-  RendezvousOptions options = rendezvous_from_environment();
+void apply_job_options(RendezvousOptions& options, const DdpJobOptions& job) {
   options.timeout =
       std::chrono::milliseconds(static_cast<int64_t>(job.collective_timeout_s * 1000.0));
   options.backend = backend_for(job);
-  validate(job, options.world_size);
   options.journal_size = static_cast<size_t>(job.journal_size);
+  options.check_collectives = job.check_collectives;
+}
+
+RendezvousOptions rendezvous_for_job(const DdpJobOptions& job) {
+  RendezvousOptions options = rendezvous_from_environment();
+  apply_job_options(options, job);
+  validate(job, options.world_size);
   return options;
 }
 
@@ -74,9 +79,14 @@ std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
   // NCCL ranks each own the GPU of their local rank; Gloo ranks compute on the CPU.
   const at::Device device =
       options.backend == "nccl" ? detail::bind_cuda_device(options.local_rank) : at::kCPU;
+  CommunicatorOptions comm_options;
+  comm_options.timeout = options.timeout;
+  comm_options.device = device;
+  comm_options.journal_size = options.journal_size;
+  comm_options.check_collectives = options.check_collectives;
   if (options.world_size == 1) {
     return std::make_shared<Communicator>(c10::intrusive_ptr<compat::CollectiveBackend>(), 0, 1,
-                                          options.timeout, device, options.journal_size);
+                                          comm_options);
   }
   const std::string endpoint = options.master_addr + ":" + std::to_string(options.master_port);
   c10::intrusive_ptr<c10d::Store> store;
@@ -108,8 +118,8 @@ std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
     try {
       auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, options.rank,
                                                                options.world_size, gloo_options);
-      return std::make_shared<Communicator>(group, options.rank, options.world_size,
-                                            options.timeout, at::kCPU, options.journal_size);
+      return std::make_shared<Communicator>(group, options.rank, options.world_size, comm_options,
+                                            store);
     } catch (const std::exception& e) {
       throw std::runtime_error("creating the gloo process group (rendezvous " + endpoint +
                                ", rank " + std::to_string(options.rank) + ") failed: " + e.what());
@@ -117,8 +127,8 @@ std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
   }
   try {
     auto group = detail::make_nccl_group(store, options.rank, options.world_size, options.timeout);
-    return std::make_shared<Communicator>(group, options.rank, options.world_size, options.timeout,
-                                          device, options.journal_size);
+    return std::make_shared<Communicator>(group, options.rank, options.world_size, comm_options,
+                                          store);
   } catch (const std::invalid_argument&) {
     throw;
   } catch (const std::exception& e) {

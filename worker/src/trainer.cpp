@@ -6,10 +6,14 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
 #include <thread>
 
 #include "ddpd/fault_injection.h"
 
+#include "checkpoint.h"
 #include "ddpd/grad_sync.h"
 #include "ddpd/intervals.h"
 #include "ddpd/model.h"
@@ -53,9 +57,60 @@ void record_spans(StepMetrics& metrics, const Communicator& comm,
 }
 
 // Phases as TrainerProgress names them; stored as an index so progress() reads an atomic.
-enum PhaseIndex : int { kSetup, kForward, kBackward, kSync, kOptimizer, kMetrics, kIdle };
-constexpr const char* kPhaseNames[] = {"setup",     "forward", "backward", "sync",
-                                       "optimizer", "metrics", "idle"};
+enum PhaseIndex : int {
+  kSetup,
+  kForward,
+  kBackward,
+  kSync,
+  kOptimizer,
+  kMetrics,
+  kCheckpoint,
+  kIdle
+};
+constexpr const char* kPhaseNames[] = {"setup",     "forward", "backward",   "sync",
+                                       "optimizer", "metrics", "checkpoint", "idle"};
+
+CollectiveRecord to_record(const JournalEntry& e, double now_s) {
+  return {e.seq, e.op, e.tag, e.numel, e.dtype, now_s - e.enqueued_s};
+}
+
+nlohmann::json position_json(const RankPosition& p) {
+  nlohmann::json j{{"phase", p.phase},
+                   {"step", p.step},
+                   {"last_enqueued", p.last_enqueued},
+                   {"last_completed", p.last_completed}};
+  if (p.oldest_pending) {
+    const auto& c = *p.oldest_pending;
+    j["oldest_pending"] = {{"seq", c.seq},     {"op", c.op},       {"tag", c.tag},
+                           {"numel", c.numel}, {"dtype", c.dtype}, {"age_seconds", c.age_seconds}};
+  }
+  return j;
+}
+
+RankPosition position_from_json(const nlohmann::json& j) {
+  RankPosition p{j.at("phase"), j.at("step"), j.at("last_enqueued"), j.at("last_completed"),
+                 std::nullopt};
+  if (j.contains("oldest_pending")) {
+    const auto& c = j["oldest_pending"];
+    p.oldest_pending = CollectiveRecord{c.at("seq"),   c.at("op"),    c.at("tag"),
+                                        c.at("numel"), c.at("dtype"), c.at("age_seconds")};
+  }
+  return p;
+}
+
+// The model's parameters, each once (a tied weight under its first name), in registration order:
+// the order of unique_parameters() and, filtered to the trainable ones, of every synchroniser's
+// optimizer_parameters().
+std::vector<std::pair<std::string, torch::Tensor>> named_unique_parameters(torch::nn::Module& m) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  std::set<const void*> seen;
+  for (const auto& item : m.named_parameters(/*recurse=*/true)) {
+    if (seen.insert(item.value().unsafeGetTensorImpl()).second) {
+      out.emplace_back(item.key(), item.value());
+    }
+  }
+  return out;
+}
 
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -75,11 +130,18 @@ struct Trainer::Impl {
 
   // --inject at the start of `step_index`: exit, or hang (polling for cancellation).
   void inject_at_start(int64_t step_index) {
-    if (!fault || step_index != fault->step || fault->kind == "slow") return;
+    if (!fault || step_index != fault->step || fault->kind == "slow" ||
+        fault->kind == "crash-during-checkpoint") {
+      return;  // slow stretches compute; crash-during-checkpoint fires in save_checkpoint
+    }
     std::fprintf(stderr, "ddpd: inject %s rank %d step %lld at unix %.3f\n", fault->kind.c_str(),
                  fault->rank, static_cast<long long>(step_index), unix_now());
     std::fflush(stderr);
     if (fault->kind == "exit") std::_Exit(3);
+    if (fault->kind == "skip-collective") {
+      comm->skip_next_collective();
+      return;
+    }
     const auto start = std::chrono::steady_clock::now();
     const auto length = std::chrono::duration<double>(fault->seconds);
     while (fault->seconds <= 0 || std::chrono::steady_clock::now() - start < length) {
@@ -98,6 +160,32 @@ struct Trainer::Impl {
     std::this_thread::sleep_for(
         std::chrono::duration<double>((fault->factor - 1) * compute_seconds));
   }
+  // The cross-rank analysis after a failed collective (see Trainer's comment).
+  // After a peer's exit the survivors learn it at about the same time, so they wait 2 s for each
+  // other's reports; after a timeout up to the collective timeout (at most 10 s).
+  std::string analyze_failure_across_ranks(bool peer_exited) const;
+
+  // Checkpoints (checkpoint.h). The element range of trainable parameter `index` that this rank's
+  // optimizer parameter holds: the whole tensor, or under fsdp its shard (padded to `padded`).
+  struct Range {
+    int64_t begin = 0, end = 0, padded = 0;
+  };
+  Range held_range(int64_t numel) const;
+  // The model's unique parameters' names and shapes, taken before the synchroniser exists (fsdp
+  // frees the full parameters between steps, leaving them empty).
+  std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_shapes;
+  void load_parameters(detail::CheckpointReader& reader);
+  void load_optimizer_state(detail::CheckpointReader& reader);
+  // Saves the checkpoint of `steps_done` steps; returns its seconds (the step's stall).
+  double save_checkpoint(int64_t steps_done);
+  torch::optim::Optimizer& local_optimizer() {
+    return sharded ? sharded->local_optimizer() : *optimizer;
+  }
+  bool holds_state_of(const torch::Tensor& optimizer_param) {
+    return !sharded || sharded->owner_of(optimizer_param) == comm->rank();
+  }
+  int64_t start_step = 0;  // steps already done (a resumed checkpoint's)
+
   std::shared_ptr<Communicator> comm;
   TransformerLM model{nullptr};
   std::unique_ptr<GradientSynchronizer> sync;
@@ -152,6 +240,31 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
   m.model = TransformerLM(model_config);
   m.model->to(device);  // before the synchroniser, whose buffers follow the parameters
   if (m.hooks.prepare_model) m.hooks.prepare_model(*m.model);
+  for (const auto& [name, p] : named_unique_parameters(*m.model)) {
+    m.parameter_shapes.emplace_back(name, p.sizes().vec());
+  }
+  if (options.checkpoint_every > 0) {
+    // Every rank writes its own file: refuse at the start, not at the first checkpoint, when
+    // this rank cannot (the directory must be shared by every worker of the job).
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::create_directories(options.checkpoint_dir, ec);
+    const std::string probe =
+        options.checkpoint_dir + "/.probe-rank-" + std::to_string(m.comm->rank());
+    std::ofstream out(probe);
+    if (ec || !(out << "ok") || !out.flush()) {
+      throw OptionError("--checkpoint-dir", "rank " + std::to_string(m.comm->rank()) +
+                                                " cannot write '" + options.checkpoint_dir +
+                                                "' (every worker of the job must reach it)");
+    }
+    out.close();
+    fs::remove(probe, ec);
+  }
+  std::optional<detail::CheckpointReader> resumed;
+  if (!options.resume.empty()) {
+    resumed.emplace(detail::resolve_resume(options.resume, options.checkpoint_dir));
+    m.load_parameters(*resumed);  // on every rank, before the synchroniser shards or broadcasts
+  }
   SyncOptions sync_options;
   sync_options.strategy = parse_strategy(options.strategy);
   sync_options.bucket_size_mb = options.bucket_size_mb;
@@ -170,10 +283,213 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
   }
   m.data = std::make_unique<detail::TokenBatches>(options, m.model->config().vocab_size);
   m.local_batch = options.batch_size / world;
+  if (resumed) {
+    m.load_optimizer_state(*resumed);
+    // The data continue at the saved global sample index: the same global batches at any world
+    // size, none repeated or skipped.
+    const int64_t position = resumed->metadata().at("data_position");
+    if (position % options.batch_size != 0) {
+      throw OptionError("--batch", "the checkpoint's data position " + std::to_string(position) +
+                                       " is not a whole number of global batches of " +
+                                       std::to_string(options.batch_size));
+    }
+    for (int64_t b = 0; b < position / options.batch_size; ++b) m.data->next_global_batch();
+    m.start_step = resumed->metadata().at("step");
+    m.step.store(m.start_step);
+  }
   m.memory.after_init = m.measure();
 }
 
 Trainer::~Trainer() = default;
+
+Trainer::Impl::Range Trainer::Impl::held_range(int64_t n) const {
+  if (options.strategy != "fsdp" || comm->world_size() == 1) return {0, n, n};
+  const ShardLayout layout = shard_layout(n, comm->world_size());
+  const int64_t begin = std::min(n, comm->rank() * layout.shard_numel);
+  return {begin, std::min(n, begin + layout.shard_numel), layout.shard_numel};
+}
+
+void Trainer::Impl::load_parameters(detail::CheckpointReader& reader) {
+  const auto& saved = reader.metadata().at("model");
+  const ModelConfig& config = model->config();
+  for (const auto& [key, value] : std::map<std::string, int64_t>{{"vocab_size", config.vocab_size},
+                                                                 {"d_model", config.d_model},
+                                                                 {"d_ff", config.d_ff},
+                                                                 {"num_layers", config.num_layers},
+                                                                 {"num_heads", config.num_heads}}) {
+    if (saved.at(key).get<int64_t>() != value) {
+      throw OptionError("--resume", "the checkpoint's model has " + key + " " +
+                                        saved.at(key).dump() + ", this job's " +
+                                        std::to_string(value));
+    }
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& [name, p] : named_unique_parameters(*model)) {
+    const std::string tensor = "param/" + name;
+    if (reader.shape(tensor) != p.sizes().vec()) {
+      throw OptionError("--resume", "the checkpoint's " + tensor + " has another shape");
+    }
+    p.copy_(reader.read(tensor, 0, p.numel()).reshape(p.sizes()).to(p.device(), p.scalar_type()));
+  }
+}
+
+void Trainer::Impl::load_optimizer_state(detail::CheckpointReader& reader) {
+  auto& state = local_optimizer().state();
+  const auto targets = sync->optimizer_parameters();
+  size_t index = 0;
+  const auto named = named_unique_parameters(*model);
+  for (size_t i = 0; i < named.size(); ++i) {
+    const auto& [name, full] = named[i];
+    if (!full.requires_grad()) continue;
+    const torch::Tensor& held = targets.at(index++);
+    if (!holds_state_of(held) || !reader.has("exp_avg/" + name)) continue;
+    const Range range = held_range(c10::multiply_integers(parameter_shapes.at(i).second));
+    auto load = [&](const std::string& kind) {
+      torch::Tensor values = torch::zeros({range.padded}, torch::kFloat32);
+      values.narrow(0, 0, range.end - range.begin)
+          .copy_(reader.read(kind + "/" + name, range.begin, range.end));
+      return values.reshape(held.sizes()).to(held.device(), held.scalar_type());
+    };
+    auto adam = std::make_unique<torch::optim::AdamWParamState>();
+    adam->step(reader.adam_step("exp_avg/" + name));
+    adam->exp_avg(load("exp_avg"));
+    adam->exp_avg_sq(load("exp_avg_sq"));
+    state[c10::guts::to_string(held.unsafeGetTensorImpl())] = std::move(adam);
+  }
+}
+
+double Trainer::Impl::save_checkpoint(int64_t steps_done) {
+  // Protocol: rank 0 makes a fresh temporary directory; barrier; every rank writes and fsyncs its
+  // file and index; barrier; rank 0 commits (metadata.json, rename, `latest`); barrier, so no rank
+  // goes on (or ends the job) before the checkpoint is whole.
+  namespace fs = std::filesystem;
+  const auto start = std::chrono::steady_clock::now();
+  const std::string name = detail::checkpoint_name(steps_done);
+  const std::string tmp = options.checkpoint_dir + "/.tmp-" + name;
+  const int rank = comm->rank(), world = comm->world_size();
+  if (rank == 0) {
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+  }
+  comm->barrier();
+  detail::CheckpointShardWriter writer(tmp, rank);
+  const auto held = sync->optimizer_parameters();
+  auto& state = local_optimizer().state();
+  size_t index = 0, replicated = 0;
+  const bool sharded_params = options.strategy == "fsdp" && world > 1;
+  const auto named = named_unique_parameters(*model);
+  for (size_t i = 0; i < named.size(); ++i) {
+    const auto& [pname, full] = named[i];
+    const bool trainable = full.requires_grad();
+    const torch::Tensor* shard = trainable ? &held.at(index++) : nullptr;
+    const auto& shape = parameter_shapes.at(i).second;
+    const int64_t numel = c10::multiply_integers(shape);
+    // Replicated tensors are written once, spread over the ranks round-robin.
+    const bool my_turn = static_cast<int>(replicated++ % world) == rank;
+    if (sharded_params && shard) {
+      const Range range = held_range(numel);
+      writer.add("param/" + pname, shape,
+                 shard->detach().reshape(-1).narrow(0, 0, range.end - range.begin), range.begin);
+    } else if (my_turn) {
+      writer.add("param/" + pname, shape, full, 0);
+    }
+    if (!shard) continue;
+    auto it = state.find(c10::guts::to_string(shard->unsafeGetTensorImpl()));
+    if (it == state.end() || !holds_state_of(*shard)) continue;
+    // ZeRO-1 state is written by its owner; fsdp's by every rank (its shard); plain AdamW's once.
+    if (!sharded && !sharded_params && !my_turn) continue;
+    auto& adam = static_cast<torch::optim::AdamWParamState&>(*it->second);
+    const Range range = held_range(numel);
+    for (const auto& [kind, values] :
+         {std::pair<std::string, torch::Tensor>{"exp_avg", adam.exp_avg()},
+          {"exp_avg_sq", adam.exp_avg_sq()}}) {
+      writer.add(kind + "/" + pname, shape,
+                 values.reshape(-1).narrow(0, 0, range.end - range.begin), range.begin,
+                 adam.step());
+    }
+  }
+  int64_t crash_after = 0;
+  if (fault && fault->kind == "crash-during-checkpoint" && steps_done > fault->step) {
+    crash_after = 4096;  // part of the file, then the process is gone
+  }
+  writer.finish(crash_after);
+  comm->barrier();
+  if (rank == 0) {
+    const ModelConfig& c = model->config();
+    nlohmann::json header{{"format_version", detail::kCheckpointFormatVersion},
+                          {"model",
+                           {{"vocab_size", c.vocab_size},
+                            {"d_model", c.d_model},
+                            {"d_ff", c.d_ff},
+                            {"num_layers", c.num_layers},
+                            {"num_heads", c.num_heads},
+                            {"context_length", options.context_length},
+                            {"tie_embeddings", c.tie_embeddings}}},
+                          {"strategy", options.strategy},
+                          {"shard_optimizer", options.shard_optimizer},
+                          {"world_size", world},
+                          {"step", steps_done},
+                          {"tokens_seen", steps_done * options.batch_size * options.context_length},
+                          {"data_position", steps_done * options.batch_size},
+                          {"rng", {{"seed", options.seed}, {"data_batches_drawn", steps_done}}},
+                          {"optimizer",
+                           {{"kind", "adamw"},
+                            {"lr", options.lr},
+                            {"beta1", options.beta1},
+                            {"beta2", options.beta2},
+                            {"eps", options.eps},
+                            {"weight_decay", options.weight_decay}}}};
+    detail::commit_checkpoint(tmp, options.checkpoint_dir + "/" + name, std::move(header), world,
+                              static_cast<int>(options.keep_checkpoints));
+  }
+  comm->barrier();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string Trainer::Impl::analyze_failure_across_ranks(bool peer_exited) const {
+  // This rank's position, with the collective that failed as the one it waits in: the journal
+  // counts a failed collective as ended, but it is the one the ranks did not finish together.
+  const auto journal = comm->journal().progress();
+  RankPosition mine{kPhaseNames[phase.load()], step.load(), journal.last_enqueued,
+                    journal.last_completed, std::nullopt};
+  const double now_s = comm->now();
+  for (const auto& e : comm->journal().entries()) {
+    if (e.state != CollectiveState::kCompleted) {
+      mine.oldest_pending = to_record(e, now_s);
+      break;
+    }
+  }
+  const auto wait =
+      std::min(comm->timeout(), std::chrono::milliseconds(peer_exited ? 2000 : 10000));
+  std::vector<std::optional<std::string>> reports;
+  try {
+    reports = comm->exchange_failure_reports(position_json(mine).dump(), wait);
+  } catch (const std::exception& e) {
+    return "cross-rank analysis unavailable: the rendezvous store is unreachable (rank 0, which "
+           "serves it, has exited?): " +
+           std::string(e.what());
+  }
+  std::vector<RankReport> ranks;
+  for (int r = 0; r < static_cast<int>(reports.size()); ++r) {
+    RankReport report{r, std::nullopt};
+    if (reports[r]) {
+      try {
+        report.position = position_from_json(nlohmann::json::parse(*reports[r]));
+      } catch (const std::exception&) {
+      }  // a malformed report counts as none
+    }
+    ranks.push_back(std::move(report));
+  }
+  const double stalled = mine.oldest_pending ? mine.oldest_pending->age_seconds : 0;
+  const StallFinding finding =
+      analyze_stall(ranks, stalled,
+                    "did not report within " + std::to_string(wait.count() / 1000) +
+                        " s (stuck outside collectives, or exited)");
+  std::fprintf(stderr, "ddpd: rank %d cross-rank analysis: %s\n", comm->rank(),
+               finding.message.c_str());
+  std::fflush(stderr);
+  return "cross-rank analysis: " + finding.message;
+}
 
 StepMetrics Trainer::train_step(int64_t step) {
   Impl& m = *impl_;
@@ -289,9 +605,27 @@ TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_st
                             const std::function<bool()>& cancelled) {
   TrainingResult result;
   impl_->cancelled = cancelled;
-  for (int64_t step = 0; step < impl_->options.steps; ++step) {
+  const int64_t every = impl_->options.checkpoint_every;
+  for (int64_t step = impl_->start_step; step < impl_->options.steps; ++step) {
     if (cancelled && cancelled()) throw std::runtime_error("job cancelled");
-    result.steps.push_back(train_step(step));
+    try {
+      result.steps.push_back(train_step(step));
+      if (every > 0 && (step + 1) % every == 0) {
+        impl_->enter(kCheckpoint);
+        const double stall = impl_->save_checkpoint(step + 1);
+        StepMetrics& metrics = result.steps.back();
+        metrics.checkpoint_seconds = stall;
+        const double end_s = impl_->comm->now();
+        metrics.spans.push_back({"checkpoint", false, impl_->comm->unix_seconds(end_s - stall),
+                                 impl_->comm->unix_seconds(end_s)});
+      }
+    } catch (const CollectiveDesync&) {
+      throw;
+    } catch (const CollectiveError& e) {
+      throw CollectiveError(
+          std::string(e.what()) + "; " + impl_->analyze_failure_across_ranks(e.peer_exited()),
+          e.peer_exited());
+    }
     if (on_step) on_step(result.steps.back());
   }
   impl_->enter(kIdle);
@@ -307,6 +641,17 @@ std::vector<torch::Tensor> Trainer::full_parameters() { return impl_->sync->full
 const MemoryProfile& Trainer::memory() const { return impl_->memory; }
 
 std::string Trainer::synchronization() const { return impl_->sync->name(); }
+
+RankPosition Trainer::position() const {
+  const TrainerProgress trainer = progress();
+  const JournalProgress journal = impl_->comm->journal().progress();
+  RankPosition position{trainer.phase, trainer.step, journal.last_enqueued, journal.last_completed,
+                        std::nullopt};
+  if (journal.oldest_pending) {
+    position.oldest_pending = to_record(*journal.oldest_pending, impl_->comm->now());
+  }
+  return position;
+}
 
 TrainerProgress Trainer::progress() const {
   return {kPhaseNames[impl_->phase.load(std::memory_order_relaxed)],

@@ -4,6 +4,10 @@
 //         job is cancelled)
 //   exit  rank R's process exits at the start of step S
 //   slow  rank R's compute takes F times as long from step S on
+//   skip-collective  rank R does not launch the first collective of step S, so its later
+//         collectives pair with its peers' earlier ones (a desync)
+//   crash-during-checkpoint  rank R's process exits halfway through writing its file of the
+//         first checkpoint saved after step S
 #pragma once
 
 #include <cstdint>
@@ -13,7 +17,7 @@
 namespace ddpd {
 
 struct FaultInjection {
-  std::string kind;  // hang | exit | slow
+  std::string kind;  // hang | exit | slow | skip-collective
   int rank = 0;
   int64_t step = 0;
   double seconds = 0;   // hang: 0 = until cancelled

@@ -94,6 +94,17 @@ struct DdpJobOptions {
   // last 10 steps, divided by its own) falls below this is reported as a straggler. 0: never.
   double straggler_threshold = 0.75;
   std::string inject;  // fault injection (ddpd/fault_injection.h); empty: none
+  // Debug: every collective is preceded by an all-gather of its fingerprint, and a mismatch
+  // fails the job naming both sides (CommunicatorOptions::check_collectives). Off.
+  bool check_collectives = false;
+  // Checkpoints (docs/checkpoints.md): every K steps into DIR/step-NNNNNN, keeping the newest N
+  // (0: all). Off while checkpoint_every is 0.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  int64_t keep_checkpoints = 0;
+  // Continue from DIR/step-N, from DIR's `latest`, or "latest" under checkpoint_dir. --steps stays
+  // the job's total: resuming step 4 with --steps 8 trains steps 5-8.
+  std::string resume;
 
   // The preset with the overrides applied.
   ModelConfig resolved_model() const;

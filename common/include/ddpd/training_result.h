@@ -33,6 +33,7 @@ struct StepMetrics {
   // Bytes this rank put into the step's gradient all-reduces and reduce-scatters: what gradient
   // synchronisation moved (the trainable parameters' bytes for the replicated strategies).
   int64_t gradient_sync_bytes = 0;
+  double checkpoint_seconds = 0;       // the stall of a checkpoint saved after this step (0: none)
   std::optional<double> param_spread;  // measured every spread_every steps
   // The step's phases (zero_grad, gather, forward, backward, wait, optimizer) and every
   // collective launched within it: a handful of records per step, from timestamps the step

@@ -6,6 +6,7 @@
 
 #include "ddpd/comm_options.h"
 #include "ddpd/job_options.h"
+#include "ddpd/stall_analysis.h"
 #include "ddpd/v1/ddpd.pb.h"
 
 namespace ddpd {
@@ -22,6 +23,10 @@ struct CommJob {
 };
 v1::CommSpec to_proto(const CommJob& job);
 CommJob from_proto(const v1::CommSpec& spec);
+
+// A rank's position as a heartbeat carries it, and back.
+v1::RankProgress to_proto(const RankPosition& position);
+RankPosition from_proto(const v1::RankProgress& progress);
 
 // The job kind's name: "ddp", "comm" or "unknown".
 std::string kind_name(const v1::JobSpec& spec);

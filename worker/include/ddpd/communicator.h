@@ -6,9 +6,12 @@
 #include "ddpd/c10d_compat.h"
 #include "ddpd/collective_journal.h"
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -34,11 +37,31 @@ std::string describe_collective_failure(const std::string& collective,
                                         std::chrono::milliseconds timeout,
                                         const std::string& backend_message);
 
+// A collective that failed or timed out (its message names the collective and the cause), or a
+// desync --check-collectives found. The trainer catches it to run the cross-rank analysis.
+class CollectiveError : public std::runtime_error {
+ public:
+  explicit CollectiveError(const std::string& message, bool peer_exited = false)
+      : std::runtime_error(message), peer_exited_(peer_exited) {}
+  // A peer closed its connection (its process exited), rather than a timeout: the survivors
+  // learn it within moments of each other.
+  bool peer_exited() const { return peer_exited_; }
+
+ private:
+  bool peer_exited_;
+};
+// --check-collectives found ranks launching different collectives under one sequence number;
+// the message names both sides, so no further analysis is needed.
+class CollectiveDesync : public CollectiveError {
+ public:
+  using CollectiveError::CollectiveError;
+};
+
 // An asynchronous collective. On CPU (Gloo), wait() blocks until it completes or the
 // communicator's timeout passes, and throws std::runtime_error (with the collective's name) on
-// timeout or failure. On CUDA (NCCL), wait() makes the caller's current stream wait for the
-// collective without blocking the host (a timeout there would turn newer PyTorch's wait into a
-// host-side poll); NCCL's watchdog enforces the timeout given to the process group. The
+// timeout or failure (a CollectiveError). On CUDA (NCCL), wait() makes the caller's current stream
+// wait for the collective without blocking the host (a timeout there would turn newer PyTorch's
+// wait into a host-side poll); NCCL's watchdog enforces the timeout given to the process group. The
 // tensors passed in `keep_alive` stay referenced until wait(), so their memory is not reused
 // by the caller's stream before the collective is done with it.
 // A collective's entry in its communicator's journal, marked failed when wait() throws.
@@ -69,6 +92,17 @@ class PendingCollective {
   JournalTicket ticket_;
 };
 
+// How a communicator runs its collectives. Defaults suit a CPU rank.
+struct CommunicatorOptions {
+  std::chrono::milliseconds timeout{300000};  // every collective (--timeout, 300 s)
+  at::Device device = at::kCPU;  // where collectives' tensors live: CPU (Gloo), the rank's GPU
+  size_t journal_size = CollectiveJournal::kDefaultCapacity;  // --journal-size (2000)
+  // --check-collectives (debug, off): before each collective the ranks all-gather its
+  // fingerprint (sequence number, op, element count, dtype) and fail with both sides named when
+  // they differ. One small blocking all-gather per collective.
+  bool check_collectives = false;
+};
+
 // Thread contract: collectives may be launched from the training thread and from autograd
 // hooks (on CUDA, autograd's device thread); launches are serialised by an internal mutex, and
 // every rank must launch the same collectives in the same order (c10d matches them by order).
@@ -77,17 +111,17 @@ class PendingCollective {
 // collective is the identity and completes at once.
 class Communicator {
  public:
-  // `device` holds the tensors the collectives take: CPU for Gloo, the rank's GPU for NCCL.
-  // The journal keeps the last `journal_size` collectives.
+  // `store` is the rendezvous store the group was built over (null for world size 1); after a
+  // failed collective the ranks exchange their positions through it.
   Communicator(c10::intrusive_ptr<compat::CollectiveBackend> group, int rank, int world_size,
-               std::chrono::milliseconds timeout, at::Device device = at::kCPU,
-               size_t journal_size = CollectiveJournal::kDefaultCapacity);
+               CommunicatorOptions options = {}, c10::intrusive_ptr<c10d::Store> store = {});
   ~Communicator();
 
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   at::Device device() const { return device_; }
+  bool checks_collectives() const { return check_collectives_; }
   // The clock of the device's work queue (host clock on CPU, CUDA events on CUDA), on the
   // same axis as now(). Shared by the trainer and the benchmarks.
   detail::Timeline& timeline() { return *timeline_; }
@@ -112,6 +146,17 @@ class Communicator {
   // Every collective launched, with its sequence number and state (thread-safe to read).
   const CollectiveJournal& journal() const { return *journal_; }
 
+  // Fault injection (--inject skip-collective): this rank does not launch its next collective
+  // (and does not journal it), so its later collectives pair with its peers' earlier ones.
+  void skip_next_collective() { skip_next_.store(true); }
+
+  // After a failed collective: writes this rank's `report` to the rendezvous store and collects
+  // the other ranks' for up to `wait` (a rank stuck in compute never writes). By rank; this
+  // rank's own included. Throws std::runtime_error when the store cannot be reached (rank 0,
+  // which serves it, has exited). Call at most once per communicator.
+  std::vector<std::optional<std::string>> exchange_failure_reports(const std::string& report,
+                                                                   std::chrono::milliseconds wait);
+
   // Spans completed since the last call, oldest first.
   std::vector<CommSpan> take_spans();
   // Seconds since this communicator was created (the clock of CommSpan).
@@ -124,7 +169,13 @@ class Communicator {
   // A blocking all-reduce with `op` (the param spread's max and min).
   void blocking_all_reduce(at::Tensor& tensor, c10d::ReduceOp op, const std::string& name);
   // Journals a launch (call with launch_mutex_ held, so sequence numbers follow launch order).
+  // With --check-collectives it first compares the collective's fingerprint across ranks.
   int64_t journal_launch(const std::string& op, const std::string& name, const at::Tensor& data);
+  // --check-collectives: all-gathers (seq, op, numel, dtype) and throws CollectiveError naming
+  // the ranks that differ from the majority. Called with launch_mutex_ held.
+  void check_fingerprint(int64_t seq, const std::string& op, int64_t numel, at::ScalarType dtype);
+  // Consumes an armed skip_next_collective() (call with launch_mutex_ held).
+  bool skip_injected(const std::string& name);
   JournalTicket ticket(int64_t seq) const { return {journal_, seq, epoch_}; }
   PendingCollective track(c10::intrusive_ptr<c10d::Work> work, const std::string& name, int64_t seq,
                           int64_t bytes, const detail::TimePoint& launch,
@@ -135,6 +186,9 @@ class Communicator {
   int world_size_;
   std::chrono::milliseconds timeout_;
   at::Device device_;
+  bool check_collectives_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::atomic<bool> skip_next_{false};
   std::chrono::steady_clock::time_point epoch_;
   double unix_epoch_s_;  // system clock at epoch_
   std::mutex launch_mutex_;

@@ -24,6 +24,7 @@ struct RendezvousOptions {
   std::string local_address;
   std::chrono::milliseconds timeout{300000};  // store connection and every collective
   size_t journal_size = 2000;                 // collectives the communicator's journal keeps
+  bool check_collectives = false;             // --check-collectives (CommunicatorOptions)
 };
 
 // Makes a write to a connection a dead peer closed an error instead of a SIGPIPE that kills this
@@ -40,6 +41,10 @@ RendezvousOptions rendezvous_from_environment();
 
 // The process-group backend a DDP job's device needs: gloo for cpu, nccl for cuda.
 std::string backend_for(const DdpJobOptions& job);
+
+// Sets what the job decides about its process group: the backend, the collective timeout, the
+// journal size and --check-collectives. Shared by standalone runs and the worker daemon.
+void apply_job_options(RendezvousOptions& options, const DdpJobOptions& job);
 
 // rendezvous_from_environment() with the job's backend and collective timeout, after checking
 // the job for that world size. Throws std::invalid_argument (OptionError for the job's fields).

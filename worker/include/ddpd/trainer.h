@@ -11,6 +11,7 @@
 
 #include "ddpd/communicator.h"
 #include "ddpd/job_options.h"
+#include "ddpd/stall_analysis.h"
 #include "ddpd/training_result.h"
 
 namespace ddpd {
@@ -50,7 +51,15 @@ struct TrainerProgress {
 // The job's --inject (ddpd/fault_injection.h) fires on its rank: exit ends the process at the
 // start of the step, hang stops there (for its seconds, or until cancelled: then run() throws
 // "job cancelled"), slow sleeps factor - 1 times the step's forward and backward time after
-// backward. Each prints "ddpd: inject KIND rank R step S at unix T" to stderr when it fires.
+// backward, skip-collective makes the communicator drop the step's first collective. Each prints
+// "ddpd: inject KIND rank R step S at unix T" to stderr when it fires.
+//
+// When a collective fails or times out, run() runs the cross-rank analysis before it rethrows:
+// every rank that saw the failure writes its position to the rendezvous store and waits (up to
+// the collective timeout, at most 10 s) for the others'; each then prints, and appends to the
+// CollectiveError it throws, the same analysis the coordinator gives a live stall: the ranks
+// that wait, the collective, and the ranks that have not joined it (those that did not report
+// are stuck outside collectives, or gone), or a desync (docs/diagnosis.md).
 class Trainer {
  public:
   // Builds the model (seeded with seed + rank), the synchroniser (which broadcasts rank 0's
@@ -68,6 +77,8 @@ class Trainer {
   const MemoryProfile& memory() const;
   // Thread-safe: may be called from any thread while another drives the trainer.
   TrainerProgress progress() const;
+  // progress() with the collective journal's: what a heartbeat carries. Thread-safe.
+  RankPosition position() const;
   // The synchronisation that runs (see TrainingResult::synchronization).
   std::string synchronization() const;
 

@@ -1,10 +1,10 @@
-#include "stall_analysis.h"
+#include "ddpd/stall_analysis.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <map>
 
-namespace ddpd::coordinator {
+namespace ddpd {
 namespace {
 
 int64_t element_bytes(const std::string& dtype) {
@@ -40,45 +40,45 @@ std::string ranks_text(const std::vector<int>& ranks) {
 }
 
 // "in backward of step 17, last completed #1041".
-std::string where(const RankReport& r) {
-  if (!r.progress) return "no progress reported yet";
-  const auto& p = *r.progress;
-  return "in " + p.phase() + " of step " + std::to_string(p.step()) + ", last completed #" +
-         std::to_string(p.last_completed());
+std::string where(const RankReport& r, const std::string& unheard) {
+  if (!r.position) return unheard;
+  const auto& p = *r.position;
+  return "in " + p.phase + " of step " + std::to_string(p.step) + ", last completed #" +
+         std::to_string(p.last_completed);
 }
 
-// "all_gather(4096 × float32) [param5]".
-std::string signature(const v1::PendingCollective& c) {
-  return c.op() + "(" + std::to_string(c.numel()) + " × " + c.dtype() + ") [" + c.tag() + "]";
-}
-
-bool same_collective(const v1::PendingCollective& a, const v1::PendingCollective& b) {
-  return a.op() == b.op() && a.numel() == b.numel() && a.dtype() == b.dtype();
+bool same_collective(const CollectiveRecord& a, const CollectiveRecord& b) {
+  return a.op == b.op && a.numel == b.numel && a.dtype == b.dtype;
 }
 
 }  // namespace
 
-std::string describe_collective(const v1::PendingCollective& c) {
-  return c.op() + " #" + std::to_string(c.seq()) + " (" + c.tag() + ", " +
-         size_text(c.numel() * element_bytes(c.dtype())) + ")";
+std::string collective_signature(const CollectiveRecord& c) {
+  return c.op + "(" + std::to_string(c.numel) + " × " + c.dtype + ") [" + c.tag + "]";
 }
 
-StallFinding analyze_stall(const std::vector<RankReport>& ranks, double stalled_seconds) {
+std::string describe_collective(const CollectiveRecord& c) {
+  return c.op + " #" + std::to_string(c.seq) + " (" + c.tag + ", " +
+         size_text(c.numel * element_bytes(c.dtype)) + ")";
+}
+
+StallFinding analyze_stall(const std::vector<RankReport>& ranks, double stalled_seconds,
+                           const std::string& unheard) {
   StallFinding finding;
   finding.kind = "stall";
   // The collective that blocks: the lowest sequence number any rank waits in.
-  const v1::PendingCollective* blocking = nullptr;
+  const CollectiveRecord* blocking = nullptr;
   for (const auto& r : ranks) {
-    if (!r.progress || !r.progress->has_oldest_pending()) continue;
-    const auto& pending = r.progress->oldest_pending();
-    if (!blocking || pending.seq() < blocking->seq()) blocking = &pending;
+    if (!r.position || !r.position->oldest_pending.has_value()) continue;
+    const auto& pending = *r.position->oldest_pending;
+    if (!blocking || pending.seq < blocking->seq) blocking = &pending;
   }
   if (!blocking) {
     // Nobody waits in a collective: every rank is stuck in its own work.
     finding.message = "stall: no rank completed a collective or a step for " +
                       seconds_text(stalled_seconds) + " and none waits in a collective:";
     for (const auto& r : ranks) {
-      finding.message += " rank " + std::to_string(r.rank) + " " + where(r) + ";";
+      finding.message += " rank " + std::to_string(r.rank) + " " + where(r, unheard) + ";";
     }
     finding.message.pop_back();
     return finding;
@@ -87,24 +87,25 @@ StallFinding analyze_stall(const std::vector<RankReport>& ranks, double stalled_
   const RankReport* first_waiting = nullptr;
   double longest_wait = 0;
   for (const auto& r : ranks) {
-    const bool waits = r.progress && r.progress->has_oldest_pending() &&
-                       r.progress->oldest_pending().seq() == blocking->seq();
+    const bool waits = r.position && r.position->oldest_pending.has_value() &&
+                       r.position->oldest_pending->seq == blocking->seq;
     if (waits) {
-      const auto& mine = r.progress->oldest_pending();
+      const auto& mine = *r.position->oldest_pending;
       if (!first_waiting) first_waiting = &r;
       // The same sequence number must be the same collective on every rank.
-      const auto& theirs = first_waiting->progress->oldest_pending();
+      const auto& theirs = *first_waiting->position->oldest_pending;
       if (!same_collective(mine, theirs)) {
         finding.kind = "desync";
         finding.rank = r.rank;
         finding.message = "desync: rank " + std::to_string(r.rank) + " launched " +
-                          signature(mine) + " as #" + std::to_string(mine.seq()) + " where rank " +
-                          std::to_string(first_waiting->rank) + " launched " + signature(theirs);
+                          collective_signature(mine) + " as #" + std::to_string(mine.seq) +
+                          " where rank " + std::to_string(first_waiting->rank) + " launched " +
+                          collective_signature(theirs);
         return finding;
       }
       waiting.push_back(r.rank);
-      longest_wait = std::max(longest_wait, mine.age_seconds());
-    } else if (!r.progress || r.progress->last_enqueued() < blocking->seq()) {
+      longest_wait = std::max(longest_wait, mine.age_seconds);
+    } else if (!r.position || r.position->last_enqueued < blocking->seq) {
       missing.push_back(r.rank);
     }
   }
@@ -119,9 +120,9 @@ StallFinding analyze_stall(const std::vector<RankReport>& ranks, double stalled_
     const RankReport& r = *std::find_if(ranks.begin(), ranks.end(),
                                         [&](const RankReport& x) { return x.rank == missing[i]; });
     finding.message += (i ? "; " : "; ") + std::string("rank ") + std::to_string(r.rank) +
-                       " has not joined it: " + where(r);
+                       " has not joined it: " + where(r, unheard);
   }
   return finding;
 }
 
-}  // namespace ddpd::coordinator
+}  // namespace ddpd
