@@ -69,6 +69,13 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
   app.add_option("--resume", o.resume,
                  "Continue from DIR/step-N, DIR (its latest) or latest (under --checkpoint-dir); "
                  "--steps stays the total");
+  app.add_option("--max-restarts", o.max_restarts,
+                 "Daemon jobs: restart from the latest checkpoint after a lost or failed rank or a "
+                 "stall, at most N times")
+      ->capture_default_str();
+  app.add_option("--min-world-size", o.min_world_size,
+                 "Daemon jobs: a restart may shrink the job to this many ranks (0: no shrink)")
+      ->capture_default_str();
   app.add_flag("--check-collectives", o.check_collectives,
                "Debug: before each collective, ranks compare its fingerprint (op, sequence "
                "number, size, dtype) and fail naming both sides when they differ");

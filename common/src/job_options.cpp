@@ -150,8 +150,13 @@ void validate(const DdpJobOptions& o, int world_size) {
   require(o.checkpoint_every == 0 || !o.checkpoint_dir.empty(), "--checkpoint-every",
           "needs --checkpoint-dir");
   require(o.keep_checkpoints >= 0, "--keep-checkpoints", "must be >= 0 (0: keep all)");
-  require(o.resume != "latest" || !o.checkpoint_dir.empty(), "--resume",
-          "'latest' needs --checkpoint-dir");
+  require((o.resume != "latest" && o.resume != "auto") || !o.checkpoint_dir.empty(), "--resume",
+          "'" + o.resume + "' needs --checkpoint-dir");
+  require(o.max_restarts >= 0, "--max-restarts", "must be >= 0");
+  require(o.min_world_size >= 0 && (world_size <= 0 || o.min_world_size <= world_size),
+          "--min-world-size",
+          "must be in 0..world size (" + std::to_string(world_size) + "), got " +
+              std::to_string(o.min_world_size));
   require(o.straggler_threshold >= 0 && o.straggler_threshold < 1, "--straggler-threshold",
           "must be in [0, 1) (0: never)");
   require(o.journal_size >= 1 && o.journal_size <= 1000000, "--journal-size",

@@ -53,6 +53,7 @@ struct CoordinatorService::WorkerEntry {
   std::chrono::steady_clock::time_point last_heartbeat;
   std::shared_ptr<Session> session;
   std::optional<v1::RankProgress> progress;  // the last heartbeat's, for job_id
+  int attempt = 0;                           // of job_id that this worker runs
 };
 
 struct CoordinatorService::JobEntry {
@@ -66,7 +67,12 @@ struct CoordinatorService::JobEntry {
   // step, and each rank's (last completed sequence number, step) at that time.
   std::chrono::steady_clock::time_point last_advance;
   std::map<int, std::pair<int64_t, int64_t>> progress_marks;
-  bool stall_reported = false;                 // this stall episode has its incident
+  bool stall_reported = false;  // this stall episode has its incident
+  // Restarts: why the running attempt ended, its world size, and the last step after which
+  // every rank reported a checkpoint (0: none), which the next attempt resumes from.
+  std::string restart_reason;
+  int previous_world_size = 0;
+  int64_t last_checkpoint_step = 0;
   std::unique_ptr<StragglerWatch> stragglers;  // DDP jobs, from RUNNING on
 };
 
@@ -81,7 +87,7 @@ CoordinatorService::CoordinatorService(CoordinatorOptions options, std::unique_p
     std::map<int64_t, std::vector<v1::StepReport>> by_step;
     for (auto& s : store_->load_steps(entry->job.job_id())) by_step[s.step()].push_back(s);
     for (auto& [step, ranks] : by_step) {
-      if (static_cast<int>(ranks.size()) == entry->job.spec().world_size()) {
+      if (static_cast<int>(ranks.size()) == entry->job.worker_ids_size()) {
         *entry->events.emplace_back().mutable_step() = aggregate_step(ranks);
       }
     }
@@ -89,9 +95,25 @@ CoordinatorService::CoordinatorService(CoordinatorOptions options, std::unique_p
     job_order_.push_back(id);
     JobEntry& ref = *entry;
     jobs_[id] = std::move(entry);
+    int restarts = 0;
+    for (const auto& i : ref.job.incidents()) restarts += i.kind() == "restart";
+    ref.job.set_attempts(ref.job.state() == v1::PENDING && restarts == 0 ? 0 : restarts + 1);
+    for (const auto& [step, ranks] : by_step) {
+      if (static_cast<int>(ranks.size()) < ref.job.worker_ids_size() || ranks.empty()) continue;
+      for (const auto& r : ranks) {
+        if (r.checkpoint_seconds() > 0) ref.last_checkpoint_step = step + 1;
+      }
+    }
     if (ref.job.state() == v1::RUNNING) {
-      ref.job.set_error("coordinator restarted");
-      transition(ref, v1::FAILED, "coordinator restarted");
+      ref.previous_world_size = ref.job.worker_ids_size();
+      ref.restart_reason = "coordinator restarted";
+      if (ref.job.spec().has_ddp() &&
+          ref.job.attempts() - 1 < from_proto(ref.job.spec().ddp()).max_restarts) {
+        transition(ref, v1::PENDING, "restarting after: coordinator restarted");
+      } else {
+        ref.job.set_error("coordinator restarted");
+        transition(ref, v1::FAILED, "coordinator restarted");
+      }
     }
   }
   next_sequence_ = store_->max_sequence() + 1;
@@ -157,7 +179,16 @@ void CoordinatorService::schedule() {
     for (const auto& id : job_order_) {
       const auto& job = jobs_[id]->job;
       if (job.state() == v1::PENDING) {
-        pending.push_back({id, job.spec().world_size(), required_backend(job.spec())});
+        pending.push_back({id, job.spec().world_size(), required_backend(job.spec()), {}});
+        if (job.attempts() > 0 && job.spec().has_ddp()) {
+          // A restart may shrink to --min-world-size, at sizes the global batch divides.
+          const DdpJobOptions ddp = from_proto(job.spec().ddp());
+          for (int n = job.spec().world_size() - 1; n >= std::max(1, ddp.min_world_size); --n) {
+            if (ddp.min_world_size > 0 && ddp.batch_size % n == 0) {
+              pending.back().fallback_sizes.push_back(n);
+            }
+          }
+        }
       }
     }
     std::vector<IdleWorker> idle;
@@ -182,7 +213,30 @@ void CoordinatorService::schedule() {
     v1::Assignment assignment;
     assignment.set_job_id(entry.job.job_id());
     *assignment.mutable_spec() = entry.job.spec();
-    assignment.set_world_size(entry.job.spec().world_size());
+    const int attempt = entry.job.attempts();
+    const int world = static_cast<int>(placement->worker_ids.size());
+    assignment.set_attempt(attempt);
+    entry.job.set_attempts(attempt + 1);
+    assignment.set_world_size(world);
+    std::string restart_text;
+    if (attempt > 0 && entry.job.spec().has_ddp()) {
+      auto* ddp = assignment.mutable_spec()->mutable_ddp();
+      const bool resumable = !ddp->checkpoint_dir().empty();
+      if (resumable)
+        ddp->set_resume("auto");  // the latest checkpoint, if the last attempt made one
+      ddp->clear_inject();        // fault injection fires only in the first attempt
+      const std::string from = resumable && entry.last_checkpoint_step > 0
+                                   ? "resuming step-" + std::to_string(entry.last_checkpoint_step) +
+                                         " (" + ddp->checkpoint_dir() + ")"
+                               : resumable
+                                   ? "resuming the latest checkpoint under " + ddp->checkpoint_dir()
+                                   : "from the start (no --checkpoint-dir)";
+      restart_text = "restart " + std::to_string(attempt) + " of " +
+                     std::to_string(from_proto(entry.job.spec().ddp()).max_restarts) +
+                     " after: " + entry.restart_reason + "; world size " +
+                     std::to_string(entry.previous_world_size) + " → " + std::to_string(world) +
+                     ", " + from;
+    }
     assignment.set_master_addr(rank0.hello.advertised_host());
     assignment.set_master_port(rank0.hello.rendezvous_port());
     entry.job.clear_worker_ids();
@@ -197,12 +251,16 @@ void CoordinatorService::schedule() {
     entry.job.clear_pending_reason();
     if (entry.job.spec().has_ddp()) {
       entry.stragglers = std::make_unique<StragglerWatch>(
-          entry.job.spec().world_size(), from_proto(entry.job.spec().ddp()).straggler_threshold);
+          world, from_proto(entry.job.spec().ddp()).straggler_threshold);
     }
     entry.last_advance = std::chrono::steady_clock::now();
     entry.progress_marks.clear();
+    entry.stall_reported = false;
+    entry.succeeded_ranks.clear();
+    entry.partial_steps.clear();
+    if (!restart_text.empty()) record_incident(entry, "restart", -1, restart_text);
     std::string armed;  // the history says when a fault injection is armed
-    if (entry.job.spec().has_ddp() && !entry.job.spec().ddp().inject().empty()) {
+    if (attempt == 0 && entry.job.spec().has_ddp() && !entry.job.spec().ddp().inject().empty()) {
       armed = "; fault injection armed: " +
               to_string(*parse_fault_injection(entry.job.spec().ddp().inject()));
     }
@@ -215,6 +273,7 @@ void CoordinatorService::schedule() {
       worker.state = v1::BUSY;
       worker.job_id = entry.job.job_id();
       worker.rank = rank;
+      worker.attempt = attempt;
       worker.progress.reset();
       v1::CoordinatorMessage message;
       *message.mutable_assign() = assignment;
@@ -234,6 +293,21 @@ void CoordinatorService::cancel_workers(JobEntry& entry) {
     message.set_cancel_job_id(entry.job.job_id());
     worker.session->write(message);
   }
+}
+
+void CoordinatorService::fail_or_restart(JobEntry& entry, const std::string& reason) {
+  if (entry.job.state() == v1::RUNNING && entry.job.spec().has_ddp() &&
+      entry.job.attempts() - 1 < from_proto(entry.job.spec().ddp()).max_restarts) {
+    // The running attempt's ranks are told to stop; they return to IDLE as their (ignored)
+    // results arrive, and schedule() starts the next attempt once enough workers are idle.
+    entry.restart_reason = reason;
+    entry.previous_world_size = entry.job.worker_ids_size();
+    cancel_workers(entry);
+    transition(entry, v1::PENDING, "restarting after: " + reason);
+    schedule();
+    return;
+  }
+  fail_job(entry, reason);
 }
 
 void CoordinatorService::fail_job(JobEntry& entry, const std::string& reason) {
@@ -292,7 +366,7 @@ void CoordinatorService::check_stall(JobEntry& entry, std::chrono::steady_clock:
   const StallFinding finding = analyze_stall(ranks, stalled);
   entry.stall_reported = true;
   record_incident(entry, finding.kind, finding.rank, finding.message);
-  if (job.on_stall == "fail") fail_job(entry, finding.message);
+  if (job.on_stall == "fail") fail_or_restart(entry, finding.message);
 }
 
 void CoordinatorService::record_step(JobEntry& entry, const v1::StepReport& step) {
@@ -301,7 +375,7 @@ void CoordinatorService::record_step(JobEntry& entry, const v1::StepReport& step
   store_->add_step(entry.job.job_id(), step);
   auto& ranks = entry.partial_steps[step.step()];
   ranks.push_back(step);
-  if (static_cast<int>(ranks.size()) == entry.job.spec().world_size()) {
+  if (static_cast<int>(ranks.size()) == entry.job.worker_ids_size()) {
     if (entry.stragglers) {
       // Compute: the step less the time the rank was blocked on communication.
       std::vector<double> compute(ranks.size(), 0.0);
@@ -314,6 +388,9 @@ void CoordinatorService::record_step(JobEntry& entry, const v1::StepReport& step
         record_incident(entry, "straggler", finding.rank, finding.message);
       }
     }
+    bool checkpointed = false;
+    for (const auto& r : ranks) checkpointed |= r.checkpoint_seconds() > 0;
+    if (checkpointed) entry.last_checkpoint_step = step.step() + 1;
     auto* event = &entry.events.emplace_back();
     if (entry.stragglers) {
       const auto& scores = entry.stragglers->scores();
@@ -336,6 +413,10 @@ void CoordinatorService::record_result(WorkerEntry& worker, const v1::JobResult&
     worker.rank = -1;
   }
   JobEntry* entry = find_job(result.job_id());
+  if (entry != nullptr && result.attempt() != entry->job.attempts() - 1) {
+    schedule();  // a cancelled earlier attempt's rank: only its worker is idle again
+    return;
+  }
   if (entry != nullptr && result.rank() >= 0 && result.rank() < entry->job.ranks_size()) {
     // A rank told to cancel (another failed, or the user cancelled) reports "job cancelled".
     const bool cancelled =
@@ -362,12 +443,12 @@ void CoordinatorService::record_result(WorkerEntry& worker, const v1::JobResult&
                               : std::atoi(message.c_str() + digits);
         record_incident(*entry, "desync", named, message);
       }
-      fail_job(*entry, "rank " + std::to_string(result.rank()) + " (worker " +
-                           worker.hello.worker_id() + ") failed: " + result.error());
+      fail_or_restart(*entry, "rank " + std::to_string(result.rank()) + " (worker " +
+                                  worker.hello.worker_id() + ") failed: " + result.error());
     } else {
       entry->succeeded_ranks.insert(result.rank());
       if (result.rank() == 0) entry->job.set_result_json(result.result_json());
-      if (static_cast<int>(entry->succeeded_ranks.size()) == entry->job.spec().world_size()) {
+      if (static_cast<int>(entry->succeeded_ranks.size()) == entry->job.worker_ids_size()) {
         transition(*entry, v1::SUCCEEDED, "every rank finished");
       }
     }
@@ -391,8 +472,10 @@ void CoordinatorService::worker_lost(const std::string& worker_id, Session* sess
       if (worker.rank >= 0 && worker.rank < entry->job.ranks_size()) {
         entry->job.mutable_ranks(worker.rank)->set_state("lost");
       }
-      fail_job(*entry, "worker " + worker_id + " (rank " + std::to_string(worker.rank) +
-                           ") lost: " + reason);
+      if (worker.attempt == entry->job.attempts() - 1) {
+        fail_or_restart(*entry, "worker " + worker_id + " (rank " + std::to_string(worker.rank) +
+                                    ") lost: " + reason);
+      }
     }
     worker.job_id.clear();
     worker.rank = -1;
@@ -477,14 +560,18 @@ grpc::Status CoordinatorService::WorkerSession(
     if (message.has_progress() && !message.job_id().empty() && message.job_id() == worker.job_id) {
       worker.progress = message.progress();
       JobEntry* entry = find_job(message.job_id());
-      if (entry && entry->job.state() == v1::RUNNING) {
+      if (entry && entry->job.state() == v1::RUNNING &&
+          worker.attempt == entry->job.attempts() - 1) {
         record_progress(*entry, worker.rank, message.progress());
       }
     }
     if (message.has_step()) {
       JobEntry* entry = find_job(message.job_id());
       if (on_step_report_) on_step_report_();
-      if (entry && entry->job.state() == v1::RUNNING) record_step(*entry, message.step());
+      if (entry && entry->job.state() == v1::RUNNING &&
+          message.step().attempt() == entry->job.attempts() - 1) {
+        record_step(*entry, message.step());
+      }
     } else if (message.has_result()) {
       record_result(worker, message.result());
     }

@@ -44,7 +44,15 @@ struct CoordinatorOptions {
 //     reaper records an incident naming the waiting ranks, the collective they wait in and the
 //     ranks that have not joined it (or a desync), once per stall; --on-stall fail then fails the
 //     job with that text and cancels its ranks.
-// On start, jobs found RUNNING in the store are marked FAILED ("coordinator restarted").
+//  7. Restarts (DDP jobs with --max-restarts N): a lost worker, a failed rank or a stall under
+//     --on-stall fail sends the job back to PENDING instead of FAILED, while fewer than N restarts
+//     were made; its ranks are cancelled. Each Assignment carries the attempt number, echoed in
+//     step reports and results, so reports of a cancelled attempt are ignored. The next attempt
+//     runs with --resume auto (the latest checkpoint under --checkpoint-dir), at the job's world
+//     size, or at the largest size down to --min-world-size that idle workers and the global batch
+//     allow; a `restart` incident records why, the world sizes and the checkpoint step.
+// On start, jobs found RUNNING in the store are restarted the same way when restarts are left,
+// else marked FAILED ("coordinator restarted").
 //
 // Thread contract: gRPC calls handlers on its own threads; all state is guarded by mutex_.
 // Session streams are written under their own write mutex. A reaper thread enforces timeouts.
@@ -86,6 +94,9 @@ class CoordinatorService final : public v1::Coordinator::Service {
   void transition(JobEntry& job, v1::JobState to, const std::string& reason);
   void schedule();
   void fail_job(JobEntry& job, const std::string& reason);
+  // A DDP job with restarts left goes back to PENDING (its ranks cancelled) to resume from its
+  // latest checkpoint; any other job FAILS.
+  void fail_or_restart(JobEntry& job, const std::string& reason);
   void cancel_workers(JobEntry& job);
   void record_step(JobEntry& job, const v1::StepReport& step);
   // Stall watch: a rank's heartbeat progress, and the reaper's check (an incident, and the job

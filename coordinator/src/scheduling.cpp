@@ -8,8 +8,8 @@ bool transition_allowed(v1::JobState from, v1::JobState to) {
   switch (from) {
     case v1::PENDING:
       return to == v1::RUNNING || to == v1::FAILED || to == v1::CANCELLED;
-    case v1::RUNNING:
-      return to == v1::SUCCEEDED || to == v1::FAILED || to == v1::CANCELLED;
+    case v1::RUNNING:  // back to PENDING: an automatic restart
+      return to == v1::SUCCEEDED || to == v1::FAILED || to == v1::CANCELLED || to == v1::PENDING;
     default:
       return false;
   }
@@ -39,6 +39,12 @@ std::optional<Placement> place_next(const std::vector<PendingJob>& pending_in_or
   for (const auto& worker : idle_workers) {
     if (offers(worker, next.backend)) placement.worker_ids.push_back(worker.worker_id);
     if (static_cast<int>(placement.worker_ids.size()) == next.world_size) return placement;
+  }
+  for (int size : next.fallback_sizes) {
+    if (size >= 1 && size <= static_cast<int>(placement.worker_ids.size())) {
+      placement.worker_ids.resize(size);
+      return placement;
+    }
   }
   return std::nullopt;
 }

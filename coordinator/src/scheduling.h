@@ -10,13 +10,16 @@
 namespace ddpd::coordinator {
 
 // Job lifecycle: PENDING → RUNNING → SUCCEEDED | FAILED | CANCELLED, plus PENDING → FAILED |
-// CANCELLED (never scheduled). Terminal states never change.
+// CANCELLED (never scheduled) and RUNNING → PENDING (an automatic restart). Terminal states never
+// change.
 bool transition_allowed(v1::JobState from, v1::JobState to);
 
 struct PendingJob {
   std::string job_id;
   int world_size = 1;
   std::string backend = "gloo";  // what every rank's worker must offer: gloo | nccl
+  // Smaller sizes the job may also start at, largest first (a restart's elastic shrink).
+  std::vector<int> fallback_sizes;
 };
 
 // The process-group backend a job needs: nccl for comm jobs on nccl and DDP jobs on cuda.
@@ -33,8 +36,8 @@ struct Placement {
 };
 
 // FIFO: only the oldest pending job may start (no overtaking, so a large job is not starved),
-// and it starts when at least world_size idle workers offer its backend; ranks follow
-// `idle_workers` order among those.
+// and it starts when at least world_size idle workers offer its backend (or, failing that, the
+// largest of its fallback sizes that fits); ranks follow `idle_workers` order among those.
 std::optional<Placement> place_next(const std::vector<PendingJob>& pending_in_order,
                                     const std::vector<IdleWorker>& idle_workers);
 

@@ -44,6 +44,8 @@ v1::DdpSpec to_proto(const DdpJobOptions& o) {
   s.set_checkpoint_every(o.checkpoint_every);
   s.set_keep_checkpoints(o.keep_checkpoints);
   s.set_resume(o.resume);
+  s.set_max_restarts(o.max_restarts);
+  s.set_min_world_size(o.min_world_size);
   s.set_straggler_threshold(o.straggler_threshold);
   return s;
 }
@@ -87,6 +89,8 @@ DdpJobOptions from_proto(const v1::DdpSpec& s) {
   if (s.has_checkpoint_every()) o.checkpoint_every = s.checkpoint_every();
   if (s.has_keep_checkpoints()) o.keep_checkpoints = s.keep_checkpoints();
   o.resume = s.resume();
+  if (s.has_max_restarts()) o.max_restarts = s.max_restarts();
+  if (s.has_min_world_size()) o.min_world_size = s.min_world_size();
   if (s.has_straggler_threshold()) o.straggler_threshold = s.straggler_threshold();
   return o;
 }
@@ -176,6 +180,8 @@ std::string proto_field(const std::string& flag) {
       {"--checkpoint-every", "checkpoint_every"},
       {"--keep-checkpoints", "keep_checkpoints"},
       {"--resume", "resume"},
+      {"--max-restarts", "max_restarts"},
+      {"--min-world-size", "min_world_size"},
       {"--straggler-threshold", "straggler_threshold"},
       {"--collective", "collectives"},
       {"--sizes", "sizes_bytes"},

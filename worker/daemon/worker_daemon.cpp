@@ -143,6 +143,7 @@ struct WorkerDaemon::Impl {
     auto* result = done.mutable_result();
     result->set_job_id(a.job_id());
     result->set_rank(a.rank());
+    result->set_attempt(a.attempt());
     try {
       if (a.spec().has_comm()) {
         result->set_result_json(run_comm_job(a));
@@ -185,6 +186,7 @@ struct WorkerDaemon::Impl {
           v1::WorkerMessage step;
           step.set_job_id(a.job_id());
           *step.mutable_step() = to_report(m, a.rank());
+          step.mutable_step()->set_attempt(a.attempt());
           writer.write(step);
         },
         [&] { return cancelled.load(); });

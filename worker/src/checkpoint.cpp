@@ -176,6 +176,10 @@ void commit_checkpoint(const std::string& tmp_dir, const std::string& final_dir,
 }
 
 std::string resolve_resume(const std::string& resume, const std::string& checkpoint_dir) {
+  if (resume == "auto") {
+    if (!fs::exists(fs::path(checkpoint_dir) / "latest")) return "";
+    return resolve_resume(checkpoint_dir, checkpoint_dir);
+  }
   fs::path dir = resume == "latest" ? fs::path(checkpoint_dir) : fs::path(resume);
   if (resume == "latest" && checkpoint_dir.empty()) {
     throw std::runtime_error("--resume latest needs --checkpoint-dir");

@@ -47,8 +47,8 @@ void commit_checkpoint(const std::string& tmp_dir, const std::string& final_dir,
                        nlohmann::json header, int world_size, int keep);
 
 // The checkpoint directory `--resume` names: DIR/step-N as is; DIR (holding `latest`) or
-// "latest" (under `checkpoint_dir`) through the pointer. Throws std::runtime_error naming the
-// path when there is none.
+// "latest" (under `checkpoint_dir`) through the pointer; "auto" as "latest", or "" (start afresh)
+// when there is no checkpoint yet. Throws std::runtime_error naming the path when there is none.
 std::string resolve_resume(const std::string& resume, const std::string& checkpoint_dir);
 
 // Reads a committed checkpoint. Files are checked for their recorded size when opened and for

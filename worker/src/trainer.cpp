@@ -261,8 +261,10 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
     fs::remove(probe, ec);
   }
   std::optional<detail::CheckpointReader> resumed;
-  if (!options.resume.empty()) {
-    resumed.emplace(detail::resolve_resume(options.resume, options.checkpoint_dir));
+  const std::string resume_from =
+      options.resume.empty() ? "" : detail::resolve_resume(options.resume, options.checkpoint_dir);
+  if (!resume_from.empty()) {
+    resumed.emplace(resume_from);
     m.load_parameters(*resumed);  // on every rank, before the synchroniser shards or broadcasts
   }
   SyncOptions sync_options;

@@ -104,7 +104,14 @@ struct DdpJobOptions {
   int64_t keep_checkpoints = 0;
   // Continue from DIR/step-N, from DIR's `latest`, or "latest" under checkpoint_dir. --steps stays
   // the job's total: resuming step 4 with --steps 8 trains steps 5-8.
+  // "auto": the latest checkpoint under checkpoint_dir if there is one, else the start (what an
+  // automatic restart runs with).
   std::string resume;
+  // Daemon jobs: restart the job from its latest checkpoint after a lost rank, a failed rank or
+  // a stall under --on-stall fail, at most this many times; a restart may shrink the job to
+  // min_world_size ranks when too few workers are idle (0: the job's world size, no shrink).
+  int max_restarts = 0;
+  int min_world_size = 0;
 
   // The preset with the overrides applied.
   ModelConfig resolved_model() const;

@@ -1,0 +1,131 @@
+// Jobs that survive, against real daemons: a worker killed mid-job (--inject exit kills the worker
+// daemon itself) and a coordinator restarted mid-job. The coordinator restarts the job from its
+// latest checkpoint; the job SUCCEEDS, its history shows the restart, and its final checkpoint is
+// byte-for-byte the one an uninterrupted standalone run resumed from the same checkpoint writes.
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "e2e/cluster.h"
+
+namespace ddpd::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+nlohmann::json wait_for_end(Cluster& cluster, const std::string& job) {
+  nlohmann::json shown;
+  cluster.wait_until(
+      [&] {
+        shown = cluster.show(job);
+        return shown["state"] != "RUNNING" && shown["state"] != "PENDING";
+      },
+      std::chrono::seconds(120));
+  return shown;
+}
+
+std::vector<nlohmann::json> events_of(const nlohmann::json& shown, const std::string& kind) {
+  std::vector<nlohmann::json> out;
+  for (const auto& e : shown["events"]) {
+    if (e["kind"] == kind) out.push_back(e);
+  }
+  return out;
+}
+
+TEST(Restart, AKilledWorkerIsReplacedAndTheJobResumesFromItsCheckpoint) {
+  Cluster cluster(3, "restart-exit");
+  const std::string dir = temp_dir() + "/restart-exit-ckpt";
+  fs::remove_all(dir);
+  const std::vector<std::string> common{"--batch",   "6", "--context",  "16",      "--steps", "8",
+                                        "--threads", "1", "--strategy", "bucketed"};
+  std::vector<std::string> flags{"--world-size",       "2",
+                                 "--checkpoint-dir",   dir,
+                                 "--checkpoint-every", "2",
+                                 "--max-restarts",     "1",
+                                 "--inject",           "exit:rank=1,step=5"};
+  flags.insert(flags.end(), common.begin(), common.end());
+  const std::string job = cluster.submit(flags);
+  const auto shown = wait_for_end(cluster, job);
+  ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
+  const auto restarts = events_of(shown, "restart");
+  ASSERT_EQ(restarts.size(), 1u) << shown["events"].dump();
+  const std::string message = restarts[0]["message"];
+  EXPECT_NE(message.find("restart 1 of 1 after: worker "), std::string::npos) << message;
+  EXPECT_NE(message.find("(rank 1) lost"), std::string::npos) << message;
+  EXPECT_NE(message.find("world size 2 → 2, resuming step-4"), std::string::npos) << message;
+  // The history: RUNNING, back to PENDING ("restarting after: …"), RUNNING, SUCCEEDED.
+  std::vector<std::string> states;
+  for (const auto& t : shown["history"]) states.push_back(t["state"]);
+  EXPECT_EQ(states,
+            (std::vector<std::string>{"PENDING", "RUNNING", "PENDING", "RUNNING", "SUCCEEDED"}));
+  // Every step 0-7 has a record; 4 and beyond come from the second attempt.
+  std::set<int> steps;
+  for (const auto& s : shown["rank_steps"]) steps.insert(s["step"].get<int>());
+  EXPECT_EQ(steps.size(), 8u);
+
+  // Uninterrupted from the same checkpoint, standalone: the final checkpoints are identical.
+  const std::string reference = temp_dir() + "/restart-exit-reference";
+  fs::remove_all(reference);
+  std::vector<std::string> argv{
+      bin("ddpd-train"),    "--resume", dir + "/step-000004", "--checkpoint-dir", reference,
+      "--checkpoint-every", "4"};
+  argv.insert(argv.end(), common.begin(), common.end());
+  const auto outcomes = run_ranks(argv, 2, std::chrono::seconds(120));
+  for (const auto& o : outcomes) ASSERT_EQ(o.exit_code, 0) << o.err;
+  for (const std::string file : {"rank-0.bin", "rank-1.bin"}) {
+    const std::string a = read_file(dir + "/step-000008/" + file);
+    const std::string b = read_file(reference + "/step-000008/" + file);
+    ASSERT_FALSE(a.empty()) << file;
+    EXPECT_TRUE(a == b) << file << " differs from the uninterrupted run's";
+  }
+}
+
+TEST(Restart, TooFewWorkersLeftShrinksToTheMinimumWorldSize) {
+  Cluster cluster(2, "restart-shrink");
+  const std::string dir = temp_dir() + "/restart-shrink-ckpt";
+  fs::remove_all(dir);
+  const std::string job =
+      cluster.submit({"--world-size", "2", "--batch", "6", "--steps", "8", "--checkpoint-dir", dir,
+                      "--checkpoint-every", "2", "--max-restarts", "1", "--min-world-size", "1",
+                      "--inject", "exit:rank=1,step=3"});
+  const auto shown = wait_for_end(cluster, job);
+  ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
+  const auto restarts = events_of(shown, "restart");
+  ASSERT_EQ(restarts.size(), 1u) << shown["events"].dump();
+  EXPECT_NE(restarts[0]["message"].get<std::string>().find("world size 2 → 1, resuming step-2"),
+            std::string::npos)
+      << restarts[0]["message"];
+  EXPECT_EQ(shown["workers"].size(), 1u);
+}
+
+TEST(Restart, ACoordinatorRestartMidJobRestartsItInsteadOfFailingIt) {
+  Cluster cluster(2, "restart-coordinator");
+  const std::string dir = temp_dir() + "/restart-coordinator-ckpt";
+  fs::remove_all(dir);
+  const std::string job =
+      cluster.submit({"--world-size", "2", "--batch", "6", "--steps", "60", "--checkpoint-dir", dir,
+                      "--checkpoint-every", "5", "--max-restarts", "1"});
+  ASSERT_TRUE(
+      cluster.wait_until([&] { return fs::exists(dir + "/latest"); }, std::chrono::seconds(60)));
+  cluster.stop_coordinator();
+  cluster.start_coordinator();
+  ASSERT_TRUE(cluster.wait_until([&] { return cluster.ctl({"list"}).exit_code == 0; },
+                                 std::chrono::seconds(30)));
+  const auto shown = wait_for_end(cluster, job);
+  ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump() << cluster.coordinator_log();
+  const auto restarts = events_of(shown, "restart");
+  ASSERT_EQ(restarts.size(), 1u) << shown["events"].dump();
+  EXPECT_NE(restarts[0]["message"].get<std::string>().find("after: coordinator restarted"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace ddpd::testing
