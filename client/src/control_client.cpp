@@ -46,11 +46,12 @@ void ControlClient::prepare(grpc::ClientContext& context) const {
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
 }
 
-v1::Job ControlClient::submit(const v1::JobSpec& spec) {
+v1::Job ControlClient::submit(const v1::JobSpec& spec, const std::string& resumes_job_id) {
   grpc::ClientContext context;
   prepare(context);
   v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;
+  request.set_resumes_job_id(resumes_job_id);
   v1::Job reply;
   check(stub_->SubmitJob(&context, request, &reply));
   return reply;

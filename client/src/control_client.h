@@ -32,7 +32,8 @@ class ControlClient {
  public:
   explicit ControlClient(const ConnectionOptions& options);
 
-  v1::Job submit(const v1::JobSpec& spec);
+  // `resumes_job_id`: the job whose checkpoint this one continues (ddpctl resume), or empty.
+  v1::Job submit(const v1::JobSpec& spec, const std::string& resumes_job_id = "");
   v1::GetJobReply get(const std::string& job_id, bool with_steps);
   v1::ListJobsReply list();
   v1::Job cancel(const std::string& job_id);

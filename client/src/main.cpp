@@ -196,6 +196,16 @@ int main(int argc, char** argv) {
   show->add_option("--trace", trace_path,
                    "Write a per-rank timeline (Chrome trace JSON: open in ui.perfetto.dev or "
                    "chrome://tracing) and print how much communication overlapped backward");
+  auto* resume = app.add_subcommand(
+      "resume", "Submit a job that continues JOB's latest checkpoint (docs/checkpoints.md)");
+  resume->add_option("job", job_id, "Job id")->required();
+  int resume_world = 0;
+  std::string resume_strategy;
+  int64_t resume_steps = 0;
+  resume->add_option("--world-size", resume_world, "World size (default: JOB's)");
+  resume->add_option("--strategy", resume_strategy, "Strategy (default: JOB's)");
+  resume->add_option("--steps", resume_steps, "Total steps (default: JOB's)");
+  resume->add_flag("--watch", submit_watch, "Follow the job until it ends");
   auto* diagnose = app.add_subcommand(
       "diagnose", "One row per rank: state, phase, step, collective progress, compute score");
   diagnose->add_option("job", job_id, "Job id")->required();
@@ -328,6 +338,24 @@ int main(int argc, char** argv) {
       } else {
         std::cout << client::job_summary(reply);
       }
+    } else if (resume->parsed()) {
+      const v1::Job old = control.get(job_id, false).job();
+      if (!old.spec().has_ddp() || old.spec().ddp().checkpoint_dir().empty()) {
+        throw OptionError("job",
+                          job_id + " is not a DDP job with --checkpoint-dir: nothing to resume");
+      }
+      v1::JobSpec spec = old.spec();
+      auto* ddp = spec.mutable_ddp();
+      ddp->set_resume(ddp->checkpoint_dir());  // its `latest`, read by the ranks at start
+      ddp->clear_inject();
+      if (resume_world > 0) spec.set_world_size(resume_world);
+      if (!resume_strategy.empty()) ddp->set_strategy(resume_strategy);
+      if (resume_steps > 0) ddp->set_steps(resume_steps);
+      validate_spec(spec);
+      const v1::Job submitted = control.submit(spec, job_id);
+      std::cout << submitted.job_id() << std::endl;
+      if (!submit_watch) return 0;
+      return follow(control, submitted.job_id()) == v1::SUCCEEDED ? 0 : 1;
     } else if (diagnose->parsed()) {
       const auto reply = control.get(job_id, false);
       const double now =

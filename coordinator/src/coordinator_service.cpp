@@ -591,6 +591,13 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
     return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
   }
   std::lock_guard<std::mutex> lock(mutex_);
+  JobEntry* resumed = nullptr;
+  if (!request->resumes_job_id().empty()) {
+    resumed = find_job(request->resumes_job_id());
+    if (!resumed) {
+      return {grpc::StatusCode::NOT_FOUND, "resumes_job_id: no job " + request->resumes_job_id()};
+    }
+  }
   auto entry = std::make_unique<JobEntry>();
   entry->sequence = next_sequence_++;
   entry->job.set_job_id(job_id_for(entry->sequence));
@@ -599,7 +606,8 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
   v1::StateTransition t;
   t.set_state(v1::PENDING);
   t.set_unix_time(unix_now());
-  t.set_reason("submitted");
+  t.set_reason(resumed ? "submitted: resumes " + resumed->job.job_id() + "'s latest checkpoint"
+                       : "submitted");
   *entry->job.add_history() = t;
   *entry->events.emplace_back().mutable_transition() = t;
   store_->save_job(entry->job, entry->sequence);
@@ -607,6 +615,12 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
   const std::string id = entry->job.job_id();
   job_order_.push_back(id);
   jobs_[id] = std::move(entry);
+  if (resumed) {
+    // Both histories name the link: this job's submission, and an event on the resumed one.
+    record_incident(
+        *resumed, "resumed", -1,
+        "resumed as " + id + " (world size " + std::to_string(request->spec().world_size()) + ")");
+  }
   spdlog::info("job={} submitted (world size {})", id, request->spec().world_size());
   schedule();
   *reply = jobs_[id]->job;

@@ -127,5 +127,34 @@ TEST(Restart, ACoordinatorRestartMidJobRestartsItInsteadOfFailingIt) {
             std::string::npos);
 }
 
+// ddpctl resume continues a finished job's checkpoint as a new job at another world size and
+// strategy; both histories name the link.
+TEST(Resume, DdpctlResumeContinuesAtAnotherWorldSizeAndStrategy) {
+  Cluster cluster(3, "resume-cli");
+  const std::string dir = temp_dir() + "/resume-cli-ckpt";
+  fs::remove_all(dir);
+  const std::string first =
+      cluster.submit({"--world-size", "2", "--batch", "6", "--steps", "4", "--strategy", "fsdp",
+                      "--checkpoint-dir", dir, "--checkpoint-every", "2"});
+  ASSERT_EQ(wait_for_end(cluster, first)["state"], "SUCCEEDED");
+  const auto o =
+      cluster.ctl({"resume", first, "--world-size", "3", "--strategy", "bucketed", "--steps", "8"});
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const std::string second = o.out.substr(0, o.out.find('\n'));
+  const auto shown = wait_for_end(cluster, second);
+  ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
+  EXPECT_EQ(shown["world_size"], 3);
+  EXPECT_NE(shown["history"][0]["reason"].get<std::string>().find("resumes " + first),
+            std::string::npos);
+  std::set<int> steps;
+  for (const auto& s : shown["rank_steps"]) steps.insert(s["step"].get<int>());
+  EXPECT_EQ(steps, (std::set<int>{4, 5, 6, 7})) << "steps 5-8 only";
+  const auto resumed = events_of(cluster.show(first), "resumed");
+  ASSERT_EQ(resumed.size(), 1u);
+  EXPECT_NE(resumed[0]["message"].get<std::string>().find("resumed as " + second),
+            std::string::npos);
+  EXPECT_TRUE(fs::exists(dir + "/step-000008/metadata.json"));
+}
+
 }  // namespace
 }  // namespace ddpd::testing

@@ -377,7 +377,10 @@ double Trainer::Impl::save_checkpoint(int64_t steps_done) {
   detail::CheckpointShardWriter writer(tmp, rank);
   const auto held = sync->optimizer_parameters();
   auto& state = local_optimizer().state();
-  size_t index = 0, replicated = 0;
+  size_t index = 0;
+  // Replicated tensors are written once: each parameter (with its plain-AdamW state) by the rank
+  // with the fewest bytes assigned so far, the same greedy choice on every rank.
+  std::vector<int64_t> assigned_bytes(world, 0);
   const bool sharded_params = options.strategy == "fsdp" && world > 1;
   const auto named = named_unique_parameters(*model);
   for (size_t i = 0; i < named.size(); ++i) {
@@ -386,8 +389,10 @@ double Trainer::Impl::save_checkpoint(int64_t steps_done) {
     const torch::Tensor* shard = trainable ? &held.at(index++) : nullptr;
     const auto& shape = parameter_shapes.at(i).second;
     const int64_t numel = c10::multiply_integers(shape);
-    // Replicated tensors are written once, spread over the ranks round-robin.
-    const bool my_turn = static_cast<int>(replicated++ % world) == rank;
+    const int writing_rank = static_cast<int>(
+        std::min_element(assigned_bytes.begin(), assigned_bytes.end()) - assigned_bytes.begin());
+    assigned_bytes[writing_rank] += numel * ((shard && !sharded) ? 3 : 1);
+    const bool my_turn = writing_rank == rank;
     if (sharded_params && shard) {
       const Range range = held_range(numel);
       writer.add("param/" + pname, shape,
