@@ -124,6 +124,7 @@ nlohmann::json job_json(const v1::GetJobReply& reply) {
   if (!job.error().empty()) out["error"] = job.error();
   if (!job.pending_reason().empty()) out["pending_reason"] = job.pending_reason();
   out["world_size"] = job.spec().world_size();
+  out["attempts"] = job.attempts();
   out["workers"] = std::vector<std::string>(job.worker_ids().begin(), job.worker_ids().end());
   auto& history = out["history"] = nlohmann::json::array();
   for (const auto& t : job.history()) {
@@ -142,6 +143,8 @@ nlohmann::json job_json(const v1::GetJobReply& reply) {
   for (const auto& s : reply.steps()) {
     ranks.push_back({{"rank", s.rank()},
                      {"step", s.step()},
+                     {"attempt", s.attempt()},
+                     {"checkpoint_seconds", s.checkpoint_seconds()},
                      {"loss", s.loss()},
                      {"step_seconds", s.step_seconds()},
                      {"forward_seconds", s.forward_seconds()},
@@ -186,6 +189,9 @@ std::string job_summary(const v1::GetJobReply& reply) {
         << "  " << t.reason() << "\n";
   }
   if (!job.pending_reason().empty()) out << "  pending: " << job.pending_reason() << "\n";
+  if (job.attempts() > 1) {
+    out << "  attempts: " << job.attempts() << " (restart events below)\n";
+  }
   for (const auto& i : job.incidents()) {
     out << "  " << clock_time(i.unix_time()) << "  " << format("%-9s", i.kind().c_str()) << "  "
         << i.message() << "\n";

@@ -89,6 +89,19 @@ class Cluster {
 
   nlohmann::json show(const std::string& job) { return ctl_json({"show", job, "--json"}); }
 
+  // Polls `show --json` until the job has ended (or `timeout`); returns the last one seen.
+  nlohmann::json wait_for_end(const std::string& job,
+                              std::chrono::seconds timeout = std::chrono::seconds(120)) {
+    nlohmann::json shown;
+    wait_until(
+        [&] {
+          shown = show(job);
+          return shown["state"] != "RUNNING" && shown["state"] != "PENDING";
+        },
+        timeout);
+    return shown;
+  }
+
   // A ddpctl command that prints JSON, parsed.
   nlohmann::json ctl_json(std::vector<std::string> args) {
     auto o = ctl(std::move(args));

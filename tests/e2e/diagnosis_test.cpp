@@ -25,17 +25,6 @@ double fault_time(Cluster& cluster, int workers) {
   return 0;
 }
 
-nlohmann::json wait_for_end(Cluster& cluster, const std::string& job) {
-  nlohmann::json shown;
-  cluster.wait_until(
-      [&] {
-        shown = cluster.show(job);
-        return shown["state"] != "RUNNING" && shown["state"] != "PENDING";
-      },
-      std::chrono::seconds(90));
-  return shown;
-}
-
 std::vector<std::string> job_flags(const std::string& inject, const std::string& steps = "2000") {
   return {"--world-size", "3",    "--batch",         "6", "--steps",   steps,
           "--inject",     inject, "--stall-seconds", "5", "--timeout", "60"};
@@ -48,7 +37,7 @@ TEST_P(StallDiagnosis, HangInComputeIsNamedWithTheCollectiveTheOthersWaitIn) {
   Cluster cluster(3, "stall" + std::to_string(hung));
   const std::string job =
       cluster.submit(job_flags("hang:rank=" + std::to_string(hung) + ",step=3"));
-  const auto shown = wait_for_end(cluster, job);
+  const auto shown = cluster.wait_for_end(job);
   ASSERT_EQ(shown["state"], "FAILED") << shown.dump();
   const double fault_at = fault_time(cluster, 3);
   ASSERT_GT(fault_at, 0) << "the hang never fired";
@@ -104,7 +93,7 @@ TEST(StallDiagnosis, WarnRecordsTheIncidentOnceAndTheJobGoesOn) {
   auto flags = job_flags("hang:rank=1,step=2,seconds=8", "6");
   flags.insert(flags.end(), {"--on-stall", "warn"});
   const std::string job = cluster.submit(flags);
-  const auto shown = wait_for_end(cluster, job);
+  const auto shown = cluster.wait_for_end(job);
   EXPECT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
   ASSERT_EQ(shown["events"].size(), 1u) << "one incident per stall episode: " << shown.dump();
   EXPECT_NE(shown["events"][0]["message"].get<std::string>().find("rank 1 has not joined it"),
@@ -114,7 +103,7 @@ TEST(StallDiagnosis, WarnRecordsTheIncidentOnceAndTheJobGoesOn) {
 TEST(ExitDiagnosis, ExitOfRankZeroNamesItAndTheOthersReturnToIdle) {
   Cluster cluster(3, "exit0");
   const std::string job = cluster.submit(job_flags("exit:rank=0,step=3"));
-  const auto shown = wait_for_end(cluster, job);
+  const auto shown = cluster.wait_for_end(job);
   ASSERT_EQ(shown["state"], "FAILED") << shown.dump();
   const double detected_after =
       shown["history"].back()["unix_time"].get<double>() - fault_time(cluster, 3);
@@ -134,7 +123,7 @@ TEST(DesyncDiagnosis, SkippedCollectiveIsNamedWithBothSides) {
   auto flags = job_flags("skip-collective:rank=1,step=3");
   flags.insert(flags.end(), {"--check-collectives", "--strategy", "flat"});
   const std::string job = cluster.submit(flags);
-  const auto shown = wait_for_end(cluster, job);
+  const auto shown = cluster.wait_for_end(job);
   ASSERT_EQ(shown["state"], "FAILED") << shown.dump();
   const double detected_after =
       shown["history"].back()["unix_time"].get<double>() - fault_time(cluster, 3);
@@ -179,10 +168,10 @@ TEST(PendingReason, FollowsTheWorkersAsTheyRegister) {
       std::chrono::seconds(30)));
   EXPECT_NE(cluster.ctl({"list"}).out.find("waiting for 3 idle workers"), std::string::npos);
   cluster.start_worker(2);
-  const auto done = wait_for_end(cluster, job);
+  const auto done = cluster.wait_for_end(job);
   EXPECT_EQ(done["state"], "SUCCEEDED") << done.dump();
   EXPECT_FALSE(done.contains("pending_reason"));
-  EXPECT_EQ(wait_for_end(cluster, behind)["state"], "SUCCEEDED");
+  EXPECT_EQ(cluster.wait_for_end(behind)["state"], "SUCCEEDED");
 }
 
 // A rank made slow (compute x3 from step 3) is named once as a straggler; the healthy ranks,
@@ -207,7 +196,7 @@ TEST(StragglerDiagnosis, SlowRankIsNamedOnceAndTheHealthyRanksAreNot) {
       },
       std::chrono::seconds(60)))
       << live.dump();
-  const auto shown = wait_for_end(cluster, job);
+  const auto shown = cluster.wait_for_end(job);
   ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
   ASSERT_EQ(shown["events"].size(), 1u) << shown["events"].dump();
   const auto& event = shown["events"][0];

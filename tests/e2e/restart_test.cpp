@@ -21,17 +21,6 @@ std::string read_file(const std::string& path) {
   return out.str();
 }
 
-nlohmann::json wait_for_end(Cluster& cluster, const std::string& job) {
-  nlohmann::json shown;
-  cluster.wait_until(
-      [&] {
-        shown = cluster.show(job);
-        return shown["state"] != "RUNNING" && shown["state"] != "PENDING";
-      },
-      std::chrono::seconds(120));
-  return shown;
-}
-
 std::vector<nlohmann::json> events_of(const nlohmann::json& shown, const std::string& kind) {
   std::vector<nlohmann::json> out;
   for (const auto& e : shown["events"]) {
@@ -53,7 +42,7 @@ TEST(Restart, AKilledWorkerIsReplacedAndTheJobResumesFromItsCheckpoint) {
                                  "--inject",           "exit:rank=1,step=5"};
   flags.insert(flags.end(), common.begin(), common.end());
   const std::string job = cluster.submit(flags);
-  const auto shown = wait_for_end(cluster, job);
+  const auto shown = cluster.wait_for_end(job);
   ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
   const auto restarts = events_of(shown, "restart");
   ASSERT_EQ(restarts.size(), 1u) << shown["events"].dump();
@@ -67,8 +56,12 @@ TEST(Restart, AKilledWorkerIsReplacedAndTheJobResumesFromItsCheckpoint) {
   EXPECT_EQ(states,
             (std::vector<std::string>{"PENDING", "RUNNING", "PENDING", "RUNNING", "SUCCEEDED"}));
   // Every step 0-7 has a record; 4 and beyond come from the second attempt.
+  EXPECT_EQ(shown["attempts"], 2);
   std::set<int> steps;
-  for (const auto& s : shown["rank_steps"]) steps.insert(s["step"].get<int>());
+  for (const auto& s : shown["rank_steps"]) {
+    steps.insert(s["step"].get<int>());
+    EXPECT_EQ(s["attempt"], s["step"].get<int>() >= 4 ? 1 : 0) << s.dump();
+  }
   EXPECT_EQ(steps.size(), 8u);
 
   // Uninterrupted from the same checkpoint, standalone: the final checkpoints are identical.
@@ -96,7 +89,7 @@ TEST(Restart, TooFewWorkersLeftShrinksToTheMinimumWorldSize) {
       cluster.submit({"--world-size", "2", "--batch", "6", "--steps", "8", "--checkpoint-dir", dir,
                       "--checkpoint-every", "2", "--max-restarts", "1", "--min-world-size", "1",
                       "--inject", "exit:rank=1,step=3"});
-  const auto shown = wait_for_end(cluster, job);
+  const auto shown = cluster.wait_for_end(job);
   ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
   const auto restarts = events_of(shown, "restart");
   ASSERT_EQ(restarts.size(), 1u) << shown["events"].dump();
@@ -119,7 +112,7 @@ TEST(Restart, ACoordinatorRestartMidJobRestartsItInsteadOfFailingIt) {
   cluster.start_coordinator();
   ASSERT_TRUE(cluster.wait_until([&] { return cluster.ctl({"list"}).exit_code == 0; },
                                  std::chrono::seconds(30)));
-  const auto shown = wait_for_end(cluster, job);
+  const auto shown = cluster.wait_for_end(job);
   ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump() << cluster.coordinator_log();
   const auto restarts = events_of(shown, "restart");
   ASSERT_EQ(restarts.size(), 1u) << shown["events"].dump();
@@ -136,12 +129,12 @@ TEST(Resume, DdpctlResumeContinuesAtAnotherWorldSizeAndStrategy) {
   const std::string first =
       cluster.submit({"--world-size", "2", "--batch", "6", "--steps", "4", "--strategy", "fsdp",
                       "--checkpoint-dir", dir, "--checkpoint-every", "2"});
-  ASSERT_EQ(wait_for_end(cluster, first)["state"], "SUCCEEDED");
+  ASSERT_EQ(cluster.wait_for_end(first)["state"], "SUCCEEDED");
   const auto o =
       cluster.ctl({"resume", first, "--world-size", "3", "--strategy", "bucketed", "--steps", "8"});
   ASSERT_EQ(o.exit_code, 0) << o.err;
   const std::string second = o.out.substr(0, o.out.find('\n'));
-  const auto shown = wait_for_end(cluster, second);
+  const auto shown = cluster.wait_for_end(second);
   ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
   EXPECT_EQ(shown["world_size"], 3);
   EXPECT_NE(shown["history"][0]["reason"].get<std::string>().find("resumes " + first),

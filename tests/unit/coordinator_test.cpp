@@ -19,7 +19,7 @@ TEST(StateMachine, OnlyTheSpecifiedTransitions) {
   EXPECT_TRUE(transition_allowed(v1::RUNNING, v1::FAILED));
   EXPECT_TRUE(transition_allowed(v1::RUNNING, v1::CANCELLED));
   EXPECT_FALSE(transition_allowed(v1::PENDING, v1::SUCCEEDED));
-  EXPECT_FALSE(transition_allowed(v1::RUNNING, v1::PENDING));
+  EXPECT_TRUE(transition_allowed(v1::RUNNING, v1::PENDING));  // an automatic restart
   for (auto terminal : {v1::SUCCEEDED, v1::FAILED, v1::CANCELLED}) {
     for (auto to : {v1::PENDING, v1::RUNNING, v1::SUCCEEDED, v1::FAILED, v1::CANCELLED}) {
       EXPECT_FALSE(transition_allowed(terminal, to));
@@ -41,6 +41,18 @@ TEST(Scheduler, OldestJobFirstAndNoOvertaking) {
   EXPECT_EQ(placed->job_id, "a");
   EXPECT_EQ(placed->worker_ids, (std::vector<std::string>{"w1", "w2", "w3"}));
   EXPECT_FALSE(place_next({}, gloo_workers({"w1"})));
+}
+
+// A restarting job may shrink to the largest fallback size the idle workers allow.
+TEST(Scheduler, ARestartShrinksToTheLargestFallbackSizeThatFits) {
+  const std::vector<PendingJob> pending{{"a", 4, "gloo", {3, 2, 1}}};
+  const auto three = place_next(pending, gloo_workers({"w1", "w2", "w3"}));
+  ASSERT_TRUE(three);
+  EXPECT_EQ(three->worker_ids, (std::vector<std::string>{"w1", "w2", "w3"}));
+  const auto one = place_next(pending, gloo_workers({"w1"}));
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->worker_ids.size(), 1u);
+  EXPECT_FALSE(place_next({{"b", 4, "gloo", {2}}}, gloo_workers({"w1"})));
 }
 
 // NCCL jobs (comm on nccl, DDP on cuda) go only to workers that offer nccl; a worker that
