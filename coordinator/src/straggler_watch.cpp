@@ -45,7 +45,14 @@ std::vector<StragglerFinding> StragglerWatch::add_step(int64_t step,
                     static_cast<long long>(step));
       started.push_back({static_cast<int>(r), scores_[r], text});
     }
-    in_episode_[r] = straggling;
+    // An episode ends only once the score is well clear of the threshold (halfway to 1), so a
+    // score hovering around it is one episode, not one per crossing.
+    const double recovered = threshold_ + (1.0 - threshold_) / 2;
+    if (straggling) {
+      in_episode_[r] = true;
+    } else if (scores_[r] >= recovered) {
+      in_episode_[r] = false;
+    }
   }
   return started;
 }

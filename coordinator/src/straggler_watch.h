@@ -2,7 +2,8 @@
 // time it was blocked on communication: without that subtraction the fast ranks, which wait in
 // all-reduce for the slow one, would look slow), over a sliding window of steps. A rank's score
 // is the fastest rank's median divided by its own; below the threshold it is a straggler,
-// reported once per episode (until its score recovers).
+// reported once per episode. The episode ends when the score recovers halfway from the threshold
+// to 1 (0.875 for 0.75), so a score that hovers around the threshold is reported once.
 #pragma once
 
 #include <cstdint>

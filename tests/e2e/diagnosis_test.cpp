@@ -174,13 +174,15 @@ TEST(PendingReason, FollowsTheWorkersAsTheyRegister) {
   EXPECT_EQ(cluster.wait_for_end(behind)["state"], "SUCCEEDED");
 }
 
-// A rank made slow (compute x3 from step 3) is named once as a straggler; the healthy ranks,
-// which wait for it in all-reduce, are not.
+// A rank made slow (compute x3 from step 3, a score near 0.33) is named once as a straggler; the
+// healthy ranks, which wait for it in all-reduce, are not. The threshold is 0.5 rather than the
+// default 0.75: ctest runs suites side by side on 2 cores, and that contention alone has scored a
+// healthy rank 0.68.
 TEST(StragglerDiagnosis, SlowRankIsNamedOnceAndTheHealthyRanksAreNot) {
   Cluster cluster(3, "straggler");
   const std::string job =
       cluster.submit({"--world-size", "3", "--batch", "6", "--context", "64", "--steps", "30",
-                      "--inject", "slow:rank=1,step=3,factor=3"});
+                      "--inject", "slow:rank=1,step=3,factor=3", "--straggler-threshold", "0.5"});
   // diagnose while it runs: live rows, every rank running with a phase and a step.
   nlohmann::json live;
   ASSERT_TRUE(cluster.wait_until(
@@ -211,9 +213,9 @@ TEST(StragglerDiagnosis, SlowRankIsNamedOnceAndTheHealthyRanksAreNot) {
     EXPECT_EQ(r["state"], "succeeded");
     const double score = r["compute_score"].get<double>();
     if (r["rank"] == 1) {
-      EXPECT_LT(score, 0.75) << ended.dump();
+      EXPECT_LT(score, 0.5) << ended.dump();
     } else {
-      EXPECT_GT(score, 0.75) << ended.dump();
+      EXPECT_GT(score, 0.5) << ended.dump();
     }
   }
   EXPECT_NE(cluster.ctl({"show", job}).out.find("compute score by rank:"), std::string::npos);
