@@ -23,6 +23,17 @@ namespace {
 
 using namespace ddpd;
 
+// Without --batch, the default global batch (8) is rounded up to a multiple of the world size, so
+// `--workers 3` runs as it reads instead of failing on 8 % 3; an explicit --batch is kept as given.
+void fit_default_batch(DdpJobOptions& options, const CLI::App& flags, int world_size) {
+  if (flags.count("--batch") > 0 || world_size < 1 || options.batch_size % world_size == 0) return;
+  const int64_t fitted = (options.batch_size + world_size - 1) / world_size * world_size;
+  std::fprintf(
+      stderr, "note: --batch %lld (the default %lld rounded up to a multiple of world size %d)\n",
+      static_cast<long long>(fitted), static_cast<long long>(options.batch_size), world_size);
+  options.batch_size = fitted;
+}
+
 v1::JobSpec ddp_spec(const DdpJobOptions& options, int world_size) {
   v1::JobSpec spec;
   spec.set_world_size(world_size);
@@ -300,12 +311,14 @@ int main(int argc, char** argv) {
           specs.push_back(comm_spec(local_comm_job, w));
         }
       } else {
+        fit_default_batch(local_job, *local_ddp, local_cluster.workers);
         specs.push_back(ddp_spec(local_job, local_cluster.workers));
       }
       return run_local(local_cluster, local_json, specs, local_plot, local_trace);
     }
     client::ControlClient control(connection);
     if (submit->parsed()) {
+      if (submit_ddp->parsed()) fit_default_batch(job, *submit_ddp, world_size);
       const v1::JobSpec spec =
           submit_comm->parsed() ? comm_spec(comm_job, world_size) : ddp_spec(job, world_size);
       validate_spec(spec);  // the coordinator checks again; fail fast here
