@@ -9,6 +9,7 @@
 
 #include <deque>
 #include <functional>
+#include <iterator>
 
 namespace ddpd {
 namespace {
@@ -22,7 +23,9 @@ using prometheus::Labels;
 const Histogram::BucketBoundaries kStepBuckets{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                                0.5,   1,      2.5,   5,    10,    30,   120};
 
-const char* const kPhases[] = {"forward", "backward", "optimizer", "comm", "exposed_comm"};
+const char* const kPhases[] = {"forward", "backward",     "optimizer",
+                               "comm",    "exposed_comm", "checkpoint"};
+constexpr int kPhaseCount = static_cast<int>(std::size(kPhases));
 const char* const kMemoryKinds[] = {"parameters", "gradients", "optimizer_state", "peak"};
 
 }  // namespace
@@ -42,7 +45,8 @@ struct WorkerMetrics::Impl {
           .Name("ddpd_step_phase_seconds")
           .Help(
               "Last step's time by phase: forward, backward, optimizer, comm (collectives' "
-              "span), exposed_comm (waiting on communication outside backward)")
+              "span), exposed_comm (waiting on communication outside backward), checkpoint (the "
+              "stall of a checkpoint saved after the step)")
           .Register(*registry);
   prometheus::Family<Counter>& phase_total =
       prometheus::BuildCounter()
@@ -107,8 +111,8 @@ struct WorkerMetrics::Impl {
     Labels labels;
     std::vector<std::function<void()>> removers;
     Histogram* step_duration = nullptr;
-    Gauge* phase[5] = {};
-    Counter* phase_total[5] = {};
+    Gauge* phase[kPhaseCount] = {};
+    Counter* phase_total[kPhaseCount] = {};
     Gauge *comm_fraction = nullptr, *loss = nullptr, *tokens = nullptr, *spread = nullptr;
     Counter* steps = nullptr;
   };
@@ -159,7 +163,7 @@ void WorkerMetrics::ddp_job_started(const std::string& job_id, int rank,
       "ddp", {{"job_id", job_id}, {"rank", std::to_string(rank)}, {"strategy", strategy}});
   Impl& m = *impl_;
   job.step_duration = m.add(job, m.step_duration, {}, kStepBuckets);
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < kPhaseCount; ++i) {
     job.phase[i] = m.add(job, m.phase, {{"phase", kPhases[i]}});
     job.phase_total[i] = m.add(job, m.phase_total, {{"phase", kPhases[i]}});
   }
@@ -178,9 +182,10 @@ void WorkerMetrics::record_step(const StepMetrics& s) {
   auto* job = impl_->current();
   if (!job || !job->step_duration) return;
   job->step_duration->Observe(s.step_seconds);
-  const double phases[5] = {s.forward_seconds, s.backward_seconds, s.optimizer_seconds,
-                            s.comm_seconds, s.exposed_comm_seconds};
-  for (int i = 0; i < 5; ++i) {
+  const double phases[kPhaseCount] = {s.forward_seconds,      s.backward_seconds,
+                                      s.optimizer_seconds,    s.comm_seconds,
+                                      s.exposed_comm_seconds, s.checkpoint_seconds};
+  for (int i = 0; i < kPhaseCount; ++i) {
     job->phase[i]->Set(phases[i]);
     job->phase_total[i]->Increment(phases[i]);
   }

@@ -19,8 +19,8 @@ struct WorkerMetricsOptions {
 
 // Series (labels job_id, rank, and strategy for training; no per-step labels):
 //   ddpd_step_duration_seconds            histogram of step times
-//   ddpd_step_phase_seconds{phase}        last step's forward, backward, optimizer, comm and
-//                                         exposed_comm time; ddpd_step_phase_seconds_total sums
+//   ddpd_step_phase_seconds{phase}        last step's forward, backward, optimizer, comm,
+//                                         exposed_comm and checkpoint time; …_total sums
 //   ddpd_comm_fraction, ddpd_loss, ddpd_tokens_per_second, ddpd_param_spread   last step's
 //   ddpd_steps_total                      steps finished
 //   ddpd_memory_bytes{kind, point}        parameters, gradients, optimizer_state, peak at
