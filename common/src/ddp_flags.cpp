@@ -76,6 +76,15 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
   app.add_option("--min-world-size", o.min_world_size,
                  "Daemon jobs: a restart may shrink the job to this many ranks (0: no shrink)")
       ->capture_default_str();
+  app.add_option("--lr-schedule", o.lr_schedule, "constant, cosine or linear (to --min-lr)")
+      ->capture_default_str();
+  app.add_option("--lr-warmup-steps", o.lr_warmup_steps, "Linear warm-up steps of the lr")
+      ->capture_default_str();
+  app.add_option("--min-lr", o.min_lr, "Where cosine and linear schedules end")
+      ->capture_default_str();
+  app.add_option("--clip-grad-norm", o.clip_grad_norm,
+                 "Clip the global gradient norm across ranks to X (0: off)")
+      ->capture_default_str();
   app.add_flag("--check-collectives", o.check_collectives,
                "Debug: before each collective, ranks compare its fingerprint (op, sequence "
                "number, size, dtype) and fail naming both sides when they differ");

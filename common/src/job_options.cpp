@@ -153,6 +153,11 @@ void validate(const DdpJobOptions& o, int world_size) {
   require((o.resume != "latest" && o.resume != "auto") || !o.checkpoint_dir.empty(), "--resume",
           "'" + o.resume + "' needs --checkpoint-dir");
   require(o.max_restarts >= 0, "--max-restarts", "must be >= 0");
+  require(o.lr_schedule == "constant" || o.lr_schedule == "cosine" || o.lr_schedule == "linear",
+          "--lr-schedule", "must be constant, cosine or linear, got '" + o.lr_schedule + "'");
+  require(o.lr_warmup_steps >= 0, "--lr-warmup-steps", "must be >= 0");
+  require(o.min_lr >= 0 && o.min_lr <= o.lr, "--min-lr", "must be in 0..--lr");
+  require(o.clip_grad_norm >= 0, "--clip-grad-norm", "must be >= 0 (0: no clipping)");
   require(o.min_world_size >= 0 && (world_size <= 0 || o.min_world_size <= world_size),
           "--min-world-size",
           "must be in 0..world size (" + std::to_string(world_size) + "), got " +
@@ -161,6 +166,19 @@ void validate(const DdpJobOptions& o, int world_size) {
           "must be in [0, 1) (0: never)");
   require(o.journal_size >= 1 && o.journal_size <= 1000000, "--journal-size",
           "must be in 1..1000000, got " + std::to_string(o.journal_size));
+}
+
+double learning_rate_at(const DdpJobOptions& o, int64_t step) {
+  if (step < o.lr_warmup_steps) {
+    return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.lr_warmup_steps);
+  }
+  if (o.lr_schedule == "constant") return o.lr;
+  const int64_t decay_steps = o.steps - o.lr_warmup_steps - 1;
+  const double progress =
+      decay_steps <= 0 ? 1.0
+                       : std::min(1.0, static_cast<double>(step - o.lr_warmup_steps) / decay_steps);
+  if (o.lr_schedule == "linear") return o.lr - (o.lr - o.min_lr) * progress;
+  return o.min_lr + (o.lr - o.min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 
 }  // namespace ddpd

@@ -18,20 +18,23 @@ nlohmann::json memory_json(const MemoryBytes& m) {
 nlohmann::json to_json(const TrainingResult& result) {
   nlohmann::json steps = nlohmann::json::array();
   for (const auto& s : result.steps) {
-    steps.push_back({{"step", s.step},
-                     {"loss", s.loss},
-                     {"step_seconds", s.step_seconds},
-                     {"forward_seconds", s.forward_seconds},
-                     {"backward_seconds", s.backward_seconds},
-                     {"optimizer_seconds", s.optimizer_seconds},
-                     {"comm_seconds", s.comm_seconds},
-                     {"exposed_comm_seconds", s.exposed_comm_seconds},
-                     {"comm_fraction", s.comm_fraction},
-                     {"tokens_per_second", s.tokens_per_second},
-                     {"gradient_sync_bytes", s.gradient_sync_bytes},
-                     {"checkpoint_seconds", s.checkpoint_seconds},
-                     {"param_spread",
-                      s.param_spread ? nlohmann::json(*s.param_spread) : nlohmann::json(nullptr)}});
+    steps.push_back(
+        {{"step", s.step},
+         {"loss", s.loss},
+         {"step_seconds", s.step_seconds},
+         {"forward_seconds", s.forward_seconds},
+         {"backward_seconds", s.backward_seconds},
+         {"optimizer_seconds", s.optimizer_seconds},
+         {"comm_seconds", s.comm_seconds},
+         {"exposed_comm_seconds", s.exposed_comm_seconds},
+         {"comm_fraction", s.comm_fraction},
+         {"tokens_per_second", s.tokens_per_second},
+         {"gradient_sync_bytes", s.gradient_sync_bytes},
+         {"checkpoint_seconds", s.checkpoint_seconds},
+         {"lr", s.lr},
+         {"grad_norm", s.grad_norm ? nlohmann::json(*s.grad_norm) : nlohmann::json(nullptr)},
+         {"param_spread",
+          s.param_spread ? nlohmann::json(*s.param_spread) : nlohmann::json(nullptr)}});
   }
   const auto& sum = result.summary;
   return {{"state", "SUCCEEDED"},

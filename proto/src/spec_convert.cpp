@@ -46,6 +46,10 @@ v1::DdpSpec to_proto(const DdpJobOptions& o) {
   s.set_resume(o.resume);
   s.set_max_restarts(o.max_restarts);
   s.set_min_world_size(o.min_world_size);
+  s.set_lr_schedule(o.lr_schedule);
+  s.set_lr_warmup_steps(o.lr_warmup_steps);
+  s.set_min_lr(o.min_lr);
+  s.set_clip_grad_norm(o.clip_grad_norm);
   s.set_straggler_threshold(o.straggler_threshold);
   return s;
 }
@@ -91,6 +95,10 @@ DdpJobOptions from_proto(const v1::DdpSpec& s) {
   o.resume = s.resume();
   if (s.has_max_restarts()) o.max_restarts = s.max_restarts();
   if (s.has_min_world_size()) o.min_world_size = s.min_world_size();
+  if (!s.lr_schedule().empty()) o.lr_schedule = s.lr_schedule();
+  if (s.has_lr_warmup_steps()) o.lr_warmup_steps = s.lr_warmup_steps();
+  if (s.has_min_lr()) o.min_lr = s.min_lr();
+  if (s.has_clip_grad_norm()) o.clip_grad_norm = s.clip_grad_norm();
   if (s.has_straggler_threshold()) o.straggler_threshold = s.straggler_threshold();
   return o;
 }
@@ -182,6 +190,10 @@ std::string proto_field(const std::string& flag) {
       {"--resume", "resume"},
       {"--max-restarts", "max_restarts"},
       {"--min-world-size", "min_world_size"},
+      {"--lr-schedule", "lr_schedule"},
+      {"--lr-warmup-steps", "lr_warmup_steps"},
+      {"--min-lr", "min_lr"},
+      {"--clip-grad-norm", "clip_grad_norm"},
       {"--straggler-threshold", "straggler_threshold"},
       {"--collective", "collectives"},
       {"--sizes", "sizes_bytes"},

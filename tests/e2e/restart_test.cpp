@@ -105,7 +105,7 @@ TEST(Restart, ACoordinatorRestartMidJobRestartsItInsteadOfFailingIt) {
   fs::remove_all(dir);
   const std::string job =
       cluster.submit({"--world-size", "2", "--batch", "6", "--steps", "60", "--checkpoint-dir", dir,
-                      "--checkpoint-every", "5", "--max-restarts", "1"});
+                      "--checkpoint-every", "5", "--keep-checkpoints", "2", "--max-restarts", "1"});
   ASSERT_TRUE(
       cluster.wait_until([&] { return fs::exists(dir + "/latest"); }, std::chrono::seconds(60)));
   cluster.stop_coordinator();

@@ -135,6 +135,59 @@ std::vector<Case> all_cases() {
 INSTANTIATE_TEST_SUITE_P(AllStrategies, StrategyEquivalence, ::testing::ValuesIn(all_cases()),
                          case_name);
 
+// --clip-grad-norm and a warmed-up cosine schedule: every strategy's global pre-clip norm equals
+// single-process training's at every step (fsdp sums its shards' squares across ranks, each
+// parameter once), the learning rates are the schedule's, and the clipped run ends where the
+// single-process clipped run does.
+class ClippingAndSchedule : public ::testing::TestWithParam<Case> {};
+
+std::vector<double> step_values(const std::string& prefix, const char* key) {
+  std::vector<double> out;
+  const nlohmann::json report = load_json(rank_file(prefix, 0, "json"));
+  for (const auto& s : report["result"]["steps"]) out.push_back(s[key].get<double>());
+  return out;
+}
+
+TEST_P(ClippingAndSchedule, NormsLearningRatesAndParametersMatchSingleProcess) {
+  const Case c = GetParam();
+  const std::vector<std::string> extra{"--clip-grad-norm",  "0.5", "--lr-schedule", "cosine",
+                                       "--lr-warmup-steps", "1",   "--min-lr",      "0.001"};
+  std::vector<std::string> args = training_flags(c.strategy);
+  args.insert(args.end(), extra.begin(), extra.end());
+  if (c.shard_optimizer) args.push_back("--shard-optimizer");
+  const std::string prefix = run_helper("clip-" + case_name({c, 0}), args, c.world);
+  const std::string& single = reference(extra);
+  const auto norms = step_values(prefix, "grad_norm"), expected = step_values(single, "grad_norm");
+  ASSERT_EQ(norms.size(), expected.size());
+  bool clipped = false;
+  for (size_t i = 0; i < norms.size(); ++i) {
+    EXPECT_NEAR(norms[i] / expected[i], 1.0, 1e-6)
+        << "step " << i << ": " << norms[i] << " vs " << expected[i];
+    clipped |= expected[i] > 0.5;
+  }
+  EXPECT_TRUE(clipped) << "max norm 0.5 never bit: the test would not see clipping";
+  const auto lrs = step_values(prefix, "lr");
+  EXPECT_DOUBLE_EQ(lrs.front(), 0.01);  // one warm-up step: lr * 1 / 1
+  EXPECT_DOUBLE_EQ(lrs.back(), 0.001);  // the cosine ends at --min-lr
+  EXPECT_EQ(lrs, step_values(single, "lr"));
+  EXPECT_LT(max_abs_diff(load_tensors(rank_file(single, 0, "final.pt")),
+                         load_tensors(rank_file(prefix, 0, "final.pt"))),
+            1e-4);
+}
+
+std::vector<Case> clipping_cases() {
+  std::vector<Case> cases;
+  for (const std::string s : {"naive", "flat", "overlap", "bucketed", "fsdp"}) {
+    cases.push_back({s, false, 2});
+  }
+  cases.push_back({"flat", true, 3});
+  cases.push_back({"fsdp", false, 3});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, ClippingAndSchedule, ::testing::ValuesIn(clipping_cases()),
+                         case_name);
+
 // Every rank journals the same collectives under the same sequence numbers (what matching
 // journals across ranks relies on), all completed; the ring keeps the last --journal-size.
 class CollectiveJournalAcrossRanks : public ::testing::TestWithParam<std::string> {};

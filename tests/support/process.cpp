@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -147,8 +148,7 @@ std::vector<ProcessOutcome> wait_all(std::vector<Running>& running, std::chrono:
 }  // namespace
 
 double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::string binary_dir() {
@@ -163,6 +163,17 @@ std::string temp_dir() {
   static const std::string dir = [] {
     std::string pattern = "/tmp/ddpd-test-XXXXXX";
     if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+    // Each test process's files (checkpoints, tensors, logs: up to hundreds of MB) go when it
+    // exits, or a full run fills the disk; DDPD_KEEP_TEST_DIRS=1 keeps them for a post-mortem.
+    const char* keep = std::getenv("DDPD_KEEP_TEST_DIRS");
+    if (!keep || std::string(keep) != "1") {
+      static std::string to_remove;
+      to_remove = pattern;
+      std::atexit([] {
+        std::error_code ec;
+        std::filesystem::remove_all(to_remove, ec);
+      });
+    }
     return pattern;
   }();
   return dir;

@@ -46,6 +46,42 @@ TEST(JobOptions, BadValuesNameTheirFlag) {
   o = {};
   o.precision = "fp8";
   EXPECT_EQ(flag_of_error(o, 1), "--precision");
+  o = {};
+  o.lr_schedule = "step";
+  EXPECT_EQ(flag_of_error(o, 1), "--lr-schedule");
+  o = {};
+  o.min_lr = 1.0;  // above --lr
+  EXPECT_EQ(flag_of_error(o, 1), "--min-lr");
+  o = {};
+  o.clip_grad_norm = -1;
+  EXPECT_EQ(flag_of_error(o, 1), "--clip-grad-norm");
+  o = {};
+  o.checkpoint_every = 2;  // without --checkpoint-dir
+  EXPECT_EQ(flag_of_error(o, 1), "--checkpoint-every");
+  o = {};
+  o.min_world_size = 3;
+  EXPECT_EQ(flag_of_error(o, 2), "--min-world-size");
+}
+
+// Warm-up from lr / W, then the schedule from lr to --min-lr, reached at the last step.
+TEST(JobOptions, LearningRateSchedules) {
+  DdpJobOptions o;
+  o.lr = 1.0;
+  o.min_lr = 0.1;
+  o.steps = 12;
+  o.lr_warmup_steps = 2;
+  EXPECT_DOUBLE_EQ(learning_rate_at(o, 0), 0.5);
+  EXPECT_DOUBLE_EQ(learning_rate_at(o, 1), 1.0);
+  EXPECT_DOUBLE_EQ(learning_rate_at(o, 7), 1.0);  // constant
+  o.lr_schedule = "linear";
+  EXPECT_DOUBLE_EQ(learning_rate_at(o, 2), 1.0);
+  EXPECT_NEAR(learning_rate_at(o, 7), 0.5, 1e-12);  // 5 of 9 decay steps: 1 - 0.9 * 5 / 9
+  EXPECT_DOUBLE_EQ(learning_rate_at(o, 11), 0.1);
+  o.lr_schedule = "cosine";
+  EXPECT_DOUBLE_EQ(learning_rate_at(o, 2), 1.0);
+  EXPECT_NEAR(learning_rate_at(o, 11), 0.1, 1e-12);
+  o.steps = 11;  // 8 decay steps: step 6 is halfway, where the cosine is at the midpoint
+  EXPECT_NEAR(learning_rate_at(o, 6), 0.55, 1e-12);
 }
 
 TEST(JobOptions, MessageIsOneLineWithTheReason) {

@@ -56,6 +56,8 @@ v1::StepReport to_report(const StepMetrics& m, int rank) {
   r.set_comm_fraction(m.comm_fraction);
   r.set_tokens_per_second(m.tokens_per_second);
   if (m.param_spread) r.set_param_spread(*m.param_spread);
+  r.set_lr(m.lr);
+  if (m.grad_norm) r.set_grad_norm(*m.grad_norm);
   for (const auto& span : m.spans) {
     auto* out = r.add_spans();
     out->set_name(span.name);

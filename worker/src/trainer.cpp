@@ -160,6 +160,33 @@ struct Trainer::Impl {
     std::this_thread::sleep_for(
         std::chrono::duration<double>((fault->factor - 1) * compute_seconds));
   }
+  // --clip-grad-norm: the global norm of the synchronised gradients (each rank's fsdp shards
+  // summed over ranks by one all-reduce; replicated gradients are whole on every rank, tied
+  // parameters appear once), and every gradient scaled by max_norm / (norm + 1e-6) when that is
+  // below 1, as torch.nn.utils.clip_grad_norm_ does. Returns the norm before clipping.
+  double clip_gradients() {
+    std::vector<torch::Tensor> grads;
+    for (auto& p : sync->optimizer_parameters()) {
+      if (p.grad().defined()) grads.push_back(p.grad());
+    }
+    torch::Tensor sum_of_squares = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble));
+    for (const auto& g : grads) {
+      sum_of_squares += g.detach().to(torch::kCPU, torch::kDouble).pow(2).sum();
+    }
+    if (options.strategy == "fsdp" && comm->world_size() > 1) {
+      torch::Tensor on_device = sum_of_squares.to(comm->device());
+      comm->all_reduce_sum(on_device, "all_reduce/grad_norm").wait();
+      sum_of_squares = on_device.cpu();
+    }
+    const double norm = std::sqrt(sum_of_squares.item<double>());
+    const double coefficient = options.clip_grad_norm / (norm + 1e-6);
+    if (coefficient < 1) {
+      torch::NoGradGuard no_grad;
+      for (auto& g : grads) g.mul_(coefficient);
+    }
+    return norm;
+  }
+
   // The cross-rank analysis after a failed collective (see Trainer's comment).
   // After a peer's exit the survivors learn it at about the same time, so they wait 2 s for each
   // other's reports; after a timeout up to the collective timeout (at most 10 s).
@@ -545,6 +572,11 @@ StepMetrics Trainer::train_step(int64_t step) {
   const double measure_seconds_host = comm.now() - t_synced_host;
   double broadcast_seconds = 0;
   m.enter(kOptimizer);
+  if (m.options.clip_grad_norm > 0) metrics.grad_norm = m.clip_gradients();
+  metrics.lr = learning_rate_at(m.options, step);
+  for (auto& group : m.local_optimizer().param_groups()) {
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(metrics.lr);
+  }
   if (m.sharded) {
     m.sharded->step();
     broadcast_seconds = m.sharded->last_broadcast_seconds();

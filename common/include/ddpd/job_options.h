@@ -112,6 +112,14 @@ struct DdpJobOptions {
   // min_world_size ranks when too few workers are idle (0: the job's world size, no shrink).
   int max_restarts = 0;
   int min_world_size = 0;
+  // Learning-rate schedule over the job's --steps: constant | cosine | linear (decaying to
+  // min_lr), after a linear warm-up of lr_warmup_steps from lr / W to lr. See learning_rate_at.
+  std::string lr_schedule = "constant";
+  int64_t lr_warmup_steps = 0;
+  double min_lr = 0.0;
+  // Clip the gradients' global norm (over every rank's shard, each parameter once) to this,
+  // as torch.nn.utils.clip_grad_norm_ does (0: no clipping).
+  double clip_grad_norm = 0.0;
 
   // The preset with the overrides applied.
   ModelConfig resolved_model() const;
@@ -119,5 +127,10 @@ struct DdpJobOptions {
 
 // Checks every field for a job of `world_size` ranks; throws OptionError naming the flag.
 void validate(const DdpJobOptions& options, int world_size);
+
+// The learning rate of step `step` (0-based) under the job's schedule: lr * (step + 1) / W during
+// the warm-up, then constant lr, or from lr down to min_lr over the remaining steps by half a
+// cosine or linearly (reaching min_lr at the last step).
+double learning_rate_at(const DdpJobOptions& options, int64_t step);
 
 }  // namespace ddpd

@@ -34,6 +34,8 @@ struct StepMetrics {
   // synchronisation moved (the trainable parameters' bytes for the replicated strategies).
   int64_t gradient_sync_bytes = 0;
   double checkpoint_seconds = 0;       // the stall of a checkpoint saved after this step (0: none)
+  double lr = 0;                       // the learning rate the optimizer step used
+  std::optional<double> grad_norm;     // global gradient norm before clipping (--clip-grad-norm)
   std::optional<double> param_spread;  // measured every spread_every steps
   // The step's phases (zero_grad, gather, forward, backward, wait, optimizer) and every
   // collective launched within it: a handful of records per step, from timestamps the step
