@@ -141,20 +141,23 @@ nlohmann::json job_json(const v1::GetJobReply& reply) {
   out["ranks"] = diagnosis_json(job, 0)["ranks"];
   auto& ranks = out["rank_steps"] = nlohmann::json::array();
   for (const auto& s : reply.steps()) {
-    ranks.push_back({{"rank", s.rank()},
-                     {"step", s.step()},
-                     {"attempt", s.attempt()},
-                     {"checkpoint_seconds", s.checkpoint_seconds()},
-                     {"loss", s.loss()},
-                     {"step_seconds", s.step_seconds()},
-                     {"forward_seconds", s.forward_seconds()},
-                     {"backward_seconds", s.backward_seconds()},
-                     {"optimizer_seconds", s.optimizer_seconds()},
-                     {"comm_seconds", s.comm_seconds()},
-                     {"exposed_comm_seconds", s.exposed_comm_seconds()},
-                     {"comm_fraction", s.comm_fraction()},
-                     {"param_spread", s.has_param_spread() ? nlohmann::json(s.param_spread())
-                                                           : nlohmann::json(nullptr)}});
+    ranks.push_back(
+        {{"rank", s.rank()},
+         {"step", s.step()},
+         {"attempt", s.attempt()},
+         {"checkpoint_seconds", s.checkpoint_seconds()},
+         {"lr", s.lr()},
+         {"grad_norm", s.has_grad_norm() ? nlohmann::json(s.grad_norm()) : nlohmann::json(nullptr)},
+         {"loss", s.loss()},
+         {"step_seconds", s.step_seconds()},
+         {"forward_seconds", s.forward_seconds()},
+         {"backward_seconds", s.backward_seconds()},
+         {"optimizer_seconds", s.optimizer_seconds()},
+         {"comm_seconds", s.comm_seconds()},
+         {"exposed_comm_seconds", s.exposed_comm_seconds()},
+         {"comm_fraction", s.comm_fraction()},
+         {"param_spread",
+          s.has_param_spread() ? nlohmann::json(s.param_spread()) : nlohmann::json(nullptr)}});
   }
   return out;
 }
