@@ -174,6 +174,23 @@ std::vector<torch::Tensor> unique_parameters(torch::nn::Module& module) {
   return unique_tensors(module.parameters(/*recurse=*/true));
 }
 
+std::vector<std::pair<std::string, torch::Tensor>> named_unique_parameters(
+    torch::nn::Module& module) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  const auto named = module.named_parameters(/*recurse=*/true);
+  // named_parameters() lists tensors in parameters()' order, so unique_tensors' choice (the
+  // first occurrence) is the one kept here too.
+  const auto unique = unique_tensors(named.values());
+  size_t next = 0;
+  for (const auto& item : named) {
+    if (next < unique.size() && item.value().is_same(unique[next])) {
+      out.emplace_back(item.key(), item.value());
+      ++next;
+    }
+  }
+  return out;
+}
+
 std::vector<torch::Tensor> unique_trainable_parameters(torch::nn::Module& module) {
   std::vector<torch::Tensor> trainable;
   for (const auto& p : module.parameters(/*recurse=*/true)) {

@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <thread>
 
 #include "ddpd/fault_injection.h"
@@ -96,20 +95,6 @@ RankPosition position_from_json(const nlohmann::json& j) {
                                         c.at("numel"), c.at("dtype"), c.at("age_seconds")};
   }
   return p;
-}
-
-// The model's parameters, each once (a tied weight under its first name), in registration order:
-// the order of unique_parameters() and, filtered to the trainable ones, of every synchroniser's
-// optimizer_parameters().
-std::vector<std::pair<std::string, torch::Tensor>> named_unique_parameters(torch::nn::Module& m) {
-  std::vector<std::pair<std::string, torch::Tensor>> out;
-  std::set<const void*> seen;
-  for (const auto& item : m.named_parameters(/*recurse=*/true)) {
-    if (seen.insert(item.value().unsafeGetTensorImpl()).second) {
-      out.emplace_back(item.key(), item.value());
-    }
-  }
-  return out;
 }
 
 double unix_now() {

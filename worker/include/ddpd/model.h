@@ -34,5 +34,9 @@ std::vector<torch::Tensor> unique_tensors(const std::vector<torch::Tensor>& tens
 // submodules (tied weights); the trainable ones only, or all of them.
 std::vector<torch::Tensor> unique_parameters(torch::nn::Module& module);
 std::vector<torch::Tensor> unique_trainable_parameters(torch::nn::Module& module);
+// unique_parameters() with each tensor's name (a tied weight under its first name): how
+// checkpoints name tensors.
+std::vector<std::pair<std::string, torch::Tensor>> named_unique_parameters(
+    torch::nn::Module& module);
 
 }  // namespace ddpd
