@@ -199,7 +199,18 @@ int64_t Communicator::journal_launch(const std::string& op, const std::string& n
   if (check_collectives_) {
     check_fingerprint(journal_->progress().last_enqueued + 1, op, data.numel(), data.scalar_type());
   }
+  {
+    std::lock_guard<std::mutex> lock(traffic_mutex_);
+    TrafficCount& count = traffic_[op];
+    ++count.calls;
+    count.bytes += static_cast<int64_t>(data.nbytes());
+  }
   return journal_->enqueue(op, tag_of(name), data.numel(), dtype_name(data.scalar_type()), now());
+}
+
+std::map<std::string, TrafficCount> Communicator::traffic() const {
+  std::lock_guard<std::mutex> lock(traffic_mutex_);
+  return traffic_;
 }
 
 void Communicator::check_fingerprint(int64_t seq, const std::string& op, int64_t numel,
@@ -320,7 +331,35 @@ PendingCollective Communicator::all_reduce_sum(at::Tensor& tensor, const std::st
   options.timeout = timeout_;
   const auto launch = timeline_->mark();
   const int64_t seq = journal_launch("all_reduce", name, tensor);
+  if (tensor.scalar_type() == at::kBFloat16 && !device_.is_cuda()) {
+    ring_all_reduce_bf16(tensor, name, seq);
+    journal_->complete(seq, now());
+    PendingSpan span{name, launch, timeline_->mark(), static_cast<int64_t>(tensor.nbytes()), seq};
+    std::lock_guard<std::mutex> span_lock(spans_->mutex);
+    spans_->spans.push_back(std::move(span));
+    return {};
+  }
   return track(group_->allreduce(tensors, options), name, seq, tensor.nbytes(), launch);
+}
+
+void Communicator::ring_all_reduce_bf16(at::Tensor& tensor, const std::string& name, int64_t seq) {
+  // Padded to a multiple of N so every rank owns an equal chunk.
+  const int64_t chunk = (tensor.numel() + world_size_ - 1) / world_size_;
+  at::Tensor padded = at::zeros({chunk * world_size_}, tensor.options());
+  padded.narrow(0, 0, tensor.numel()).copy_(tensor.reshape(-1));
+  at::Tensor mine = at::empty({chunk}, tensor.options());
+  ring_reduce_scatter(mine, padded, name, seq);
+  // Gloo's all-gather only copies bytes, so the bf16 chunks travel viewed as fp16.
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  at::Tensor gathered = padded.view(at::kHalf);
+  for (int r = 0; r < world_size_; ++r) outputs[0].push_back(gathered.narrow(0, r * chunk, chunk));
+  std::vector<at::Tensor> inputs{mine.view(at::kHalf)};
+  c10d::AllgatherOptions options;
+  options.timeout = timeout_;
+  PendingCollective(group_->allgather(outputs, inputs, options), name + "/all_gather", timeout_,
+                    false, {}, ticket(seq))
+      .wait();
+  tensor.copy_(padded.narrow(0, 0, tensor.numel()).view(tensor.sizes()));
 }
 
 void Communicator::blocking_all_reduce(at::Tensor& tensor, c10d::ReduceOp op,
@@ -414,9 +453,19 @@ void Communicator::reduce_scatter_sum(at::Tensor& output, const at::Tensor& inpu
         .wait();
     return;
   }
+  ring_reduce_scatter(output, input, name, seq);
+  journal_->complete(seq, now());
+  PendingSpan span{name, launch, timeline_->mark(), static_cast<int64_t>(input.nbytes()), seq};
+  std::lock_guard<std::mutex> span_lock(spans_->mutex);
+  spans_->spans.push_back(std::move(span));
+}
+
+void Communicator::ring_reduce_scatter(at::Tensor& output, const at::Tensor& input,
+                                       const std::string& name, int64_t seq) {
   // Gloo (CPU) only: a ring. In step s, rank r sends its running sum of chunk (r - s - 1) to
   // rank r + 1 and adds the chunk (r - s - 2) received from rank r - 1. After N - 1 steps rank
   // r holds the full sum of chunk r.
+  const int64_t chunk = output.numel();
   at::Tensor accum = input.clone();
   at::Tensor incoming = at::empty({chunk}, input.options());
   const int n = world_size_;
@@ -435,10 +484,6 @@ void Communicator::reduce_scatter_sum(at::Tensor& output, const at::Tensor& inpu
     chunk_of(rank_ - s - 2).add_(incoming);
   }
   output.copy_(chunk_of(rank_));
-  journal_->complete(seq, now());
-  PendingSpan span{name, launch, timeline_->mark(), static_cast<int64_t>(input.nbytes()), seq};
-  std::lock_guard<std::mutex> span_lock(spans_->mutex);
-  spans_->spans.push_back(std::move(span));
 }
 
 void Communicator::barrier() {

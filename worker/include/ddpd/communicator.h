@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -92,6 +93,13 @@ class PendingCollective {
   JournalTicket ticket_;
 };
 
+// Collectives of one op launched by a communicator, and the bytes of their payloads (what this
+// rank handed the backend: a gradient all-reduce in fp16 counts half the fp32 one).
+struct TrafficCount {
+  int64_t calls = 0;
+  int64_t bytes = 0;
+};
+
 // How a communicator runs its collectives. Defaults suit a CPU rank.
 struct CommunicatorOptions {
   std::chrono::milliseconds timeout{300000};  // every collective (--timeout, 300 s)
@@ -126,7 +134,9 @@ class Communicator {
   // same axis as now(). Shared by the trainer and the benchmarks.
   detail::Timeline& timeline() { return *timeline_; }
 
-  // In-place sum across ranks.
+  // In-place sum across ranks. bf16 on Gloo (which has no bf16 reduction in LibTorch 1.13) runs
+  // as a blocking ring: reduce-scatter by send/recv, summing in bf16, then an all-gather of the
+  // bf16 chunks; the returned handle is already complete.
   PendingCollective all_reduce_sum(at::Tensor& tensor, const std::string& name);
   // In-place element-wise max / min (used for the param spread).
   void all_reduce_max(at::Tensor& tensor);
@@ -145,6 +155,9 @@ class Communicator {
 
   // Every collective launched, with its sequence number and state (thread-safe to read).
   const CollectiveJournal& journal() const { return *journal_; }
+  // Collectives launched so far and their payload bytes, by op (all_reduce, broadcast,
+  // all_gather, reduce_scatter). Thread-safe.
+  std::map<std::string, TrafficCount> traffic() const;
 
   // Fault injection (--inject skip-collective): this rank does not launch its next collective
   // (and does not journal it), so its later collectives pair with its peers' earlier ones.
@@ -174,6 +187,12 @@ class Communicator {
   // --check-collectives: all-gathers (seq, op, numel, dtype) and throws CollectiveError naming
   // the ranks that differ from the majority. Called with launch_mutex_ held.
   void check_fingerprint(int64_t seq, const std::string& op, int64_t numel, at::ScalarType dtype);
+  // Gloo's reduce-scatter ring (see reduce_scatter_sum), journalled as `seq`, blocking. Call
+  // with launch_mutex_ held.
+  void ring_reduce_scatter(at::Tensor& output, const at::Tensor& input, const std::string& name,
+                           int64_t seq);
+  // The bf16 all-reduce on Gloo (see all_reduce_sum). Call with launch_mutex_ held.
+  void ring_all_reduce_bf16(at::Tensor& tensor, const std::string& name, int64_t seq);
   // Consumes an armed skip_next_collective() (call with launch_mutex_ held).
   bool skip_injected(const std::string& name);
   JournalTicket ticket(int64_t seq) const { return {journal_, seq, epoch_}; }
@@ -196,6 +215,8 @@ class Communicator {
   struct SpanLog;
   std::shared_ptr<SpanLog> spans_;  // shared with completion callbacks that may outlive a call
   std::shared_ptr<CollectiveJournal> journal_;  // shared with completion callbacks
+  mutable std::mutex traffic_mutex_;
+  std::map<std::string, TrafficCount> traffic_;  // by op; guarded by traffic_mutex_
 };
 
 }  // namespace ddpd
