@@ -23,14 +23,19 @@ namespace {
 
 using namespace ddpd;
 
-// Without --batch, the default global batch (8) is rounded up to a multiple of the world size, so
-// `--workers 3` runs as it reads instead of failing on 8 % 3; an explicit --batch is kept as given.
+// Without --batch, the default global batch (8) is rounded up to a multiple of the world size
+// times --grad-accum, so `--workers 3` runs as it reads instead of failing on 8 % 3; an explicit
+// --batch is kept as given.
 void fit_default_batch(DdpJobOptions& options, const CLI::App& flags, int world_size) {
-  if (flags.count("--batch") > 0 || world_size < 1 || options.batch_size % world_size == 0) return;
-  const int64_t fitted = (options.batch_size + world_size - 1) / world_size * world_size;
-  std::fprintf(
-      stderr, "note: --batch %lld (the default %lld rounded up to a multiple of world size %d)\n",
-      static_cast<long long>(fitted), static_cast<long long>(options.batch_size), world_size);
+  const int64_t multiple =
+      static_cast<int64_t>(world_size) * std::max<int64_t>(1, options.grad_accum);
+  if (flags.count("--batch") > 0 || world_size < 1 || options.batch_size % multiple == 0) return;
+  const int64_t fitted = (options.batch_size + multiple - 1) / multiple * multiple;
+  std::fprintf(stderr,
+               "note: --batch %lld (the default %lld rounded up to a multiple of world size %d x "
+               "--grad-accum %lld)\n",
+               static_cast<long long>(fitted), static_cast<long long>(options.batch_size),
+               world_size, static_cast<long long>(options.grad_accum));
   options.batch_size = fitted;
 }
 

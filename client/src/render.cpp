@@ -148,6 +148,7 @@ nlohmann::json job_json(const v1::GetJobReply& reply) {
          {"checkpoint_seconds", s.checkpoint_seconds()},
          {"lr", s.lr()},
          {"grad_norm", s.has_grad_norm() ? nlohmann::json(s.grad_norm()) : nlohmann::json(nullptr)},
+         {"eval_loss", s.has_eval_loss() ? nlohmann::json(s.eval_loss()) : nlohmann::json(nullptr)},
          {"loss", s.loss()},
          {"step_seconds", s.step_seconds()},
          {"forward_seconds", s.forward_seconds()},
@@ -245,6 +246,7 @@ std::string event_line(const v1::JobEvent& event) {
       "%s step %ld/%ld  loss %.4f  step %.1f ms  comm fraction %.3f  spread %s", bar.c_str(),
       static_cast<long>(s.step() + 1), static_cast<long>(total), s.loss(), s.step_seconds() * 1e3,
       s.comm_fraction(), s.has_param_spread() ? format("%.2g", s.param_spread()).c_str() : "-");
+  if (s.has_eval_loss()) line += format("  held-out loss %.4f", s.eval_loss());
   if (event.compute_scores_size() > 0) line += "  scores " + scores_text(event.compute_scores());
   return line;
 }

@@ -85,6 +85,20 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
   app.add_option("--clip-grad-norm", o.clip_grad_norm,
                  "Clip the global gradient norm across ranks to X (0: off)")
       ->capture_default_str();
+  app.add_option("--grad-accum", o.grad_accum,
+                 "Micro-batches per optimizer step (only the last backward synchronises)")
+      ->capture_default_str();
+  app.add_option("--grad-compression", o.grad_compression,
+                 "Gradient all-reduce in none (fp32), fp16 or bf16 (not fsdp)")
+      ->capture_default_str();
+  app.add_option("--data-text", o.data_text,
+                 "Train on a text file's bytes (vocab 256), e.g. /usr/share/common-licenses/GPL-3");
+  app.add_option("--eval-data", o.eval_data,
+                 "Held-out data, in the training data's format (--data-dtype, or text)");
+  app.add_option("--eval-every", o.eval_every, "Held-out loss every K steps (0: never)")
+      ->capture_default_str();
+  app.add_option("--eval-batches", o.eval_batches, "Global batches per held-out evaluation")
+      ->capture_default_str();
   app.add_flag("--check-collectives", o.check_collectives,
                "Debug: before each collective, ranks compare its fingerprint (op, sequence "
                "number, size, dtype) and fail naming both sides when they differ");

@@ -94,6 +94,7 @@ ModelConfig DdpJobOptions::resolved_model() const {
   if (num_layers) config.num_layers = *num_layers;
   if (num_heads) config.num_heads = *num_heads;
   if (vocab_size) config.vocab_size = *vocab_size;
+  if (!data_text.empty() && !vocab_size) config.vocab_size = 256;  // one token per byte
   config.flash_attention = attention == "flash";
   return config;
 }
@@ -158,6 +159,24 @@ void validate(const DdpJobOptions& o, int world_size) {
   require(o.lr_warmup_steps >= 0, "--lr-warmup-steps", "must be >= 0");
   require(o.min_lr >= 0 && o.min_lr <= o.lr, "--min-lr", "must be in 0..--lr");
   require(o.clip_grad_norm >= 0, "--clip-grad-norm", "must be >= 0 (0: no clipping)");
+  require(o.grad_accum >= 1, "--grad-accum", "must be >= 1, got " + std::to_string(o.grad_accum));
+  require(world_size <= 0 || o.batch_size % (static_cast<int64_t>(world_size) * o.grad_accum) == 0,
+          "--grad-accum",
+          "--batch " + std::to_string(o.batch_size) +
+              " must divide by world size × --grad-accum (" + std::to_string(world_size) + " × " +
+              std::to_string(o.grad_accum) + ")");
+  require(
+      o.grad_compression == "none" || o.grad_compression == "fp16" || o.grad_compression == "bf16",
+      "--grad-compression", "must be none, fp16 or bf16, got '" + o.grad_compression + "'");
+  require(o.grad_compression == "none" || strategy != Strategy::kFsdp, "--grad-compression",
+          "applies to naive, flat, overlap and bucketed, not fsdp");
+  require(o.data_text.empty() || m.vocab_size >= 256, "--vocab",
+          "--data-text needs a vocabulary of at least 256 (one token per byte)");
+  require(o.data_text.empty() || o.data_path.empty(), "--data-text",
+          "give --data or --data-text, not both");
+  require(o.eval_every >= 0, "--eval-every", "must be >= 0 (0: no evaluation)");
+  require(o.eval_every == 0 || !o.eval_data.empty(), "--eval-every", "needs --eval-data");
+  require(o.eval_batches >= 1, "--eval-batches", "must be >= 1");
   require(o.min_world_size >= 0 && (world_size <= 0 || o.min_world_size <= world_size),
           "--min-world-size",
           "must be in 0..world size (" + std::to_string(world_size) + "), got " +

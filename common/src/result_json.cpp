@@ -33,6 +33,7 @@ nlohmann::json to_json(const TrainingResult& result) {
          {"checkpoint_seconds", s.checkpoint_seconds},
          {"lr", s.lr},
          {"grad_norm", s.grad_norm ? nlohmann::json(*s.grad_norm) : nlohmann::json(nullptr)},
+         {"eval_loss", s.eval_loss ? nlohmann::json(*s.eval_loss) : nlohmann::json(nullptr)},
          {"param_spread",
           s.param_spread ? nlohmann::json(*s.param_spread) : nlohmann::json(nullptr)}});
   }
@@ -40,6 +41,8 @@ nlohmann::json to_json(const TrainingResult& result) {
   return {{"state", "SUCCEEDED"},
           {"synchronization", result.synchronization},
           {"optimizer_sharding", result.optimizer_sharding},
+          {"micro_batches", result.micro_batches},
+          {"gradient_wire_dtype", result.gradient_wire_dtype},
           {"summary",
            {{"final_loss", sum.final_loss},
             {"median_step_seconds", sum.median_step_seconds},

@@ -74,6 +74,7 @@ v1::StepReport aggregate_step(const std::vector<v1::StepReport>& ranks) {
     out.set_comm_seconds(std::max(out.comm_seconds(), r.comm_seconds()));
     out.set_exposed_comm_seconds(std::max(out.exposed_comm_seconds(), r.exposed_comm_seconds()));
     out.set_comm_fraction(std::max(out.comm_fraction(), r.comm_fraction()));
+    if (r.has_eval_loss()) out.set_eval_loss(r.eval_loss());  // the same on every rank
     if (r.has_param_spread()) {
       out.set_param_spread(
           std::max(out.has_param_spread() ? out.param_spread() : 0.0, r.param_spread()));

@@ -50,6 +50,12 @@ v1::DdpSpec to_proto(const DdpJobOptions& o) {
   s.set_lr_warmup_steps(o.lr_warmup_steps);
   s.set_min_lr(o.min_lr);
   s.set_clip_grad_norm(o.clip_grad_norm);
+  s.set_grad_accum(o.grad_accum);
+  s.set_grad_compression(o.grad_compression);
+  s.set_data_text(o.data_text);
+  s.set_eval_data(o.eval_data);
+  s.set_eval_every(o.eval_every);
+  s.set_eval_batches(o.eval_batches);
   s.set_straggler_threshold(o.straggler_threshold);
   return s;
 }
@@ -99,6 +105,12 @@ DdpJobOptions from_proto(const v1::DdpSpec& s) {
   if (s.has_lr_warmup_steps()) o.lr_warmup_steps = s.lr_warmup_steps();
   if (s.has_min_lr()) o.min_lr = s.min_lr();
   if (s.has_clip_grad_norm()) o.clip_grad_norm = s.clip_grad_norm();
+  if (s.has_grad_accum()) o.grad_accum = s.grad_accum();
+  if (!s.grad_compression().empty()) o.grad_compression = s.grad_compression();
+  o.data_text = s.data_text();
+  o.eval_data = s.eval_data();
+  if (s.has_eval_every()) o.eval_every = s.eval_every();
+  if (s.has_eval_batches()) o.eval_batches = s.eval_batches();
   if (s.has_straggler_threshold()) o.straggler_threshold = s.straggler_threshold();
   return o;
 }

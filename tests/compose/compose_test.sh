@@ -65,7 +65,9 @@ wait_for 90 "2 idle workers" idle_workers
 t_up=$(now)
 echo "images built in $(elapsed "$t0" "$t_images") s; stack up (coordinator, 2 workers, prometheus) with both workers registered in $(elapsed "$t_images" "$t_up") s"
 
-ddp_job=$(ctl submit ddp --world-size 2 --model tiny --batch 4 --context 16 --steps 6 | head -n1)
+# On the text the image carries for the demo (docs/data.md): the workers must find it.
+ddp_job=$(ctl submit ddp --world-size 2 --model tiny --batch 4 --context 16 --steps 6 \
+  --data-text /usr/share/common-licenses/GPL-3 | head -n1)
 ctl watch "$ddp_job" >/dev/null || fail "DDP job $ddp_job: $(ctl show "$ddp_job")"
 comm_job=$(ctl submit comm --world-size 2 --sizes 64KB,1MB --warmup 1 --iters 3 | head -n1)
 ctl watch "$comm_job" >/dev/null || fail "comm job $comm_job: $(ctl show "$comm_job")"

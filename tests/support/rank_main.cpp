@@ -104,6 +104,9 @@ int train(const ddpd::DdpJobOptions& options, const std::string& out, bool tie_e
   torch::save(clones(trainer.full_parameters()), prefix + ".final.pt");
   report["result"] = ddpd::to_json(result);
   report["journal"] = ddpd::journal_json(comm->journal());
+  for (const auto& [op, count] : comm->traffic()) {
+    report["traffic"][op] = {{"calls", count.calls}, {"bytes", count.bytes}};
+  }
   std::ofstream(prefix + ".json") << report.dump();
   return 0;
 }

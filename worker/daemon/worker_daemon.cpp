@@ -58,6 +58,7 @@ v1::StepReport to_report(const StepMetrics& m, int rank) {
   if (m.param_spread) r.set_param_spread(*m.param_spread);
   r.set_lr(m.lr);
   if (m.grad_norm) r.set_grad_norm(*m.grad_norm);
+  if (m.eval_loss) r.set_eval_loss(*m.eval_loss);
   for (const auto& span : m.spans) {
     auto* out = r.add_spans();
     out->set_name(span.name);

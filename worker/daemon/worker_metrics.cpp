@@ -62,6 +62,11 @@ struct WorkerMetrics::Impl {
                                         .Name("ddpd_loss")
                                         .Help("Last step's loss (mean over ranks)")
                                         .Register(*registry);
+  prometheus::Family<Gauge>& eval_loss =
+      prometheus::BuildGauge()
+          .Name("ddpd_eval_loss")
+          .Help("Last held-out loss (--eval-data, mean over ranks)")
+          .Register(*registry);
   prometheus::Family<Gauge>& tokens = prometheus::BuildGauge()
                                           .Name("ddpd_tokens_per_second")
                                           .Help("Last step's global tokens / step time")
@@ -114,6 +119,7 @@ struct WorkerMetrics::Impl {
     Gauge* phase[kPhaseCount] = {};
     Counter* phase_total[kPhaseCount] = {};
     Gauge *comm_fraction = nullptr, *loss = nullptr, *tokens = nullptr, *spread = nullptr;
+    Gauge* eval_loss = nullptr;  // created at the first evaluation
     Counter* steps = nullptr;
   };
   // Only the recording thread touches `jobs` (the class's thread contract); scrapes read the
@@ -193,6 +199,10 @@ void WorkerMetrics::record_step(const StepMetrics& s) {
   job->loss->Set(s.loss);
   job->tokens->Set(s.tokens_per_second);
   if (s.param_spread) job->spread->Set(*s.param_spread);
+  if (s.eval_loss) {
+    if (!job->eval_loss) job->eval_loss = impl_->add(*job, impl_->eval_loss, {});
+    job->eval_loss->Set(*s.eval_loss);
+  }
   job->steps->Increment();
 }
 

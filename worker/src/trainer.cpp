@@ -41,7 +41,7 @@ struct Phase {
 
 // The step's phases (empty ones left out) and its collectives, as unix-time spans.
 void record_spans(StepMetrics& metrics, const Communicator& comm,
-                  const std::vector<CommSpan>& collectives, std::initializer_list<Phase> phases) {
+                  const std::vector<CommSpan>& collectives, const std::vector<Phase>& phases) {
   metrics.spans.reserve(phases.size() + collectives.size());
   for (const auto& p : phases) {
     if (p.end_s > p.begin_s) {
@@ -203,9 +203,23 @@ struct Trainer::Impl {
   std::unique_ptr<GradientSynchronizer> sync;
   std::unique_ptr<torch::optim::Optimizer> optimizer;  // unsharded
   std::unique_ptr<ShardedOptimizer> sharded;           // --shard-optimizer
-  std::unique_ptr<detail::TokenBatches> data;
+  std::unique_ptr<detail::TokenSamples> data;
+  std::unique_ptr<detail::TokenSamples> eval_data;  // --eval-data
   MemoryProfile memory;
-  int64_t local_batch = 0;
+  int64_t local_batch = 0;  // this rank's rows of each global batch
+  int64_t micro_batch = 0;  // rows per forward/backward (local_batch / --grad-accum)
+
+  // [rows, context + 1] tokens: this rank's rows [first_row, first_row + rows) of global batch
+  // `batch` of `samples`, on the device.
+  torch::Tensor rows_of(const detail::TokenSamples& samples, int64_t batch, int64_t first_row,
+                        int64_t rows) const {
+    return samples
+        .samples(batch * options.batch_size + comm->rank() * local_batch + first_row, rows)
+        .to(comm->device());
+  }
+  // The mean held-out loss over --eval-batches global batches (the same ones every time),
+  // across ranks. A collective.
+  double evaluate();
 
   int64_t optimizer_state() {
     return optimizer_state_bytes(sharded ? sharded->local_optimizer() : *optimizer);
@@ -282,6 +296,7 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
   SyncOptions sync_options;
   sync_options.strategy = parse_strategy(options.strategy);
   sync_options.bucket_size_mb = options.bucket_size_mb;
+  sync_options.gradient_wire = parse_wire_dtype(options.grad_compression);
   m.sync = make_synchronizer(*m.model, m.comm, sync_options);
 
   auto adamw = torch::optim::AdamWOptions(options.lr)
@@ -295,20 +310,26 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
   } else {
     m.optimizer = std::make_unique<torch::optim::AdamW>(m.sync->optimizer_parameters(), adamw);
   }
-  m.data = std::make_unique<detail::TokenBatches>(options, m.model->config().vocab_size);
+  const int64_t vocab = m.model->config().vocab_size;
+  m.data = std::make_unique<detail::TokenSamples>(detail::training_source(options),
+                                                  options.context_length, vocab, options.seed + 1);
+  if (options.eval_every > 0) {
+    m.eval_data = std::make_unique<detail::TokenSamples>(
+        detail::eval_source(options), options.context_length, vocab, options.seed + 2);
+  }
   m.local_batch = options.batch_size / world;
+  m.micro_batch = m.local_batch / options.grad_accum;
   if (resumed) {
     m.load_optimizer_state(*resumed);
-    // The data continue at the saved global sample index: the same global batches at any world
-    // size, none repeated or skipped.
+    // The data continue at the saved global sample index (step s reads samples from s × batch):
+    // the same global batches at any world size, none repeated or skipped.
     const int64_t position = resumed->metadata().at("data_position");
-    if (position % options.batch_size != 0) {
-      throw OptionError("--batch", "the checkpoint's data position " + std::to_string(position) +
-                                       " is not a whole number of global batches of " +
-                                       std::to_string(options.batch_size));
-    }
-    for (int64_t b = 0; b < position / options.batch_size; ++b) m.data->next_global_batch();
     m.start_step = resumed->metadata().at("step");
+    if (position != m.start_step * options.batch_size) {
+      throw OptionError("--batch", "the checkpoint's data position " + std::to_string(position) +
+                                       " is not " + std::to_string(m.start_step) +
+                                       " global batches of " + std::to_string(options.batch_size));
+    }
     m.step.store(m.start_step);
   }
   m.memory.after_init = m.measure();
@@ -450,7 +471,7 @@ double Trainer::Impl::save_checkpoint(int64_t steps_done) {
                           {"step", steps_done},
                           {"tokens_seen", steps_done * options.batch_size * options.context_length},
                           {"data_position", steps_done * options.batch_size},
-                          {"rng", {{"seed", options.seed}, {"data_batches_drawn", steps_done}}},
+                          {"rng", {{"seed", options.seed}}},
                           {"optimizer",
                            {{"kind", "adamw"},
                             {"lr", options.lr},
@@ -510,6 +531,24 @@ std::string Trainer::Impl::analyze_failure_across_ranks(bool peer_exited) const 
   return "cross-rank analysis: " + finding.message;
 }
 
+double Trainer::Impl::evaluate() {
+  torch::NoGradGuard no_grad;
+  sync->prepare_forward();
+  torch::Tensor total = torch::zeros({1}, torch::kFloat32).to(comm->device());
+  const int64_t context = options.context_length;
+  for (int64_t b = 0; b < options.eval_batches; ++b) {
+    // The same held-out batches every time: batches 0 .. B-1 of the eval order.
+    const torch::Tensor rows = rows_of(*eval_data, b, 0, local_batch);
+    detail::AutocastScope autocast(comm->device(), options.precision == "bf16");
+    total +=
+        language_model_loss(model->forward(rows.narrow(1, 0, context)), rows.narrow(1, 1, context))
+            .to(torch::kFloat32);
+  }
+  sync->end_forward_only();
+  comm->all_reduce_sum(total, "all_reduce/eval_loss").wait();
+  return total.item<double>() / static_cast<double>(options.eval_batches * comm->world_size());
+}
+
 StepMetrics Trainer::train_step(int64_t step) {
   Impl& m = *impl_;
   Communicator& comm = *m.comm;
@@ -518,10 +557,12 @@ StepMetrics Trainer::train_step(int64_t step) {
   if (m.hooks.before_step) m.hooks.before_step(step);
   m.inject_at_start(step);
   const bool last = step == m.options.steps - 1;
-  auto batch = m.data->next_global_batch().narrow(0, comm.rank() * m.local_batch, m.local_batch);
-  batch = batch.to(comm.device());
-  auto inputs = batch.narrow(1, 0, m.options.context_length);
-  auto targets = batch.narrow(1, 1, m.options.context_length);
+  const int64_t micro_batches = m.options.grad_accum;
+  std::vector<torch::Tensor> micro(micro_batches);  // read before the timed step
+  for (int64_t k = 0; k < micro_batches; ++k) {
+    micro[k] = m.rows_of(*m.data, step, k * m.micro_batch, m.micro_batch);
+  }
+  const int64_t context = m.options.context_length;
   comm.take_spans();  // drop spans of collectives outside the timed step
 
   // Phase boundaries are points on the device's timeline: the host clock on CPU, CUDA events
@@ -535,18 +576,31 @@ StepMetrics Trainer::train_step(int64_t step) {
   const auto p_zeroed = timeline.mark();
   m.sync->prepare_forward();
   const auto p_gathered = timeline.mark();
-  torch::Tensor loss;
-  {
-    detail::AutocastScope autocast(comm.device(), m.options.precision == "bf16");
-    loss = language_model_loss(m.model->forward(inputs), targets);
+  // K micro-batches; only the last backward synchronises (the others only accumulate). Each loss
+  // is divided by K so the accumulated gradient is the mean over the rank's rows, as with K = 1.
+  torch::Tensor loss_sum = torch::zeros({}, torch::kFloat32).to(comm.device());
+  // Marks are read back after the step (on CUDA they are events on the compute stream).
+  std::vector<detail::TimePoint> micro_marks{p_gathered};  // forward end, backward end, ...
+  for (int64_t k = 0; k < micro_batches; ++k) {
+    m.sync->set_sync_on_backward(k == micro_batches - 1);
+    m.enter(kForward);
+    torch::Tensor loss;
+    {
+      detail::AutocastScope autocast(comm.device(), m.options.precision == "bf16");
+      loss = language_model_loss(m.model->forward(micro[k].narrow(1, 0, context)),
+                                 micro[k].narrow(1, 1, context));
+    }
+    micro_marks.push_back(timeline.mark());
+    m.enter(kBackward);
+    (micro_batches > 1 ? loss / static_cast<double>(micro_batches) : loss).backward();
+    loss_sum += loss.detach().to(torch::kFloat32);
+    micro_marks.push_back(timeline.mark());
   }
-  const auto p_forward = timeline.mark();
-  m.enter(kBackward);
-  loss.backward();
   if (m.fault) {
     m.inject_slowness(step, timeline.seconds(timeline.mark()) - timeline.seconds(p_gathered));
+    micro_marks.back() = timeline.mark();
   }
-  const auto p_backward = timeline.mark();
+  const auto p_backward = micro_marks.back();
   m.enter(kSync);
   m.sync->finish_gradient_synchronization();
   const auto p_synced = timeline.mark();
@@ -571,9 +625,9 @@ StepMetrics Trainer::train_step(int64_t step) {
   m.sync->after_optimizer_step();
   const auto p_end = timeline.mark();
   const double t0 = timeline.seconds(p0), t_zeroed = timeline.seconds(p_zeroed),
-               t_gathered = timeline.seconds(p_gathered), t_forward = timeline.seconds(p_forward),
-               t_backward = timeline.seconds(p_backward), t_synced = timeline.seconds(p_synced),
-               t_opt_start = timeline.seconds(p_opt_start), t_end = timeline.seconds(p_end);
+               t_gathered = timeline.seconds(p_gathered), t_backward = timeline.seconds(p_backward),
+               t_synced = timeline.seconds(p_synced), t_opt_start = timeline.seconds(p_opt_start),
+               t_end = timeline.seconds(p_end);
   // Memory accounting is not training; on CUDA it queues no device work, so its host time is
   // the figure to take out (the device timeline may have absorbed it as idle time).
   const double measure_seconds = comm.device().is_cuda()
@@ -581,8 +635,16 @@ StepMetrics Trainer::train_step(int64_t step) {
                                      : t_opt_start - t_synced;
 
   metrics.step_seconds = t_end - t0 - measure_seconds;
-  metrics.forward_seconds = t_forward - t_gathered;
-  metrics.backward_seconds = t_backward - t_forward;
+  std::vector<Phase> phases{{"zero_grad", t0, t_zeroed}, {"gather", t_zeroed, t_gathered}};
+  for (size_t i = 0; i + 2 < micro_marks.size(); i += 2) {
+    const double begin = timeline.seconds(micro_marks[i]),
+                 forwarded = timeline.seconds(micro_marks[i + 1]),
+                 end = timeline.seconds(micro_marks[i + 2]);
+    metrics.forward_seconds += forwarded - begin;
+    metrics.backward_seconds += end - forwarded;
+    phases.push_back({"forward", begin, forwarded});
+    phases.push_back({"backward", forwarded, end});
+  }
   metrics.optimizer_seconds = t_end - t_opt_start;
   auto collectives = comm.take_spans();
   std::vector<Interval> comm_intervals;
@@ -600,19 +662,16 @@ StepMetrics Trainer::train_step(int64_t step) {
   const double global_tokens = static_cast<double>(m.options.batch_size) * m.options.context_length;
   metrics.tokens_per_second = metrics.step_seconds > 0 ? global_tokens / metrics.step_seconds : 0;
   if (last) m.memory.after_step = m.measure();
-  record_spans(metrics, comm, collectives,
-               {{"zero_grad", t0, t_zeroed},
-                {"gather", t_zeroed, t_gathered},
-                {"forward", t_gathered, t_forward},
-                {"backward", t_forward, t_backward},
-                {"wait", t_backward, t_synced},
-                {"optimizer", t_opt_start, t_end}});
+  phases.insert(phases.end(), {{"wait", t_backward, t_synced}, {"optimizer", t_opt_start, t_end}});
+  record_spans(metrics, comm, collectives, phases);
 
   // Bookkeeping collectives, outside the timed step.
   m.enter(kMetrics);
-  auto loss_sum = loss.detach().to(torch::kFloat32).reshape({1}).clone();
-  comm.all_reduce_sum(loss_sum, "all_reduce/loss").wait();
-  metrics.loss = loss_sum.item<double>() / comm.world_size();
+  auto rank_loss = (loss_sum / static_cast<double>(micro_batches)).reshape({1}).clone();
+  comm.all_reduce_sum(rank_loss, "all_reduce/loss").wait();
+  metrics.loss = rank_loss.item<double>() / comm.world_size();
+  const int64_t eval_every = m.options.eval_every;
+  if (eval_every > 0 && ((step + 1) % eval_every == 0 || last)) metrics.eval_loss = m.evaluate();
   const int64_t every = m.options.spread_every;
   if (every > 0 && ((step + 1) % every == 0 || last)) {
     metrics.param_spread = parameter_spread(m.sync->full_parameters(), comm);
@@ -655,6 +714,11 @@ TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_st
   impl_->enter(kIdle);
   result.synchronization = synchronization();
   result.optimizer_sharding = impl_->sharded && impl_->comm->world_size() > 1;
+  result.micro_batches = impl_->options.grad_accum;
+  result.gradient_wire_dtype = impl_->comm->world_size() == 1 ? "none"
+                               : impl_->options.grad_compression == "none"
+                                   ? "fp32"
+                                   : impl_->options.grad_compression;
   result.summary = summarize(result.steps, impl_->options.warmup_steps);
   result.memory = impl_->memory;
   return result;

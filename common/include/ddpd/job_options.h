@@ -120,6 +120,19 @@ struct DdpJobOptions {
   // Clip the gradients' global norm (over every rank's shard, each parameter once) to this,
   // as torch.nn.utils.clip_grad_norm_ does (0: no clipping).
   double clip_grad_norm = 0.0;
+  // Gradient accumulation: each rank's share of the global batch (--batch stays the global batch
+  // per optimizer step) runs as K micro-batches; only the last backward synchronises.
+  int64_t grad_accum = 1;
+  // Gradient communication: none (fp32) | fp16 | bf16 (PyTorch's fp16/bf16_compress_hook: divide
+  // by N, cast, all-reduce, cast back). naive, flat, overlap and bucketed only.
+  std::string grad_compression = "none";
+  // Byte-level text (vocab 256, each byte a token) instead of --data / random tokens.
+  std::string data_text;
+  // Held-out loss: every eval_every steps, eval_batches global batches of eval_data (in the
+  // training data's format), the mean over ranks reported as eval_loss. Off while eval_every is 0.
+  std::string eval_data;
+  int64_t eval_every = 0;
+  int64_t eval_batches = 4;
 
   // The preset with the overrides applied.
   ModelConfig resolved_model() const;

@@ -37,6 +37,7 @@ struct StepMetrics {
   double lr = 0;                       // the learning rate the optimizer step used
   std::optional<double> grad_norm;     // global gradient norm before clipping (--clip-grad-norm)
   std::optional<double> param_spread;  // measured every spread_every steps
+  std::optional<double> eval_loss;     // mean held-out loss over ranks, on --eval-every steps
   // The step's phases (zero_grad, gather, forward, backward, wait, optimizer) and every
   // collective launched within it: a handful of records per step, from timestamps the step
   // reads anyway.
@@ -69,6 +70,10 @@ struct TrainingResult {
   // The synchronisation that ran: the strategy's name, or "none" at world size 1.
   std::string synchronization;
   bool optimizer_sharding = false;  // ZeRO-1 ran (asked for, and more than one rank)
+  int64_t micro_batches = 1;        // per optimizer step and rank (--grad-accum)
+  // The dtype gradients travelled in: fp32, or fp16/bf16 under --grad-compression ("none" at
+  // world size 1, where nothing travels).
+  std::string gradient_wire_dtype = "fp32";
   std::vector<StepMetrics> steps;
   TrainingSummary summary;
   MemoryProfile memory;

@@ -3,6 +3,7 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,16 +13,24 @@
 
 namespace ddpd {
 
+// The dtype gradients travel in (--grad-compression). fp16 and bf16 follow PyTorch's
+// fp16_compress_hook and bf16_compress_hook: divide by N, cast, all-reduce, cast back into the
+// fp32 gradient. fp32 all-reduces the sum and divides by N afterwards.
+enum class WireDtype { kFp32, kFp16, kBf16 };
+WireDtype parse_wire_dtype(const std::string& grad_compression);  // none | fp16 | bf16
+
 // Options for make_synchronizer. Defaults match DdpJobOptions.
 struct SyncOptions {
   Strategy strategy = Strategy::kBucketed;
-  double bucket_size_mb = 25.0;  // bucketed: cap per bucket, MiB
+  double bucket_size_mb = 25.0;                // bucketed: cap per bucket, MiB
+  WireDtype gradient_wire = WireDtype::kFp32;  // not fsdp (validate() refuses it)
 };
 
 // Wraps a model for data-parallel training. Construction broadcasts rank 0's parameters and
 // buffers so every rank starts identical. Per step the trainer calls, in this order:
-// prepare_forward(), forward+backward, finish_gradient_synchronization(), optimizer step on
-// optimizer_parameters(), after_optimizer_step().
+// zero_grad(), prepare_forward(), forward+backward (K times under gradient accumulation, with
+// set_sync_on_backward(false) before all but the last), finish_gradient_synchronization(),
+// optimizer step on optimizer_parameters(), after_optimizer_step().
 //
 // Thread contract: all calls come from the training thread; overlapping strategies also run
 // gradient-ready hooks on autograd's thread during backward, and those only launch collectives.
@@ -46,6 +55,19 @@ class GradientSynchronizer {
   // collective, so every rank must call it). Used for the param spread and by tests.
   virtual std::vector<torch::Tensor> full_parameters() = 0;
   virtual void after_optimizer_step() {}
+  // Evaluation ran forward only after prepare_forward(): fsdp frees the gathered parameters.
+  virtual void end_forward_only() {}
+
+  // Gradient accumulation, as DDP's no_sync(): while off, backward only accumulates gradients
+  // locally (overlapping strategies' hooks launch nothing); the backward of the step's last
+  // micro-batch runs with it on and synchronises the accumulated sum. On by default.
+  void set_sync_on_backward(bool enabled) { sync_on_backward_.store(enabled); }
+
+ protected:
+  bool sync_on_backward() const { return sync_on_backward_.load(); }
+
+ private:
+  std::atomic<bool> sync_on_backward_{true};  // read by hooks on autograd's thread
 };
 
 std::unique_ptr<GradientSynchronizer> make_synchronizer(torch::nn::Module& model,

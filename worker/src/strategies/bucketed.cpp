@@ -4,7 +4,9 @@
 //
 // Gradients live as views into their bucket's flat buffer (PyTorch DDP's
 // gradient_as_bucket_view): autograd accumulates straight into the bucket, so there is no copy
-// in or out, and zero_grad() zeroes the buffers instead of dropping the gradients.
+// in or out, and zero_grad() zeroes the buffers instead of dropping the gradients. Under gradient
+// accumulation the micro-batches' gradients sum in the buckets; only the backward that
+// synchronises counts readiness and launches.
 #include "strategies/synchronizer_base.h"
 
 namespace ddpd::detail {
@@ -14,14 +16,14 @@ struct Bucket {
   std::vector<size_t> params;  // indices into params_
   torch::Tensor buffer;        // flat, holds the gradients of `params`
   size_t ready = 0;            // gradients accumulated this backward
-  PendingCollective work;
+  PendingGradientAverage work;
 };
 
 class BucketedSynchronizer final : public ReplicatedSynchronizer {
  public:
   BucketedSynchronizer(torch::nn::Module& model, std::shared_ptr<Communicator> comm,
-                       double bucket_size_mb)
-      : ReplicatedSynchronizer(model, std::move(comm)),
+                       double bucket_size_mb, WireDtype gradient_wire)
+      : ReplicatedSynchronizer(model, std::move(comm), gradient_wire),
         bucket_of_(params_.size()),
         grad_views_(params_.size()) {
     std::vector<int64_t> numels;
@@ -61,10 +63,8 @@ class BucketedSynchronizer final : public ReplicatedSynchronizer {
     // views are still zero, so launch them as they are, in order.
     while (next_to_launch_ < buckets_.size()) launch(buckets_[next_to_launch_++]);
     next_to_launch_ = 0;
-    const double n = comm_->world_size();
     for (auto& bucket : buckets_) {
       bucket.work.wait();
-      bucket.buffer.div_(n);
       bucket.ready = 0;
     }
   }
@@ -80,6 +80,7 @@ class BucketedSynchronizer final : public ReplicatedSynchronizer {
       if (p.grad().defined()) grad_views_[i].copy_(p.grad());
       p.mutable_grad() = grad_views_[i];
     }
+    if (!sync_on_backward()) return;  // accumulating: the gradient stays in its bucket
     ++bucket.ready;
     // Launch in bucket order only: c10d matches collectives by order, and every rank must issue
     // the same sequence even if its gradients became ready in another order.
@@ -90,8 +91,8 @@ class BucketedSynchronizer final : public ReplicatedSynchronizer {
   }
 
   void launch(Bucket& bucket) {
-    bucket.work = comm_->all_reduce_sum(
-        bucket.buffer, "all_reduce/bucket" + std::to_string(&bucket - &buckets_[0]));
+    bucket.work =
+        average_async(bucket.buffer, "all_reduce/bucket" + std::to_string(&bucket - &buckets_[0]));
   }
 
   std::vector<Bucket> buckets_;
@@ -105,8 +106,9 @@ class BucketedSynchronizer final : public ReplicatedSynchronizer {
 
 std::unique_ptr<GradientSynchronizer> make_bucketed(torch::nn::Module& model,
                                                     std::shared_ptr<Communicator> comm,
-                                                    double bucket_size_mb) {
-  return std::make_unique<BucketedSynchronizer>(model, std::move(comm), bucket_size_mb);
+                                                    const SyncOptions& options) {
+  return std::make_unique<BucketedSynchronizer>(model, std::move(comm), options.bucket_size_mb,
+                                                options.gradient_wire);
 }
 
 }  // namespace ddpd::detail

@@ -20,8 +20,7 @@ class FlatSynchronizer final : public ReplicatedSynchronizer {
       grads.push_back(p.grad());
     }
     auto flat = flatten(grads);
-    comm_->all_reduce_sum(flat, "all_reduce/flat").wait();
-    flat.div_(static_cast<double>(comm_->world_size()));
+    average_async(flat, "all_reduce/flat").wait();
     unflatten_into(flat, grads);
   }
 };
@@ -29,8 +28,9 @@ class FlatSynchronizer final : public ReplicatedSynchronizer {
 }  // namespace
 
 std::unique_ptr<GradientSynchronizer> make_flat(torch::nn::Module& model,
-                                                std::shared_ptr<Communicator> comm) {
-  return std::make_unique<FlatSynchronizer>(model, std::move(comm));
+                                                std::shared_ptr<Communicator> comm,
+                                                const SyncOptions& options) {
+  return std::make_unique<FlatSynchronizer>(model, std::move(comm), options.gradient_wire);
 }
 
 }  // namespace ddpd::detail

@@ -4,6 +4,12 @@
 // model is one FSDP unit), backward fills full gradients, finish_gradient_synchronization()
 // reduce-scatters each gradient into this rank's shard (divided by N) and frees the full
 // parameters and gradients, and the optimizer steps the shards.
+//
+// Gradient accumulation keeps the full parameters gathered once for the whole step and
+// accumulates unsharded gradients across the micro-batches (as PyTorch FSDP's no_sync()): one
+// reduce-scatter per step, so the bytes per optimizer step do not change with K. It costs one
+// full gradient per rank for the step, which the whole-model unit holds during any backward
+// anyway, so accumulation adds no memory here.
 #include "strategies/synchronizer_base.h"
 
 namespace ddpd::detail {
@@ -42,6 +48,7 @@ class FsdpSynchronizer final : public GradientSynchronizer {
   std::string name() const override { return "fsdp"; }
 
   void prepare_forward() override { gather_full_parameters(); }
+  void end_forward_only() override { release_full_parameters(); }
 
   void finish_gradient_synchronization() override {
     torch::NoGradGuard no_grad;

@@ -1,4 +1,4 @@
-// naive: after backward, one blocking all-reduce per parameter gradient, then divide by N.
+// naive: after backward, one blocking all-reduce per parameter gradient, averaged over ranks.
 #include "strategies/synchronizer_base.h"
 
 namespace ddpd::detail {
@@ -13,17 +13,17 @@ class NaiveSynchronizer final : public ReplicatedSynchronizer {
     for (size_t i = 0; i < params_.size(); ++i) {
       auto& p = params_[i];
       if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);  // unused this step
-      comm_->all_reduce_sum(p.mutable_grad(), "all_reduce/param" + std::to_string(i)).wait();
+      average_async(p.mutable_grad(), "all_reduce/param" + std::to_string(i)).wait();
     }
-    average_gradients();
   }
 };
 
 }  // namespace
 
 std::unique_ptr<GradientSynchronizer> make_naive(torch::nn::Module& model,
-                                                 std::shared_ptr<Communicator> comm) {
-  return std::make_unique<NaiveSynchronizer>(model, std::move(comm));
+                                                 std::shared_ptr<Communicator> comm,
+                                                 const SyncOptions& options) {
+  return std::make_unique<NaiveSynchronizer>(model, std::move(comm), options.gradient_wire);
 }
 
 }  // namespace ddpd::detail

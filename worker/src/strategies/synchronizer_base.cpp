@@ -9,9 +9,46 @@ namespace ddpd {
 namespace detail {
 
 ReplicatedSynchronizer::ReplicatedSynchronizer(torch::nn::Module& model,
-                                               std::shared_ptr<Communicator> comm)
-    : model_(model), comm_(std::move(comm)), params_(unique_trainable_parameters(model)) {
+                                               std::shared_ptr<Communicator> comm,
+                                               WireDtype gradient_wire)
+    : model_(model),
+      comm_(std::move(comm)),
+      params_(unique_trainable_parameters(model)),
+      gradient_wire_(gradient_wire) {
   broadcast_module_state(model_, *comm_);
+}
+
+PendingGradientAverage::PendingGradientAverage(PendingCollective work, torch::Tensor gradient,
+                                               torch::Tensor wire, double world_size)
+    : work_(std::move(work)),
+      gradient_(std::move(gradient)),
+      wire_(std::move(wire)),
+      world_size_(world_size) {}
+
+void PendingGradientAverage::wait() {
+  work_.wait();
+  if (!gradient_.defined()) return;
+  torch::NoGradGuard no_grad;
+  if (wire_.defined()) {
+    gradient_.copy_(wire_);  // already divided by N before the cast
+  } else {
+    gradient_.div_(world_size_);
+  }
+  gradient_ = torch::Tensor();
+  wire_ = torch::Tensor();
+}
+
+PendingGradientAverage ReplicatedSynchronizer::average_async(torch::Tensor& gradient,
+                                                             const std::string& name) {
+  const double n = comm_->world_size();
+  if (gradient_wire_ == WireDtype::kFp32) {
+    return {comm_->all_reduce_sum(gradient, name), gradient, {}, n};
+  }
+  torch::NoGradGuard no_grad;
+  // Divide first: the sum of N halves stays in range where the sum of N gradients might not.
+  torch::Tensor wire =
+      gradient.div(n).to(gradient_wire_ == WireDtype::kFp16 ? torch::kHalf : torch::kBFloat16);
+  return {comm_->all_reduce_sum(wire, name), gradient, wire, n};
 }
 
 std::vector<torch::Tensor> ReplicatedSynchronizer::full_parameters() {
@@ -29,15 +66,6 @@ class LocalSynchronizer final : public ReplicatedSynchronizer {
 };
 
 }  // namespace
-
-void ReplicatedSynchronizer::average_gradients() {
-  const double n = comm_->world_size();
-  if (n == 1) return;
-  torch::NoGradGuard no_grad;
-  for (auto& p : params_) {
-    if (p.grad().defined()) p.mutable_grad().div_(n);
-  }
-}
 
 GradReadyHooks::GradReadyHooks(const std::vector<torch::Tensor>& params,
                                std::function<void(size_t)> on_ready) {
@@ -101,6 +129,14 @@ std::vector<std::vector<size_t>> assign_buckets(const std::vector<int64_t>& nume
   return buckets;
 }
 
+WireDtype parse_wire_dtype(const std::string& grad_compression) {
+  if (grad_compression == "none") return WireDtype::kFp32;
+  if (grad_compression == "fp16") return WireDtype::kFp16;
+  if (grad_compression == "bf16") return WireDtype::kBf16;
+  throw OptionError("--grad-compression",
+                    "must be none, fp16 or bf16, got '" + grad_compression + "'");
+}
+
 ShardLayout shard_layout(int64_t numel, int world_size) {
   TORCH_CHECK(world_size >= 1, "world size must be >= 1");
   ShardLayout layout;
@@ -120,13 +156,13 @@ std::unique_ptr<GradientSynchronizer> make_synchronizer(torch::nn::Module& model
   }
   switch (options.strategy) {
     case Strategy::kNaive:
-      return detail::make_naive(model, std::move(comm));
+      return detail::make_naive(model, std::move(comm), options);
     case Strategy::kFlat:
-      return detail::make_flat(model, std::move(comm));
+      return detail::make_flat(model, std::move(comm), options);
     case Strategy::kOverlap:
-      return detail::make_overlap(model, std::move(comm));
+      return detail::make_overlap(model, std::move(comm), options);
     case Strategy::kBucketed:
-      return detail::make_bucketed(model, std::move(comm), options.bucket_size_mb);
+      return detail::make_bucketed(model, std::move(comm), options);
     case Strategy::kFsdp:
       return detail::make_fsdp(model, std::move(comm));
   }

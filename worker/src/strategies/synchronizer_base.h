@@ -13,21 +13,41 @@
 
 namespace ddpd::detail {
 
+// One gradient buffer's all-reduce in flight. wait() leaves the average over ranks in the
+// buffer: the fp32 sum divided by N, or (compressed) the fp16/bf16 sum of gradients already
+// divided by N, cast back into the fp32 buffer.
+class PendingGradientAverage {
+ public:
+  PendingGradientAverage() = default;
+  PendingGradientAverage(PendingCollective work, torch::Tensor gradient, torch::Tensor wire,
+                         double world_size);
+  void wait();
+
+ private:
+  PendingCollective work_;
+  torch::Tensor gradient_;  // fp32, what the optimizer reads
+  torch::Tensor wire_;      // compressed copy on the wire; undefined for fp32
+  double world_size_ = 1;
+};
+
 // Strategies whose parameters stay whole (replicated) on every rank.
 class ReplicatedSynchronizer : public GradientSynchronizer {
  public:
-  ReplicatedSynchronizer(torch::nn::Module& model, std::shared_ptr<Communicator> comm);
+  ReplicatedSynchronizer(torch::nn::Module& model, std::shared_ptr<Communicator> comm,
+                         WireDtype gradient_wire = WireDtype::kFp32);
 
   std::vector<torch::Tensor> optimizer_parameters() override { return params_; }
   std::vector<torch::Tensor> full_parameters() override;
 
  protected:
-  // Divides every gradient by the world size (they hold sums after all-reduce).
-  void average_gradients();
+  // Starts averaging `gradient` over ranks in the job's wire dtype (named `name` in the journal
+  // and timeline). `gradient` must stay alive until wait().
+  PendingGradientAverage average_async(torch::Tensor& gradient, const std::string& name);
 
   torch::nn::Module& model_;
   std::shared_ptr<Communicator> comm_;
   std::vector<torch::Tensor> params_;  // unique trainable parameters, registration order
+  WireDtype gradient_wire_;
 };
 
 // Registers a callback on each parameter's gradient accumulator: it runs right after the
@@ -46,13 +66,16 @@ class GradReadyHooks {
   std::vector<uintptr_t> keys_;
 };
 
-std::unique_ptr<GradientSynchronizer> make_naive(torch::nn::Module&, std::shared_ptr<Communicator>);
-std::unique_ptr<GradientSynchronizer> make_flat(torch::nn::Module&, std::shared_ptr<Communicator>);
+std::unique_ptr<GradientSynchronizer> make_naive(torch::nn::Module&, std::shared_ptr<Communicator>,
+                                                 const SyncOptions&);
+std::unique_ptr<GradientSynchronizer> make_flat(torch::nn::Module&, std::shared_ptr<Communicator>,
+                                                const SyncOptions&);
 std::unique_ptr<GradientSynchronizer> make_overlap(torch::nn::Module&,
-                                                   std::shared_ptr<Communicator>);
+                                                   std::shared_ptr<Communicator>,
+                                                   const SyncOptions&);
 std::unique_ptr<GradientSynchronizer> make_bucketed(torch::nn::Module&,
                                                     std::shared_ptr<Communicator>,
-                                                    double bucket_size_mb);
+                                                    const SyncOptions&);
 std::unique_ptr<GradientSynchronizer> make_fsdp(torch::nn::Module&, std::shared_ptr<Communicator>);
 
 }  // namespace ddpd::detail
