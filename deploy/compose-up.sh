@@ -24,4 +24,5 @@ docker-compose -f deploy/docker-compose.yml -p ddpd up -d --scale worker="$worke
 until [ "$(build/bin/ddpctl workers 2>/dev/null | grep -c ' IDLE ')" -ge "$workers" ]; do sleep 0.5; done
 echo "stack up in $(/usr/bin/python3 -c "print(f'{$(date +%s.%N) - $start:.1f}')") s: \
 coordinator 127.0.0.1:50051 (/metrics 9400), $workers workers (9401+), Prometheus 127.0.0.1:9090"
-build/bin/ddpctl submit ddp --world-size "$workers" --model tiny --steps 20 --watch
+build/bin/ddpctl submit ddp --world-size "$workers" --model tiny --steps 60 --lr 3e-3 \
+  --data-text /usr/share/common-licenses/GPL-3 --watch

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Quick start, command 1: install dependencies, build, and run the main job on its embedded
 # default: `ddpctl local` starts a coordinator and two workers on loopback and trains the tiny
-# Transformer LM with the bucketed strategy over two ranks (real c10d Gloo), printing each
-# step, the summary and the memory profile, then shuts everything down.
+# Transformer LM with the bucketed strategy over two ranks (real c10d Gloo) on the bytes of a
+# text every Debian system has (the GPL), so the loss visibly falls from ln 256 ≈ 5.5; it
+# prints each step, the held-out loss, the summary and the memory profile, then shuts down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
 build/bin/ddpctl local --workers 2 ddp --model tiny --strategy bucketed --bucket-mb 1 \
-  --batch 8 --context 64 --steps 10
+  --batch 8 --context 64 --steps 60 --lr 3e-3 --data-text /usr/share/common-licenses/GPL-3 \
+  --eval-data /usr/share/common-licenses/GPL-2 --eval-every 20 --eval-batches 2

@@ -21,4 +21,7 @@ printf 'hosts: files dns\n' >"$out/etc/nsswitch.conf"
 for lib in /lib/x86_64-linux-gnu/libnss_files.so.2 /lib/x86_64-linux-gnu/libnss_dns.so.2; do
   [ -e "$lib" ] && mkdir -p "$out$(dirname "$lib")" && cp -L "$lib" "$out$lib"
 done
+# The demo's training text (--data-text /usr/share/common-licenses/GPL-3, docs/data.md).
+mkdir -p "$out/usr/share/common-licenses"
+cp /usr/share/common-licenses/GPL-2 /usr/share/common-licenses/GPL-3 "$out/usr/share/common-licenses/"
 du -sh "$out" | awk '{print "bundle: " $1 " in " $2}'
