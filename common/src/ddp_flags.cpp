@@ -99,6 +99,12 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
       ->capture_default_str();
   app.add_option("--eval-batches", o.eval_batches, "Global batches per held-out evaluation")
       ->capture_default_str();
+  app.add_flag("--static-buckets", o.static_buckets,
+               "overlap/bucketed: keep reverse registration order instead of rebuilding buckets in "
+               "the order gradients became ready in the first step");
+  app.add_flag("--find-unused-parameters", o.find_unused_parameters,
+               "overlap/bucketed: reduce parameters that get no gradient as zeros instead of "
+               "failing naming them");
   app.add_flag("--check-collectives", o.check_collectives,
                "Debug: before each collective, ranks compare its fingerprint (op, sequence "
                "number, size, dtype) and fail naming both sides when they differ");

@@ -56,6 +56,8 @@ v1::DdpSpec to_proto(const DdpJobOptions& o) {
   s.set_eval_data(o.eval_data);
   s.set_eval_every(o.eval_every);
   s.set_eval_batches(o.eval_batches);
+  s.set_static_buckets(o.static_buckets);
+  s.set_find_unused_parameters(o.find_unused_parameters);
   s.set_straggler_threshold(o.straggler_threshold);
   return s;
 }
@@ -111,6 +113,8 @@ DdpJobOptions from_proto(const v1::DdpSpec& s) {
   o.eval_data = s.eval_data();
   if (s.has_eval_every()) o.eval_every = s.eval_every();
   if (s.has_eval_batches()) o.eval_batches = s.eval_batches();
+  o.static_buckets = s.static_buckets();
+  o.find_unused_parameters = s.find_unused_parameters();
   if (s.has_straggler_threshold()) o.straggler_threshold = s.straggler_threshold();
   return o;
 }

@@ -12,6 +12,13 @@
 //     A fault makes rank R exit (die) or stop responding (hang) at the start of step S, after
 //     printing "FAULT <unix seconds>" to stderr so the test can time the survivors from it.
 //
+//   ddpd-test-rank readiness --out PREFIX --strategy overlap|bucketed [--with-unused] ...
+//     The hook-driven strategies on a two-layer net whose forward order differs from its
+//     registration order (and, with --with-unused, a parameter the forward never uses), through
+//     make_synchronizer. Per step it records the collectives launched before
+//     finish_gradient_synchronization() and in all, and the averaged gradients; SGD moves the
+//     parameters between steps. Files: PREFIX.rankR.gradsK.pt, PREFIX.rankR.json.
+//
 //   ddpd-test-rank zero1 --out PREFIX [--shard-optimizer] [--add-group-at K] ...
 //     The ZeRO-1 optimizer as a unit: the same synthetic gradients on every rank, stepped by
 //     ShardedOptimizer or by plain AdamW, with a parameter group added mid-run. No model step.
@@ -186,6 +193,77 @@ int zero1(const ddpd::DdpJobOptions& options, const std::string& out, int64_t ad
   return 0;
 }
 
+// Registered `late` then `early`, applied `early` then `late`: backward makes late's gradients
+// ready first, while reverse registration order puts early's (and `unused`) first.
+struct OutOfOrderNet : torch::nn::Module {
+  explicit OutOfOrderNet(bool with_unused) {
+    late = register_module("late", torch::nn::Linear(40, 8));     // 320 + 8 elements
+    early = register_module("early", torch::nn::Linear(16, 40));  // 640 + 40 elements
+    // The root's own parameter: registration order lists it first, before the children's.
+    if (with_unused) register_parameter("unused", torch::zeros({24}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return late(torch::relu(early(x))); }
+  torch::nn::Linear late{nullptr}, early{nullptr};
+};
+
+int readiness(const ddpd::DdpJobOptions& options, const std::string& out, bool with_unused) {
+  const auto rendezvous = ddpd::rendezvous_for_job(options);
+  auto comm = ddpd::connect(rendezvous);
+  const int rank = comm->rank(), world = comm->world_size();
+  torch::manual_seed(options.seed + rank);  // the synchroniser broadcasts rank 0's
+  OutOfOrderNet net(with_unused);
+  ddpd::SyncOptions sync_options;
+  sync_options.strategy = ddpd::parse_strategy(options.strategy);
+  sync_options.bucket_size_mb = options.bucket_size_mb;
+  sync_options.static_buckets = options.static_buckets;
+  sync_options.find_unused_parameters = options.find_unused_parameters;
+  auto sync = ddpd::make_synchronizer(net, comm, sync_options);
+  nlohmann::json report;
+  for (int64_t step = 0; step < options.steps; ++step) {
+    torch::manual_seed(options.seed * 1000 + static_cast<uint64_t>(step));  // the global batch
+    const auto inputs = torch::randn({options.batch_size, 16});
+    const auto targets = torch::randn({options.batch_size, 8});
+    const int64_t rows = options.batch_size / world;
+    sync->zero_grad();
+    const int64_t before = comm->journal().progress().last_enqueued;
+    // Collectives launched by the time early's first gradient is computed (a tensor hook runs
+    // before the gradient is accumulated): late's are ready by then, early's not yet.
+    int64_t before_early = -1;
+    std::vector<std::pair<torch::Tensor, unsigned>> hooks;
+    for (auto* p : {&net.early->weight, &net.early->bias}) {
+      hooks.emplace_back(*p, p->register_hook([&](const torch::Tensor& grad) {
+        if (before_early < 0) before_early = comm->journal().progress().last_enqueued - before;
+        return grad;
+      }));
+    }
+    auto loss = torch::mse_loss(net.forward(inputs.narrow(0, rank * rows, rows)),
+                                targets.narrow(0, rank * rows, rows));
+    loss.backward();
+    for (auto& [p, handle] : hooks) p.remove_hook(handle);
+    sync->finish_gradient_synchronization();
+    std::vector<torch::Tensor> grads;
+    for (auto& p : sync->optimizer_parameters()) {
+      grads.push_back(p.grad().defined() ? p.grad().detach().clone() : torch::zeros_like(p));
+    }
+    torch::save(grads, rank_prefix(out, rank) + ".grads" + std::to_string(step) + ".pt");
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : sync->optimizer_parameters()) {
+        if (p.grad().defined()) p.sub_(p.grad() * 0.1);
+      }
+    }
+    sync->after_optimizer_step();
+    nlohmann::json launches = nlohmann::json::array();
+    for (const auto& e : comm->journal().entries()) {
+      if (e.seq > before && e.op == "all_reduce") launches.push_back(e.numel);
+    }
+    report["steps"].push_back(
+        {{"launched_before_early_gradients", before_early}, {"all_reduce_numels", launches}});
+  }
+  std::ofstream(rank_prefix(out, rank) + ".json") << report.dump();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -205,6 +283,13 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--fault-rank", fault.rank);
   train_cmd->add_option("--fault-step", fault.step);
 
+  auto* readiness_cmd =
+      app.add_subcommand("readiness", "overlap/bucketed launch order on an out-of-order net");
+  ddpd::add_ddp_flags(*readiness_cmd, options);
+  readiness_cmd->add_option("--out", out)->required();
+  bool with_unused = false;
+  readiness_cmd->add_flag("--with-unused", with_unused);
+
   auto* zero1_cmd = app.add_subcommand("zero1", "ShardedOptimizer against AdamW, as a unit");
   ddpd::add_ddp_flags(*zero1_cmd, options);
   zero1_cmd->add_option("--out", out)->required();
@@ -215,6 +300,7 @@ int main(int argc, char** argv) {
 
   try {
     if (train_cmd->parsed()) return train(options, out, tie_embeddings, freeze_embedding, fault);
+    if (readiness_cmd->parsed()) return readiness(options, out, with_unused);
     return zero1(options, out, add_group_at);
   } catch (const std::exception& e) {
     std::cerr << "FAILED: " << e.what() << std::endl;

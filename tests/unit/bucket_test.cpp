@@ -42,6 +42,15 @@ TEST(BucketAssignment, HugeCapIsOneBucketAndEveryParameterAppearsOnce) {
   for (int count : seen) EXPECT_EQ(count, 1);
 }
 
+TEST(BucketAssignment, GivenOrderWithASmallerFirstBucket) {
+  // 400-byte parameters in the order 1, 3, 0, 2: the first bucket takes one (cap 500), the rest
+  // two per bucket (cap 1000).
+  EXPECT_EQ(assign_buckets({1, 3, 0, 2}, {100, 100, 100, 100}, 4, 1000, 500),
+            (Buckets{{1}, {3, 0}, {2}}));
+  EXPECT_EQ(assign_buckets({1, 3, 0, 2}, {100, 100, 100, 100}, 4, 1000, 1000),
+            (Buckets{{1, 3}, {0, 2}}));
+}
+
 TEST(Summary, MedianAndStdOverTimedStepsOnly) {
   std::vector<StepMetrics> steps(5);
   const double times[] = {9.0, 9.0, 1.0, 3.0, 2.0};

@@ -297,6 +297,8 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
   sync_options.strategy = parse_strategy(options.strategy);
   sync_options.bucket_size_mb = options.bucket_size_mb;
   sync_options.gradient_wire = parse_wire_dtype(options.grad_compression);
+  sync_options.static_buckets = options.static_buckets;
+  sync_options.find_unused_parameters = options.find_unused_parameters;
   m.sync = make_synchronizer(*m.model, m.comm, sync_options);
 
   auto adamw = torch::optim::AdamWOptions(options.lr)

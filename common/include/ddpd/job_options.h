@@ -133,6 +133,13 @@ struct DdpJobOptions {
   std::string eval_data;
   int64_t eval_every = 0;
   int64_t eval_batches = 4;
+  // overlap and bucketed launch gradient collectives in one order every rank agrees on. After
+  // the first step they adopt the order in which rank 0's gradients became ready, as c10d's
+  // Reducer rebuilds its buckets; static_buckets keeps reverse registration order.
+  bool static_buckets = false;
+  // A trainable parameter that gets no gradient in a step's backward is an error naming it,
+  // unless this is set: then it is reduced as zeros (overlap, bucketed).
+  bool find_unused_parameters = false;
 
   // The preset with the overrides applied.
   ModelConfig resolved_model() const;

@@ -24,6 +24,14 @@ struct SyncOptions {
   Strategy strategy = Strategy::kBucketed;
   double bucket_size_mb = 25.0;                // bucketed: cap per bucket, MiB
   WireDtype gradient_wire = WireDtype::kFp32;  // not fsdp (validate() refuses it)
+  // bucketed: the first bucket's cap, MiB (c10d's 1 MiB: the first all-reduce starts early in
+  // backward); the smaller of this and bucket_size_mb applies.
+  double first_bucket_mb = 1.0;
+  // overlap, bucketed: keep reverse registration order; else adopt rank 0's gradient-ready
+  // order after the first step (DdpJobOptions::static_buckets).
+  bool static_buckets = false;
+  // overlap, bucketed: reduce parameters that got no gradient as zeros instead of throwing.
+  bool find_unused_parameters = false;
 };
 
 // Wraps a model for data-parallel training. Construction broadcasts rank 0's parameters and
@@ -80,9 +88,15 @@ void broadcast_module_state(torch::nn::Module& module, Communicator& comm);
 // Max over parameters of (max - min across ranks), element-wise. A collective.
 double parameter_spread(const std::vector<torch::Tensor>& parameters, Communicator& comm);
 
-// Bucket assignment of the bucketed strategy: parameter indices (into `numels`, registration
-// order) packed in reverse order into buckets of at most `cap_bytes`; a parameter larger than
-// the cap gets a bucket of its own. Exposed for tests.
+// Bucket assignment of the bucketed strategy: parameter indices (into `numels`) taken in `order`
+// and packed into buckets of at most `cap_bytes`, the first of at most `first_cap_bytes`; a
+// parameter larger than its cap gets a bucket of its own. Exposed for tests.
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<size_t>& order,
+                                                const std::vector<int64_t>& numels,
+                                                int64_t element_size, int64_t cap_bytes,
+                                                int64_t first_cap_bytes);
+// The same in reverse registration order (how gradients roughly become ready in backward), with
+// every bucket under `cap_bytes`.
 std::vector<std::vector<size_t>> assign_buckets(const std::vector<int64_t>& numels,
                                                 int64_t element_size, int64_t cap_bytes);
 

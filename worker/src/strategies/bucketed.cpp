@@ -1,6 +1,12 @@
-// bucketed: parameters are packed, in reverse registration order, into buckets of at most
-// bucket_size_mb; a bucket's asynchronous all-reduce starts as soon as all its gradients are
-// ready (from gradient-ready hooks during backward); finish_gradient_synchronization() waits.
+// bucketed: parameters are packed into buckets of at most bucket_size_mb (the first of at most
+// first_bucket_mb, 1 MiB, so the first all-reduce starts early); a bucket's asynchronous
+// all-reduce starts as soon as all its gradients are ready (from gradient-ready hooks during
+// backward); finish_gradient_synchronization() waits.
+//
+// Bucket order, as c10d's Reducer: the first step packs parameters in reverse registration order
+// (roughly the order backward produces their gradients). After it, rank 0's observed ready order
+// is broadcast and every rank rebuilds its buckets in that order (unless --static-buckets), so
+// buckets fill in the order backward actually fills them.
 //
 // Gradients live as views into their bucket's flat buffer (PyTorch DDP's
 // gradient_as_bucket_view): autograd accumulates straight into the bucket, so there is no copy
@@ -22,16 +28,60 @@ struct Bucket {
 class BucketedSynchronizer final : public ReplicatedSynchronizer {
  public:
   BucketedSynchronizer(torch::nn::Module& model, std::shared_ptr<Communicator> comm,
-                       double bucket_size_mb, WireDtype gradient_wire)
-      : ReplicatedSynchronizer(model, std::move(comm), gradient_wire),
+                       const SyncOptions& options)
+      : ReplicatedSynchronizer(model, std::move(comm), options),
         bucket_of_(params_.size()),
-        grad_views_(params_.size()) {
+        grad_views_(params_.size()),
+        ready_(params_.size(), 0) {
+    std::vector<size_t> reverse_registration(params_.size());
+    for (size_t k = 0; k < params_.size(); ++k) reverse_registration[k] = params_.size() - 1 - k;
+    build_buckets(reverse_registration);
+    hooks_ = std::make_unique<GradReadyHooks>(params_, [this](size_t i) { mark_ready(i); });
+  }
+
+  ~BucketedSynchronizer() override { hooks_.reset(); }
+
+  std::string name() const override { return "bucketed"; }
+
+  void zero_grad() override {
+    for (auto& bucket : buckets_) bucket.buffer.zero_();
+  }
+
+  void finish_gradient_synchronization() override {
+    check_every_gradient_ready(ready_);
+    // Buckets holding parameters without a gradient this step (--find-unused-parameters) were
+    // never completed: their gradient views are still zero, so launch them as they are, in order.
+    while (next_to_launch_ < buckets_.size()) launch(buckets_[next_to_launch_++]);
+    next_to_launch_ = 0;
+    for (auto& bucket : buckets_) {
+      bucket.work.wait();
+      bucket.ready = 0;
+    }
+    std::fill(ready_.begin(), ready_.end(), 0);
+    synchronized_once_ = true;
+  }
+
+  // The rebuild runs after the first optimizer step, once the averaged gradients are consumed:
+  // the new buckets start empty, as zero_grad would leave them.
+  void after_optimizer_step() override {
+    if (options_.static_buckets || rebuilt_ || !synchronized_once_) return;
+    build_buckets(agree_on_ready_order(recorded_ready_order_));
+    rebuilt_ = true;
+  }
+
+ private:
+  void build_buckets(const std::vector<size_t>& order) {
     std::vector<int64_t> numels;
     for (const auto& p : params_) numels.push_back(p.numel());
-    const auto cap = static_cast<int64_t>(bucket_size_mb * 1024.0 * 1024.0);
+    constexpr double kMiB = 1024.0 * 1024.0;
+    const auto cap = std::max<int64_t>(1, static_cast<int64_t>(options_.bucket_size_mb * kMiB));
+    const auto first_cap = std::max<int64_t>(
+        1,
+        static_cast<int64_t>(std::min(options_.first_bucket_mb, options_.bucket_size_mb) * kMiB));
     const int64_t element_size = params_.empty() ? 4 : params_.front().element_size();
     torch::NoGradGuard no_grad;
-    for (auto& indices : assign_buckets(numels, element_size, std::max<int64_t>(cap, 1))) {
+    buckets_.clear();
+    for (auto& indices : assign_buckets(order, numels, element_size, cap, first_cap)) {
       Bucket bucket;
       int64_t total = 0;
       for (size_t i : indices) total += params_[i].numel();
@@ -47,29 +97,8 @@ class BucketedSynchronizer final : public ReplicatedSynchronizer {
       bucket.params = std::move(indices);
       buckets_.push_back(std::move(bucket));
     }
-    hooks_ = std::make_unique<GradReadyHooks>(params_, [this](size_t i) { mark_ready(i); });
   }
 
-  ~BucketedSynchronizer() override { hooks_.reset(); }
-
-  std::string name() const override { return "bucketed"; }
-
-  void zero_grad() override {
-    for (auto& bucket : buckets_) bucket.buffer.zero_();
-  }
-
-  void finish_gradient_synchronization() override {
-    // Buckets holding parameters unused in this forward were never completed: their gradient
-    // views are still zero, so launch them as they are, in order.
-    while (next_to_launch_ < buckets_.size()) launch(buckets_[next_to_launch_++]);
-    next_to_launch_ = 0;
-    for (auto& bucket : buckets_) {
-      bucket.work.wait();
-      bucket.ready = 0;
-    }
-  }
-
- private:
   void mark_ready(size_t i) {
     Bucket& bucket = buckets_[bucket_of_[i]];
     auto& p = params_[i];
@@ -80,7 +109,9 @@ class BucketedSynchronizer final : public ReplicatedSynchronizer {
       if (p.grad().defined()) grad_views_[i].copy_(p.grad());
       p.mutable_grad() = grad_views_[i];
     }
-    if (!sync_on_backward()) return;  // accumulating: the gradient stays in its bucket
+    if (!sync_on_backward() || ready_[i]) return;  // accumulating: it stays in its bucket
+    ready_[i] = 1;
+    if (!rebuilt_) recorded_ready_order_.push_back(i);
     ++bucket.ready;
     // Launch in bucket order only: c10d matches collectives by order, and every rank must issue
     // the same sequence even if its gradients became ready in another order.
@@ -98,7 +129,11 @@ class BucketedSynchronizer final : public ReplicatedSynchronizer {
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;
   std::vector<torch::Tensor> grad_views_;  // each parameter's slot in its bucket
+  std::vector<char> ready_;                // gradient accumulated in this backward, by param
   size_t next_to_launch_ = 0;
+  std::vector<size_t> recorded_ready_order_;  // the first step's, until the rebuild
+  bool synchronized_once_ = false;
+  bool rebuilt_ = false;
   std::unique_ptr<GradReadyHooks> hooks_;
 };
 
@@ -107,8 +142,7 @@ class BucketedSynchronizer final : public ReplicatedSynchronizer {
 std::unique_ptr<GradientSynchronizer> make_bucketed(torch::nn::Module& model,
                                                     std::shared_ptr<Communicator> comm,
                                                     const SyncOptions& options) {
-  return std::make_unique<BucketedSynchronizer>(model, std::move(comm), options.bucket_size_mb,
-                                                options.gradient_wire);
+  return std::make_unique<BucketedSynchronizer>(model, std::move(comm), options);
 }
 
 }  // namespace ddpd::detail

@@ -30,7 +30,7 @@ class FlatSynchronizer final : public ReplicatedSynchronizer {
 std::unique_ptr<GradientSynchronizer> make_flat(torch::nn::Module& model,
                                                 std::shared_ptr<Communicator> comm,
                                                 const SyncOptions& options) {
-  return std::make_unique<FlatSynchronizer>(model, std::move(comm), options.gradient_wire);
+  return std::make_unique<FlatSynchronizer>(model, std::move(comm), options);
 }
 
 }  // namespace ddpd::detail

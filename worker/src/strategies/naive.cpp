@@ -23,7 +23,7 @@ class NaiveSynchronizer final : public ReplicatedSynchronizer {
 std::unique_ptr<GradientSynchronizer> make_naive(torch::nn::Module& model,
                                                  std::shared_ptr<Communicator> comm,
                                                  const SyncOptions& options) {
-  return std::make_unique<NaiveSynchronizer>(model, std::move(comm), options.gradient_wire);
+  return std::make_unique<NaiveSynchronizer>(model, std::move(comm), options);
 }
 
 }  // namespace ddpd::detail

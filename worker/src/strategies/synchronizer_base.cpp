@@ -10,12 +10,55 @@ namespace detail {
 
 ReplicatedSynchronizer::ReplicatedSynchronizer(torch::nn::Module& model,
                                                std::shared_ptr<Communicator> comm,
-                                               WireDtype gradient_wire)
+                                               const SyncOptions& options)
     : model_(model),
       comm_(std::move(comm)),
       params_(unique_trainable_parameters(model)),
-      gradient_wire_(gradient_wire) {
+      options_(options) {
+  for (const auto& [name, p] : named_unique_parameters(model)) {
+    if (p.requires_grad()) param_names_.push_back(name);
+  }
+  TORCH_CHECK(param_names_.size() == params_.size(),
+              "trainable parameter names and tensors differ");
   broadcast_module_state(model_, *comm_);
+}
+
+void ReplicatedSynchronizer::check_every_gradient_ready(const std::vector<char>& ready) const {
+  if (options_.find_unused_parameters) return;
+  std::string names;
+  int count = 0;
+  for (size_t i = 0; i < ready.size(); ++i) {
+    if (ready[i]) continue;
+    if (count++ < 8) names += (names.empty() ? "'" : ", '") + param_names_[i] + "'";
+  }
+  if (count == 0) return;
+  if (count > 8) names += " and " + std::to_string(count - 8) + " more";
+  throw std::runtime_error(
+      std::to_string(count) + " trainable parameter(s) got no gradient in this step's backward (" +
+      names +
+      "): the loss does not depend on them. Pass --find-unused-parameters to reduce them as "
+      "zeros, or freeze them");
+}
+
+std::vector<size_t> ReplicatedSynchronizer::agree_on_ready_order(
+    const std::vector<size_t>& recorded) {
+  std::vector<char> seen(params_.size(), 0);
+  std::vector<int64_t> order;
+  for (size_t i : recorded) {
+    if (!seen.at(i)) order.push_back(static_cast<int64_t>(i));
+    seen[i] = 1;
+  }
+  for (size_t k = params_.size(); k-- > 0;) {
+    if (!seen[k]) order.push_back(static_cast<int64_t>(k));
+  }
+  // Every rank must launch in one order (c10d matches collectives by order); ranks whose
+  // gradients became ready in another order take rank 0's.
+  torch::Tensor agreed = torch::tensor(order, torch::kLong).to(comm_->device());
+  comm_->broadcast(agreed, /*root=*/0, "broadcast/ready_order").wait();
+  agreed = agreed.cpu();
+  std::vector<size_t> out(params_.size());
+  for (size_t k = 0; k < out.size(); ++k) out[k] = static_cast<size_t>(agreed[k].item<int64_t>());
+  return out;
 }
 
 PendingGradientAverage::PendingGradientAverage(PendingCollective work, torch::Tensor gradient,
@@ -41,13 +84,13 @@ void PendingGradientAverage::wait() {
 PendingGradientAverage ReplicatedSynchronizer::average_async(torch::Tensor& gradient,
                                                              const std::string& name) {
   const double n = comm_->world_size();
-  if (gradient_wire_ == WireDtype::kFp32) {
+  if (options_.gradient_wire == WireDtype::kFp32) {
     return {comm_->all_reduce_sum(gradient, name), gradient, {}, n};
   }
   torch::NoGradGuard no_grad;
   // Divide first: the sum of N halves stays in range where the sum of N gradients might not.
-  torch::Tensor wire =
-      gradient.div(n).to(gradient_wire_ == WireDtype::kFp16 ? torch::kHalf : torch::kBFloat16);
+  torch::Tensor wire = gradient.div(n).to(
+      options_.gradient_wire == WireDtype::kFp16 ? torch::kHalf : torch::kBFloat16);
   return {comm_->all_reduce_sum(wire, name), gradient, wire, n};
 }
 
@@ -111,15 +154,17 @@ double parameter_spread(const std::vector<torch::Tensor>& parameters, Communicat
   return (high - low).max().item<double>();
 }
 
-std::vector<std::vector<size_t>> assign_buckets(const std::vector<int64_t>& numels,
-                                                int64_t element_size, int64_t cap_bytes) {
-  TORCH_CHECK(cap_bytes > 0, "bucket cap must be positive");
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<size_t>& order,
+                                                const std::vector<int64_t>& numels,
+                                                int64_t element_size, int64_t cap_bytes,
+                                                int64_t first_cap_bytes) {
+  TORCH_CHECK(cap_bytes > 0 && first_cap_bytes > 0, "bucket caps must be positive");
   std::vector<std::vector<size_t>> buckets;
   int64_t filled = 0;
-  // Reverse registration order approximates the order gradients become ready in backward.
-  for (size_t k = numels.size(); k-- > 0;) {
-    const int64_t bytes = numels[k] * element_size;
-    if (buckets.empty() || (filled + bytes > cap_bytes && filled > 0)) {
+  for (size_t k : order) {
+    const int64_t bytes = numels.at(k) * element_size;
+    const int64_t cap = buckets.size() == 1 ? first_cap_bytes : cap_bytes;  // filling the first?
+    if (buckets.empty() || (filled + bytes > cap && filled > 0)) {
       buckets.emplace_back();
       filled = 0;
     }
@@ -127,6 +172,13 @@ std::vector<std::vector<size_t>> assign_buckets(const std::vector<int64_t>& nume
     filled += bytes;
   }
   return buckets;
+}
+
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<int64_t>& numels,
+                                                int64_t element_size, int64_t cap_bytes) {
+  std::vector<size_t> reverse(numels.size());
+  for (size_t k = 0; k < numels.size(); ++k) reverse[k] = numels.size() - 1 - k;
+  return assign_buckets(reverse, numels, element_size, cap_bytes, cap_bytes);
 }
 
 WireDtype parse_wire_dtype(const std::string& grad_compression) {

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -34,7 +35,7 @@ class PendingGradientAverage {
 class ReplicatedSynchronizer : public GradientSynchronizer {
  public:
   ReplicatedSynchronizer(torch::nn::Module& model, std::shared_ptr<Communicator> comm,
-                         WireDtype gradient_wire = WireDtype::kFp32);
+                         const SyncOptions& options = {});
 
   std::vector<torch::Tensor> optimizer_parameters() override { return params_; }
   std::vector<torch::Tensor> full_parameters() override;
@@ -44,10 +45,19 @@ class ReplicatedSynchronizer : public GradientSynchronizer {
   // and timeline). `gradient` must stay alive until wait().
   PendingGradientAverage average_async(torch::Tensor& gradient, const std::string& name);
 
+  // For the strategies that wait for gradient readiness (overlap, bucketed):
+  // Throws naming every parameter whose ready flag is not set, unless find_unused_parameters.
+  void check_every_gradient_ready(const std::vector<char>& ready) const;
+  // The launch order every rank adopts after the first step: rank 0's recorded ready order,
+  // completed with the parameters that never became ready (reverse registration order), and
+  // broadcast from rank 0 (a collective).
+  std::vector<size_t> agree_on_ready_order(const std::vector<size_t>& recorded);
+
   torch::nn::Module& model_;
   std::shared_ptr<Communicator> comm_;
-  std::vector<torch::Tensor> params_;  // unique trainable parameters, registration order
-  WireDtype gradient_wire_;
+  std::vector<torch::Tensor> params_;     // unique trainable parameters, registration order
+  std::vector<std::string> param_names_;  // their names in the module
+  SyncOptions options_;
 };
 
 // Registers a callback on each parameter's gradient accumulator: it runs right after the
