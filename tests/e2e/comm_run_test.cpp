@@ -35,8 +35,10 @@ TEST_P(CommRun, EveryCollectivePassesItsDataCheck) {
     EXPECT_NEAR(row["busbw_bytes_per_second"].get<double>(),
                 bytes / slowest * busbw_factor(collective, world), 1e-6 * bytes / slowest);
   }
-  ASSERT_EQ(result["fits"].size(), 4u);
+  // One fit per collective, and the all-reduce's back-to-back fit (the bucket advisor's alpha).
+  ASSERT_EQ(result["fits"].size(), 5u);
   for (const auto& fit : result["fits"]) EXPECT_GT(fit["beta_bytes_per_second"].get<double>(), 0);
+  EXPECT_EQ(result["fits"][1]["collective"], "all_reduce_back_to_back");
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, CommRun, ::testing::Values(2, 3));
