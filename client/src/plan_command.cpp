@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "bucket_advisor.h"
 #include "ddpd/job_options.h"
 
 namespace ddpd::client {
@@ -36,7 +37,18 @@ void add_bucket_flags(CLI::App& app, BucketFlags& f) {
   app.add_option("--beta", f.beta, "All-reduce bandwidth, bytes/s");
   app.add_option("--model", f.model, "Model preset whose FP32 gradients are bucketed")
       ->capture_default_str();
+  app.add_option("--d-model", f.d_model, "Override the preset's d_model");
+  app.add_option("--d-ff", f.d_ff, "Override the preset's d_ff");
+  app.add_option("--layers", f.num_layers, "Override the preset's layers");
+  app.add_option("--vocab", f.vocab_size, "Override the preset's vocabulary");
   app.add_option("--params", f.params, "Parameter count (overrides --model)");
+  app.add_option("--backward-ms", f.backward_ms,
+                 "Backward's duration: also simulate bucketed DDP's exposed communication for "
+                 "the model's tensors in backward order (needs --model, not --params)");
+  app.add_option("--comm-speed-during-backward", f.comm_speed_during_backward,
+                 "Simulation: the all-reduce's speed while backward computes, as a fraction of "
+                 "its speed alone (0.5: compute saturates the cores; 1: spare cores)")
+      ->capture_default_str();
   app.add_flag("--json", f.json, "Print JSON");
 }
 
@@ -105,6 +117,7 @@ void print_plan(const PlanFlags& f) {
 
 void print_bucket_plan(const BucketFlags& f, const std::string& comm_result) {
   double alpha = f.alpha_s, beta = f.beta;
+  std::vector<std::pair<double, double>> measured;  // back-to-back (bytes, seconds per call)
   if (!f.from_result.empty() || !f.from_job.empty()) {
     const char* flag = f.from_job.empty() ? "--from-result" : "--from-job";
     std::string text = comm_result;
@@ -144,6 +157,11 @@ void print_bucket_plan(const BucketFlags& f, const std::string& comm_result) {
       }
     }
     if (!found) throw OptionError(flag, "holds no all_reduce fit");
+    for (const auto& row : result.value("rows", nlohmann::json::array())) {
+      if (row.value("collective", "") == "all_reduce_back_to_back") {
+        measured.emplace_back(row["size_bytes"].get<double>(), row["time_seconds"].get<double>());
+      }
+    }
   }
   if (alpha <= 0 && !f.from_result.empty()) {
     throw OptionError("--from-result",
@@ -158,14 +176,40 @@ void print_bucket_plan(const BucketFlags& f, const std::string& comm_result) {
   if (alpha <= 0) throw OptionError("--alpha", "the all-reduce overhead must be > 0 seconds");
   if (beta <= 0) throw OptionError("--beta", "the all-reduce bandwidth must be > 0 bytes/s");
   if (f.params < 0) throw OptionError("--params", "must be > 0");
-  const double gradient_bytes =
-      4.0 * (f.params > 0 ? f.params : count_parameters(model_preset(f.model)));
+  if (f.backward_ms < 0) throw OptionError("--backward-ms", "must be >= 0");
+  if (f.comm_speed_during_backward < 0 || f.comm_speed_during_backward > 1) {
+    throw OptionError("--comm-speed-during-backward", "must be in [0, 1]");
+  }
+  if (f.backward_ms > 0 && f.params > 0) {
+    throw OptionError("--backward-ms",
+                      "the simulation needs the model's shape (--model and its "
+                      "overrides), not --params");
+  }
+  ModelConfig config = model_preset(f.model);
+  if (f.d_model) config.d_model = *f.d_model;
+  if (f.d_ff) config.d_ff = *f.d_ff;
+  if (f.num_layers) config.num_layers = *f.num_layers;
+  if (f.vocab_size) config.vocab_size = *f.vocab_size;
+  const double gradient_bytes = 4.0 * (f.params > 0 ? f.params : count_parameters(config));
   const double best = plan::recommended_bucket_bytes(gradient_bytes, beta, alpha);
+  // The simulation's all-reduce cost: the back-to-back measurements where the result has them,
+  // else the fit.
+  const plan::AllReduceTime all_reduce_time =
+      measured.empty() ? plan::AllReduceTime([=](double b) { return alpha + b / beta; })
+                       : plan::interpolated_all_reduce_time(measured, beta);
+  constexpr double kFirstBucketBytes = 1 << 20;  // ddpd's and c10d's first bucket
   nlohmann::json curve = nlohmann::json::array();
   for (double mb : {1.0, 10.0, 100.0, 1000.0}) {
-    curve.push_back({{"bucket_mb", mb},
-                     {"overhead_seconds",
-                      plan::predicted_overhead_s(gradient_bytes, beta, alpha, mb * (1 << 20))}});
+    const double bucket = mb * (1 << 20);
+    nlohmann::json point{
+        {"bucket_mb", mb},
+        {"overhead_seconds", plan::predicted_overhead_s(gradient_bytes, beta, alpha, bucket)}};
+    if (f.backward_ms > 0) {
+      point["simulated_exposed_seconds"] = plan::simulated_exposed_s(
+          plan::transformer_gradients(config), f.backward_ms / 1e3, bucket,
+          std::min(bucket, kFirstBucketBytes), all_reduce_time, f.comm_speed_during_backward);
+    }
+    curve.push_back(point);
   }
   const std::string model_name =
       f.params > 0 ? std::to_string(f.params) + " parameters" : "model " + f.model;
@@ -188,8 +232,13 @@ void print_bucket_plan(const BucketFlags& f, const std::string& comm_result) {
               best / (1 << 20),
               plan::predicted_overhead_s(gradient_bytes, beta, alpha, best) * 1e3);
   for (const auto& point : curve) {
-    std::printf("  bucket %6.0f MB: predicted overhead %8.1f ms\n",
-                point["bucket_mb"].get<double>(), point["overhead_seconds"].get<double>() * 1e3);
+    std::printf("  bucket %6.0f MB: predicted overhead %8.1f ms", point["bucket_mb"].get<double>(),
+                point["overhead_seconds"].get<double>() * 1e3);
+    if (point.contains("simulated_exposed_seconds")) {
+      std::printf("   simulated exposed after a %.0f ms backward %8.1f ms", f.backward_ms,
+                  point["simulated_exposed_seconds"].get<double>() * 1e3);
+    }
+    std::printf("\n");
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <optional>
 #include <string>
 
 #include "plan.h"
@@ -27,7 +28,14 @@ struct BucketFlags {
   double alpha_s = 0;        // else: per-call overhead ...
   double beta = 0;           // ... and bandwidth, bytes/s
   std::string model = "xl";  // preset whose FP32 gradients are bucketed
-  int64_t params = 0;        // or this many parameters (overrides --model)
+  std::optional<int64_t> d_model, d_ff, num_layers, vocab_size;  // the preset's shape overrides
+  int64_t params = 0;  // or this many parameters (overrides --model)
+  // Backward's duration for the simulated exposed communication (0: no simulation).
+  double backward_ms = 0;
+  // The all-reduce's speed while backward computes, as a fraction of its speed alone: 0.5 when
+  // compute saturates the cores and the transport's threads get a fair share of them, 1 with
+  // spare cores (or a GPU, whose compute leaves the host's cores free).
+  double comm_speed_during_backward = 0.5;
   bool json = false;
 };
 

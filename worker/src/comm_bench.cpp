@@ -102,16 +102,18 @@ class Trial {
 };
 
 // All-reduces issued the way DDP issues its buckets: `calls` asynchronous all-reduces of `bytes`
-// each, launched back-to-back with no barrier between them, then waited for. Returns the slowest
-// rank's mean time per call over `iters` rounds (a barrier before each round only); throws when a
+// each, launched back-to-back with no barrier between them, then waited for. The row's times are
+// per call, averaged over `iters` rounds (a barrier before each round only); throws when a
 // buffer does not hold the sum afterwards.
-double back_to_back_seconds_per_call(int64_t bytes, int calls, int warmup, int iters,
-                                     at::ScalarType dtype, Communicator& comm) {
+CommRow back_to_back_row(int64_t bytes, int calls, int warmup, int iters, at::ScalarType dtype,
+                         Communicator& comm) {
   const int n = comm.world_size();
-  const int64_t elements = std::max<int64_t>(bytes / at::elementSize(dtype), 1);
+  // Whole elements divisible by N, as the other rows (the sizes stay comparable).
+  const int64_t elements = std::max<int64_t>(bytes / at::elementSize(dtype) / n, 1) * n;
   std::vector<at::Tensor> buffers;
   for (int c = 0; c < calls; ++c) {
-    buffers.push_back(at::empty({elements}, at::TensorOptions().dtype(dtype).device(comm.device())));
+    buffers.push_back(
+        at::empty({elements}, at::TensorOptions().dtype(dtype).device(comm.device())));
   }
   std::vector<double> times;
   detail::Timeline& timeline = comm.timeline();
@@ -129,22 +131,33 @@ double back_to_back_seconds_per_call(int64_t bytes, int calls, int warmup, int i
   }
   bool ok = true;
   for (const auto& b : buffers) ok = ok && values_equal(b, n * (n + 1) / 2.0);
-  auto local = at::tensor({stats_of(times).mean, ok ? 1.0 : 0.0},
+  const Stats mine = stats_of(times);
+  auto local = at::tensor({mine.mean, mine.std, mine.min, mine.max, ok ? 1.0 : 0.0},
                           at::TensorOptions().dtype(at::kDouble))
                    .to(comm.device());
-  auto gathered = at::empty({2 * n}, local.options());
+  auto gathered = at::empty({5 * n}, local.options());
   comm.all_gather(gathered, local, "bench/gather_stats").wait();
   const auto all = gathered.cpu();
-  double slowest = 0;
+  CommRow row;
+  row.collective = "all_reduce_back_to_back";
+  row.size_bytes = elements * at::elementSize(dtype);
+  row.data_ok = true;
   for (int r = 0; r < n; ++r) {
-    slowest = std::max(slowest, all[2 * r].item<double>());
-    if (all[2 * r + 1].item<double>() != 1.0) {
+    auto s = all.narrow(0, 5 * r, 5);
+    row.rank_mean_s.push_back(s[0].item<double>());
+    row.rank_std_s.push_back(s[1].item<double>());
+    row.rank_min_s.push_back(s[2].item<double>());
+    row.rank_max_s.push_back(s[3].item<double>());
+    if (s[4].item<double>() != 1.0) {
       throw std::runtime_error("data check failed: back-to-back all_reduce of " +
                                std::to_string(bytes) + " bytes produced wrong values on rank " +
                                std::to_string(r));
     }
   }
-  return slowest;
+  row.time_s = *std::max_element(row.rank_mean_s.begin(), row.rank_mean_s.end());
+  row.algbw_bytes_per_s = row.size_bytes / row.time_s;
+  row.busbw_bytes_per_s = row.algbw_bytes_per_s * busbw_factor("all_reduce", n);
+  return row;
 }
 
 }  // namespace
@@ -288,9 +301,10 @@ CommBenchResult run_comm_benchmark(const CommBenchOptions& options, Communicator
       for (int64_t size : options.sizes_bytes) {
         if (size > (int64_t{64} << 20)) continue;
         const int calls = static_cast<int>(std::clamp<int64_t>((int64_t{256} << 20) / size, 2, 16));
-        sizes.push_back(size);
-        per_call.push_back(back_to_back_seconds_per_call(size, calls, options.warmup,
-                                                         options.iters, dtype, comm));
+        CommRow row = back_to_back_row(size, calls, options.warmup, options.iters, dtype, comm);
+        sizes.push_back(row.size_bytes);
+        per_call.push_back(row.time_s);
+        result.rows.push_back(std::move(row));
       }
       if (!sizes.empty()) {
         auto pipelined = fit_latency_bandwidth(sizes, per_call);

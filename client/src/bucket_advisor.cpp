@@ -1,0 +1,72 @@
+#include "bucket_advisor.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ddpd::plan {
+
+std::vector<GradientTensor> transformer_gradients(const ModelConfig& c) {
+  const double d = static_cast<double>(c.d_model), ff = static_cast<double>(c.d_ff),
+               vocab = static_cast<double>(c.vocab_size);
+  std::vector<GradientTensor> out;
+  auto add = [&](double elements, double compute) { out.push_back({4 * elements, compute}); };
+  if (!c.tie_embeddings) add(vocab * d, vocab * d);  // head
+  add(d, 0);                                         // final norm
+  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+    for (int i = 0; i < 3; ++i) add(d * ff, d * ff);  // w2, w3, w1
+    for (int i = 0; i < 4; ++i) add(d * d, d * d);    // o, v, k, q
+    add(d, 0);                                        // norm2
+    add(d, 0);                                        // norm1
+  }
+  add(vocab * d, c.tie_embeddings ? vocab * d : 0);  // embedding (a lookup: no matmul)
+  return out;
+}
+
+AllReduceTime interpolated_all_reduce_time(std::vector<std::pair<double, double>> points,
+                                           double beta) {
+  std::sort(points.begin(), points.end());
+  return [points, beta](double bytes) {
+    if (points.empty()) return bytes / beta;
+    if (bytes <= points.front().first) return points.front().second;
+    for (size_t k = 1; k < points.size(); ++k) {
+      const auto& [x0, y0] = points[k - 1];
+      const auto& [x1, y1] = points[k];
+      if (bytes <= x1) return y0 + (y1 - y0) * (bytes - x0) / (x1 - x0);
+    }
+    return points.back().second + (bytes - points.back().first) / beta;
+  };
+}
+
+double simulated_exposed_s(const std::vector<GradientTensor>& tensors, double backward_s,
+                           double bucket_bytes, double first_bucket_bytes,
+                           const AllReduceTime& all_reduce_time, double speed_during_backward) {
+  double total_compute = 0;
+  for (const auto& t : tensors) total_compute += t.compute;
+  double done_compute = 0, filled = 0, ready_s = 0, comm_end_s = 0;
+  int buckets = 0;
+  auto close_bucket = [&] {
+    if (filled <= 0) return;
+    const double start = std::max(comm_end_s, ready_s);
+    double work = all_reduce_time(filled);  // seconds at full speed
+    if (start < backward_s && speed_during_backward > 0) {
+      const double during = (backward_s - start) * speed_during_backward;
+      comm_end_s =
+          work <= during ? start + work / speed_during_backward : backward_s + (work - during);
+    } else {
+      comm_end_s = std::max(start, backward_s) + work;
+    }
+    ++buckets;
+    filled = 0;
+  };
+  for (const auto& t : tensors) {
+    const double cap = buckets == 0 ? first_bucket_bytes : bucket_bytes;
+    if (filled > 0 && filled + t.bytes > cap) close_bucket();
+    filled += t.bytes;
+    done_compute += t.compute;
+    ready_s = total_compute > 0 ? backward_s * done_compute / total_compute : backward_s;
+  }
+  close_bucket();
+  return std::max(0.0, comm_end_s - backward_s);
+}
+
+}  // namespace ddpd::plan

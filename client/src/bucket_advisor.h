@@ -1,0 +1,46 @@
+// The bucket advisor's simulation: bucketed DDP's exposed communication for one model, bucket
+// size, backward time and measured all-reduce cost (docs/planning.md). Pure arithmetic.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "ddpd/job_options.h"
+
+namespace ddpd::plan {
+
+// One trainable tensor as backward produces it: its FP32 gradient bytes and its share of
+// backward's compute (matmul weights in proportion to their size; norms and the embedding
+// lookup take next to none).
+struct GradientTensor {
+  double bytes = 0;
+  double compute = 0;  // relative units
+};
+
+// The Transformer LM's trainable tensors in the order backward makes their gradients ready:
+// head, final norm, the blocks from last to first (w2, w3, w1, o, v, k, q, norm2, norm1), the
+// embedding. With tied embeddings the head's compute lands on the embedding, ready last.
+std::vector<GradientTensor> transformer_gradients(const ModelConfig& config);
+
+// A measured all-reduce cost: seconds per call for `bytes`.
+using AllReduceTime = std::function<double(double bytes)>;
+
+// Piecewise-linear through measured (bytes, seconds) points (sorted by bytes); below the
+// smallest it is the smallest's time, beyond the largest the largest's plus the extra bytes at
+// `beta` bytes/s.
+AllReduceTime interpolated_all_reduce_time(std::vector<std::pair<double, double>> points,
+                                           double beta);
+
+// Bucketed DDP, simulated: tensors are packed in ready order into buckets of at most
+// bucket_bytes (the first at most first_bucket_bytes; a tensor over its cap alone); tensor i's
+// gradient is ready at backward_s × (compute of tensors 0..i) / (all compute); a bucket's
+// all-reduce starts when its last gradient is ready and the previous all-reduce has ended (one
+// at a time, in order), and takes all_reduce_time(its bytes) once backward is over; while
+// backward runs it progresses at `speed_during_backward` of that rate (compute and the
+// transport's threads share the cores). Returns the seconds from the end of backward to the end
+// of the last all-reduce (0 if it ended earlier).
+double simulated_exposed_s(const std::vector<GradientTensor>& tensors, double backward_s,
+                           double bucket_bytes, double first_bucket_bytes,
+                           const AllReduceTime& all_reduce_time, double speed_during_backward);
+
+}  // namespace ddpd::plan
