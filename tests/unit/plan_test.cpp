@@ -1,6 +1,7 @@
 // ddpctl plan's arithmetic against figures computed by hand (stated beside each check).
 #include <gtest/gtest.h>
 
+#include "bucket_advisor.h"
 #include "plan.h"
 
 namespace ddpd::plan {
@@ -55,6 +56,42 @@ TEST(Plan, BucketAdvisorByHand) {
   EXPECT_GT(predicted_overhead_s(1e9, 1e9, 1e-4, 1e6), 0.02);            // 1000 calls: 0.101 s
   EXPECT_GT(predicted_overhead_s(1e9, 1e9, 1e-4, 1e8), 0.02);            // 10 buckets: 0.101 s
   EXPECT_DOUBLE_EQ(predicted_overhead_s(1e9, 1e9, 1e-4, 1e10), 1.0001);  // one bucket
+}
+
+TEST(BucketSimulation, TransformerTensorsInBackwardOrderCoverEveryParameterOnce) {
+  ModelConfig c = model_preset("tiny");
+  for (bool tied : {false, true}) {
+    c.tie_embeddings = tied;
+    const auto tensors = transformer_gradients(c);
+    double bytes = 0;
+    for (const auto& t : tensors) bytes += t.bytes;
+    EXPECT_DOUBLE_EQ(bytes, 4.0 * count_parameters(c));
+    // The embedding comes last; untied, the head (a V x d matmul) first.
+    EXPECT_DOUBLE_EQ(tensors.back().bytes, 4.0 * c.vocab_size * c.d_model);
+    EXPECT_EQ(tensors.back().compute > 0, tied);
+    if (!tied) EXPECT_DOUBLE_EQ(tensors.front().compute, 1.0 * c.vocab_size * c.d_model);
+  }
+}
+
+TEST(BucketSimulation, ByHand) {
+  // Three 100-byte tensors, compute 1, 1, 0, over a 1 s backward: ready at 0.5, 1.0, 1.0 s. An
+  // all-reduce costs 0.1 s + 1 ms per byte.
+  const std::vector<GradientTensor> tensors{{100, 1}, {100, 1}, {100, 0}};
+  const AllReduceTime cost = [](double bytes) { return 0.1 + bytes * 1e-3; };
+  // One bucket each, full speed during backward: the first ends at 0.7, the second starts at
+  // 1.0 and ends at 1.2, the third at 1.4: 0.4 s after backward.
+  EXPECT_NEAR(simulated_exposed_s(tensors, 1.0, 100, 100, cost, 1.0), 0.4, 1e-12);
+  // Half speed during backward: the first needs 0.4 s of backward (0.5 -> 0.9); the rest as before.
+  EXPECT_NEAR(simulated_exposed_s(tensors, 1.0, 100, 100, cost, 0.5), 0.4, 1e-12);
+  // One bucket of all three after backward: 0.1 + 0.3 = 0.4 s.
+  EXPECT_NEAR(simulated_exposed_s(tensors, 1.0, 1000, 1000, cost, 0.5), 0.4, 1e-12);
+  // A first bucket of one tensor, then two: 0.5 -> 0.7; then 1.0 -> 1.3.
+  EXPECT_NEAR(simulated_exposed_s(tensors, 1.0, 1000, 100, cost, 1.0), 0.3, 1e-12);
+  // Interpolated measurements: halfway between (100, 1 s) and (300, 2 s); beyond, at beta.
+  const auto measured = interpolated_all_reduce_time({{300, 2.0}, {100, 1.0}}, 100);
+  EXPECT_DOUBLE_EQ(measured(200), 1.5);
+  EXPECT_DOUBLE_EQ(measured(50), 1.0);
+  EXPECT_DOUBLE_EQ(measured(400), 3.0);
 }
 
 }  // namespace
