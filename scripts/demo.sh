@@ -8,6 +8,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
-build/bin/ddpctl local --workers 2 ddp --model tiny --strategy bucketed --bucket-mb 1 \
-  --batch 8 --context 64 --steps 60 --lr 3e-3 --data-text /usr/share/common-licenses/GPL-3 \
-  --eval-data /usr/share/common-licenses/GPL-2 --eval-every 20 --eval-batches 2
+# The job is docs/examples/demo.yaml (a job file: flags on the command line would win).
+build/bin/ddpctl local --workers 2 ddp -f docs/examples/demo.yaml

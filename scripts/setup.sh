@@ -12,6 +12,7 @@ packages=(
   python3-grpcio python3-protobuf                # the Python API example and its test
   libspdlog-dev libfmt-dev prometheus-cpp-dev libsqlite3-dev libcli11-dev
   nlohmann-json3-dev libgtest-dev libgmock-dev
+  libyaml-cpp-dev                                # ddpctl job files (-f job.yaml)
   openssl                                        # test certificates for the TLS test
   gnuplot-nox                                    # ddpctl --plot (optional at run time)
   prometheus                                     # the real Prometheus server the tests scrape with

@@ -13,6 +13,7 @@
 #include "ddpd/comm_table.h"
 #include "ddpd/ddp_flags.h"
 #include "ddpd/spec_convert.h"
+#include "job_file.h"
 #include "local_cluster.h"
 #include "plan_command.h"
 #include "plot.h"
@@ -54,13 +55,6 @@ v1::JobSpec comm_spec(const CommJob& job, int world_size) {
 }
 
 // Comm-job flags beside the benchmark's own: backend and timeout.
-void add_comm_job_flags(CLI::App& app, CommJob& job) {
-  add_comm_flags(app, job.bench);
-  app.add_option("--backend", job.backend, "gloo or nccl")->capture_default_str();
-  app.add_option("--timeout", job.collective_timeout_s, "Collective timeout, seconds")
-      ->capture_default_str();
-}
-
 // Prints live lines until the job ends; returns its final state.
 v1::JobState follow(client::ControlClient& control, const std::string& job_id) {
   return control.watch(job_id, [](const v1::JobEvent& event) {
@@ -190,10 +184,13 @@ int main(int argc, char** argv) {
   submit_ddp->add_flag("--watch", submit_watch, "Follow the job until it ends");
   auto* submit_comm = submit->add_subcommand("comm", "Collective benchmark");
   CommJob comm_job;
-  add_comm_job_flags(*submit_comm, comm_job);
+  client::add_comm_job_flags(*submit_comm, comm_job);
   submit_comm->add_option("--world-size", world_size, "Ranks (one worker each)")
       ->capture_default_str();
   submit_comm->add_flag("--watch", submit_watch, "Follow the job until it ends");
+  // -f FILE on every job command: the file's keys, under the flags given on the command line.
+  std::string job_file;
+  const char* job_file_help = "Job file (YAML or JSON; keys are the flags without dashes)";
 
   app.add_subcommand("list", "List jobs");
   std::string job_id;
@@ -204,6 +201,9 @@ int main(int argc, char** argv) {
   bool as_json = false, as_csv = false;
   show->add_flag("--json", as_json, "The run --json envelope plus job_id and history");
   show->add_flag("--csv", as_csv, "Per-rank step rows");
+  bool as_spec = false;
+  show->add_flag("--spec", as_spec,
+                 "The job's effective spec as a job file (YAML) that resubmits it: submit … -f");
   std::string plot_path;
   show->add_option("--plot", plot_path,
                    "Draw a chart (.png or .svg): busbw by size for comm jobs, step time and comm "
@@ -263,7 +263,10 @@ int main(int argc, char** argv) {
   auto* local_comm = local->add_subcommand("comm", "Collective benchmark (one job per world size)");
   CommJob local_comm_job;
   std::vector<int> world_sizes;
-  add_comm_job_flags(*local_comm, local_comm_job);
+  client::add_comm_job_flags(*local_comm, local_comm_job);
+  for (CLI::App* command : {submit_ddp, submit_comm, local_ddp, local_comm}) {
+    command->add_option("-f,--file", job_file, job_file_help);
+  }
   local_comm
       ->add_option("--world-sizes", world_sizes,
                    "Sweep: one job per world size, e.g. 2,4,6 (default: --workers)")
@@ -282,6 +285,16 @@ int main(int argc, char** argv) {
   }
   if (connection.token.empty()) {
     if (const char* env = std::getenv("DDPD_TOKEN")) connection.token = env;
+  }
+  if (!job_file.empty()) {
+    try {
+      for (CLI::App* command : {submit_ddp, submit_comm, local_ddp, local_comm}) {
+        if (command->parsed()) client::apply_job_file(job_file, *command);
+      }
+    } catch (const OptionError& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return 2;
+    }
   }
 
   try {
@@ -339,7 +352,9 @@ int main(int argc, char** argv) {
     } else if (show->parsed()) {
       const auto reply =
           control.get(job_id, as_json || as_csv || !plot_path.empty() || !trace_path.empty());
-      if (!trace_path.empty()) {
+      if (as_spec) {
+        std::cout << client::job_file_yaml(reply.job().spec());
+      } else if (!trace_path.empty()) {
         write_trace(reply, trace_path, std::cout);
       } else if (!plot_path.empty()) {
         const auto job_json = client::job_json(reply);

@@ -1,0 +1,33 @@
+// Job files: `ddpctl submit ddp -f job.yaml` (or .json, and `ddpctl local … -f`) takes every field
+// the flags take, and `ddpctl show JOB --spec` prints a job's effective spec as one.
+//
+// Format (YAML; JSON is YAML): keys are the long flag names without dashes, with '_' accepted
+// for '-' (`bucket-mb: 25`, `shard-optimizer: true`, `sizes: [1MB, 16MB]`), plus optional
+// `kind: ddp | comm` (checked against the subcommand). docs/job-files.md.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "ddpd/spec_convert.h"
+#include "ddpd/v1/ddpd.pb.h"
+
+namespace ddpd::client {
+
+// The flags of a comm job (the benchmark's, --backend and --timeout), declared once for
+// `submit comm` and `local comm`.
+void add_comm_job_flags(CLI::App& app, CommJob& job);
+
+// Applies the file's keys to the options of `command` (a parsed `ddp` or `comm` subcommand; keys
+// not found there are looked up on its parent, e.g. `local`'s `workers`) that the command line
+// did not give: flags override the file. Values go through the option's own conversion and
+// checks. Throws OptionError("-f", "FILE: key 'K': reason") for an unknown key, a wrong type or a
+// `kind` that is not the subcommand's.
+void apply_job_file(const std::string& path, CLI::App& command);
+
+// The spec as a job file that resubmits it unchanged: `kind`, `world-size`, and every field the
+// spec sets, under its flag's name.
+std::string job_file_yaml(const v1::JobSpec& spec);
+
+}  // namespace ddpd::client
