@@ -3,10 +3,15 @@
 # same config in one run; prints median step time, exposed communication and ours/peer.
 # Both sides run one compute thread per rank (the peer calls torch.set_num_threads(1);
 # OPENBLAS_NUM_THREADS=1 keeps OpenBLAS from adding its own threads to either).
-# Usage: tests/bench/bench_ddp.sh [STEPS]   (run scripts/build.sh first)
+# The headline rows (1 process, 2-rank bucketed) are the median of ROUNDS rounds that alternate
+# ours and the peer's, so drift on this shared host hits both; the scaling efficiency is
+# 1-process step / (N × N-rank step) at the same global batch. Compressed gradients run against
+# the peer's DDP with fp16_compress_hook / bf16_compress_hook (tests/bench/torch_ddp_hook_ref.py).
+# Usage: tests/bench/bench_ddp.sh [STEPS] [ROUNDS]   (run scripts/build.sh first)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 steps=${1:-20}
+rounds=${2:-3}
 D=256 FF=1024 L=4 H=4 V=10000 CTX=128 BATCH=8 BUCKET=25
 peer=../shared/peers/torch_ddp_ref.py
 worker=build/bin/ddpd-worker
@@ -16,9 +21,16 @@ export OPENBLAS_NUM_THREADS=1
 
 common=(run ddp --d-model $D --d-ff $FF --layers $L --heads $H --vocab $V --context $CTX
         --batch $BATCH --steps "$steps" --warmup-steps 2 --threads 1 --spread-every 0 --json)
+shape=($D $FF $L $H $V $CTX $BATCH "$steps" $BUCKET)
 
-peer_ms() { timeout 300 /usr/bin/python3 "$peer" "$1" $D $FF $L $H $V $CTX $BATCH "$steps" $BUCKET |
+peer_ms() { timeout 300 /usr/bin/python3 "$peer" "$1" "${shape[@]}" |
             sed -n 's/.*median_step_ms=\([0-9.]*\).*/\1/p'; }
+peer_hook() {  # hook world → "ms" or "error: …"
+  local out
+  out=$(timeout 300 /usr/bin/python3 tests/bench/torch_ddp_hook_ref.py "$1" "$2" "${shape[@]}" 2>&1)
+  if grep -q HOOK_ERROR <<<"$out"; then sed -n 's/.*HOOK_ERROR \(.*\)/error: \1/p' <<<"$out" | head -n1
+  else sed -n 's/.*median_step_ms=\([0-9.]*\).*/\1/p' <<<"$out"; fi
+}
 ours() {  # world, extra flags... → "median_step_ms exposed_ms comm_ms"
   local world=$1; shift
   local out
@@ -26,17 +38,36 @@ ours() {  # world, extra flags... → "median_step_ms exposed_ms comm_ms"
   else out=$(bash scripts/launch-local.sh "$world" -- "$worker" "${common[@]}" "$@"); fi
   /usr/bin/python3 tests/bench/result_figures.py <<<"$out"
 }
+median() { /usr/bin/python3 -c "import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))" "$@"; }
+ratio() { /usr/bin/python3 -c "print(f'{$1/$2:.3f}')"; }
 
 echo "config: d_model $D, d_ff $FF, layers $L, heads $H, vocab $V, context $CTX, global batch $BATCH, $steps steps (2 warm-up), $(nproc) cores"
-peer1=$(peer_ms 1)
-peer2=$(peer_ms 2)
-printf "%-28s %10s %12s %10s %10s %12s\n" run "step ms" "exposed ms" "comm ms" "peer ms" "ours/peer"
-row() { printf "%-28s %10s %12s %10s %10s %12s\n" "$1" "$2" "$3" "$4" "$5" \
-        "$(/usr/bin/python3 -c "print(f'{$2/$5:.3f}')")"; }
-read -r t e c <<<"$(ours 1)"; row "1 process" "$t" "$e" "$c" "$peer1"
-for s in naive flat overlap bucketed fsdp; do
+declare -a o1 p1 o2 p2 e2 c2
+for r in $(seq "$rounds"); do
+  read -r t _ _ <<<"$(ours 1)"; o1+=("$t"); p1+=("$(peer_ms 1)")
+  read -r t e c <<<"$(ours 2 --strategy bucketed --bucket-mb $BUCKET)"; o2+=("$t"); e2+=("$e"); c2+=("$c")
+  p2+=("$(peer_ms 2)")
+  echo "round $r: 1 process ours ${o1[-1]} peer ${p1[-1]}; 2 ranks bucketed ours ${o2[-1]} peer ${p2[-1]} ms"
+done
+ours1=$(median "${o1[@]}") peer1=$(median "${p1[@]}") ours2=$(median "${o2[@]}") peer2=$(median "${p2[@]}")
+printf "%-30s %10s %12s %10s %10s %12s\n" run "step ms" "exposed ms" "comm ms" "peer ms" "ours/peer"
+row() { printf "%-30s %10s %12s %10s %10s %12s\n" "$1" "$2" "$3" "$4" "$5" "$(ratio "$2" "$5")"; }
+row "1 process (median of $rounds)" "$ours1" "0" "0" "$peer1"
+row "2 ranks bucketed (median)" "$ours2" "$(median "${e2[@]}")" "$(median "${c2[@]}")" "$peer2"
+for s in naive flat overlap fsdp; do
   read -r t e c <<<"$(ours 2 --strategy $s --bucket-mb $BUCKET)"; row "2 ranks $s" "$t" "$e" "$c" "$peer2"
 done
 read -r t e c <<<"$(ours 2 --strategy bucketed --bucket-mb $BUCKET --shard-optimizer)"
 row "2 ranks bucketed+zero1" "$t" "$e" "$c" "$peer2"
+for wire in fp16 bf16; do
+  read -r t e c <<<"$(ours 2 --strategy bucketed --bucket-mb $BUCKET --grad-compression $wire)"
+  theirs=$(peer_hook $wire 2)
+  if [[ "$theirs" == error:* ]]; then
+    echo "peer ${wire}_compress_hook: $theirs; compared with the peer without a hook"
+    row "2 ranks bucketed $wire" "$t" "$e" "$c" "$peer2"
+  else
+    row "2 ranks bucketed $wire (peer hook)" "$t" "$e" "$c" "$theirs"
+  fi
+done
+echo "scaling efficiency at N=2 (1-process step / (2 x 2-rank step)): ours $(/usr/bin/python3 -c "print(f'{$ours1/(2*$ours2):.3f}')"), peer $(/usr/bin/python3 -c "print(f'{$peer1/(2*$peer2):.3f}')")"
 echo "peer: PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)') DistributedDataParallel (bucket_cap_mb $BUCKET) over gloo; 1 process: plain training"

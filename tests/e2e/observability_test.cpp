@@ -300,13 +300,13 @@ TEST(Observability, DashboardQueriesOnlyExportedMetrics) {
   EXPECT_EQ(*state_bytes, ddp["memory"]["after_step"]["optimizer_state_bytes"].get<double>());
   EXPECT_EQ(sample(all, "ddpd_steps_total", {ddp_sel, "rank=\"1\""}), 3.0);
   const auto shown_comm = cluster.show(comm_job);
-  ASSERT_EQ(shown_comm["rows"].size(), 2u);
+  ASSERT_EQ(shown_comm["rows"].size(), 4u);  // all_reduce and all_reduce_back_to_back, 2 sizes
   for (const auto& row : shown_comm["rows"]) {
     const auto busbw =
         sample(all, "ddpd_comm_busbw_bytes_per_second",
                {"job_id=\"" + comm_job + "\"", "rank=\"0\"",
                 "size_bytes=\"" + std::to_string(row["size_bytes"].get<int64_t>()) + "\"",
-                "collective=\"all_reduce\""});
+                "collective=\"" + row["collective"].get<std::string>() + "\""});
     ASSERT_TRUE(busbw.has_value());
     EXPECT_NEAR(*busbw, row["busbw_bytes_per_second"].get<double>(),
                 1e-6 * row["busbw_bytes_per_second"].get<double>());

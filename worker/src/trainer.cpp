@@ -12,6 +12,7 @@
 
 #include "ddpd/fault_injection.h"
 
+#include "adamw_step.h"
 #include "checkpoint.h"
 #include "ddpd/grad_sync.h"
 #include "ddpd/intervals.h"
@@ -201,8 +202,14 @@ struct Trainer::Impl {
   std::shared_ptr<Communicator> comm;
   TransformerLM model{nullptr};
   std::unique_ptr<GradientSynchronizer> sync;
-  std::unique_ptr<torch::optim::Optimizer> optimizer;  // unsharded
-  std::unique_ptr<ShardedOptimizer> sharded;           // --shard-optimizer
+  // Unsharded: torch's AdamW holds the options and state; fused_adamw_step updates them.
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  std::unique_ptr<ShardedOptimizer> sharded;  // --shard-optimizer
+  // The plain optimizer steps bucket by bucket inside the gradient synchronisation: bucketed on
+  // CPU with more than one rank, without ZeRO-1 (whose step is a collective of its own) and
+  // without clipping (which needs every gradient's norm first). AdamW is per parameter, so the
+  // result is the same as one step after the synchronisation.
+  bool optimizer_steps_per_bucket = false;
   std::unique_ptr<detail::TokenSamples> data;
   std::unique_ptr<detail::TokenSamples> eval_data;  // --eval-data
   MemoryProfile memory;
@@ -313,6 +320,8 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
     m.optimizer = std::make_unique<torch::optim::AdamW>(m.sync->optimizer_parameters(), adamw);
   }
   const int64_t vocab = m.model->config().vocab_size;
+  m.optimizer_steps_per_bucket = m.optimizer && sync_options.strategy == Strategy::kBucketed &&
+                                 world > 1 && options.clip_grad_norm == 0 && !device.is_cuda();
   m.data = std::make_unique<detail::TokenSamples>(detail::training_source(options),
                                                   options.context_length, vocab, options.seed + 1);
   if (options.eval_every > 0) {
@@ -604,7 +613,22 @@ StepMetrics Trainer::train_step(int64_t step) {
   }
   const auto p_backward = micro_marks.back();
   m.enter(kSync);
-  m.sync->finish_gradient_synchronization();
+  metrics.lr = learning_rate_at(m.options, step);
+  for (auto& group : m.local_optimizer().param_groups()) {
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(metrics.lr);
+  }
+  // AdamW per bucket as each bucket's average lands, while later buckets are still on the wire
+  // (see optimizer_steps_per_bucket); its time counts as optimizer time, not exposed comm.
+  double overlapped_optimizer_s = 0;
+  if (m.optimizer_steps_per_bucket) {
+    m.sync->finish_gradient_synchronization_in_parts([&](const std::vector<torch::Tensor>& params) {
+      const double start = comm.now();
+      detail::fused_adamw_step(*m.optimizer, params);
+      overlapped_optimizer_s += comm.now() - start;
+    });
+  } else {
+    m.sync->finish_gradient_synchronization();
+  }
   const auto p_synced = timeline.mark();
   if (m.hooks.after_gradient_sync) m.hooks.after_gradient_sync(step, *m.sync);
   const double t_synced_host = comm.now();
@@ -614,15 +638,11 @@ StepMetrics Trainer::train_step(int64_t step) {
   double broadcast_seconds = 0;
   m.enter(kOptimizer);
   if (m.options.clip_grad_norm > 0) metrics.grad_norm = m.clip_gradients();
-  metrics.lr = learning_rate_at(m.options, step);
-  for (auto& group : m.local_optimizer().param_groups()) {
-    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(metrics.lr);
-  }
   if (m.sharded) {
     m.sharded->step();
     broadcast_seconds = m.sharded->last_broadcast_seconds();
-  } else {
-    m.optimizer->step();
+  } else if (!m.optimizer_steps_per_bucket) {
+    detail::fused_adamw_step(*m.optimizer);
   }
   m.sync->after_optimizer_step();
   const auto p_end = timeline.mark();
@@ -647,7 +667,7 @@ StepMetrics Trainer::train_step(int64_t step) {
     phases.push_back({"forward", begin, forwarded});
     phases.push_back({"backward", forwarded, end});
   }
-  metrics.optimizer_seconds = t_end - t_opt_start;
+  metrics.optimizer_seconds = t_end - t_opt_start + overlapped_optimizer_s;
   auto collectives = comm.take_spans();
   std::vector<Interval> comm_intervals;
   for (const auto& c : collectives) {
@@ -657,8 +677,9 @@ StepMetrics Trainer::train_step(int64_t step) {
     }
   }
   metrics.comm_seconds = covered_seconds(std::move(comm_intervals), {t0, t_end});
-  metrics.exposed_comm_seconds =
-      (t_gathered - t_zeroed) + (t_synced - t_backward) + broadcast_seconds;
+  metrics.exposed_comm_seconds = (t_gathered - t_zeroed) +
+                                 (t_synced - t_backward - overlapped_optimizer_s) +
+                                 broadcast_seconds;
   metrics.comm_fraction =
       metrics.step_seconds > 0 ? metrics.exposed_comm_seconds / metrics.step_seconds : 0;
   const double global_tokens = static_cast<double>(m.options.batch_size) * m.options.context_length;

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +58,15 @@ class GradientSynchronizer {
   // Returns when every gradient of this step has been averaged over ranks (for fsdp: summed
   // into this rank's gradient shard and divided by N). Throws on collective failure/timeout.
   virtual void finish_gradient_synchronization() = 0;
+  // finish_gradient_synchronization() in parts: `on_averaged` receives each group of optimizer
+  // parameters as soon as their average is in place (bucketed: bucket by bucket in launch order,
+  // while later buckets are still in flight), so the optimizer can step them meanwhile. The
+  // default waits for everything and passes every optimizer parameter once.
+  virtual void finish_gradient_synchronization_in_parts(
+      const std::function<void(const std::vector<torch::Tensor>&)>& on_averaged) {
+    finish_gradient_synchronization();
+    on_averaged(optimizer_parameters());
+  }
   // Tensors the optimizer updates: the trainable parameters, or for fsdp this rank's shards.
   virtual std::vector<torch::Tensor> optimizer_parameters() = 0;
   // The model's full parameters as every rank should agree on them (fsdp gathers them: a

@@ -48,14 +48,23 @@ class BucketedSynchronizer final : public ReplicatedSynchronizer {
   }
 
   void finish_gradient_synchronization() override {
+    finish_gradient_synchronization_in_parts([](const std::vector<torch::Tensor>&) {});
+  }
+
+  void finish_gradient_synchronization_in_parts(
+      const std::function<void(const std::vector<torch::Tensor>&)>& on_averaged) override {
     check_every_gradient_ready(ready_);
     // Buckets holding parameters without a gradient this step (--find-unused-parameters) were
     // never completed: their gradient views are still zero, so launch them as they are, in order.
     while (next_to_launch_ < buckets_.size()) launch(buckets_[next_to_launch_++]);
     next_to_launch_ = 0;
+    std::vector<torch::Tensor> averaged;
     for (auto& bucket : buckets_) {
       bucket.work.wait();
       bucket.ready = 0;
+      averaged.clear();
+      for (size_t i : bucket.params) averaged.push_back(params_[i]);
+      on_averaged(averaged);  // later buckets stay in flight meanwhile
     }
     std::fill(ready_.begin(), ready_.end(), 0);
     synchronized_once_ = true;
