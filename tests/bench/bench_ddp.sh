@@ -23,11 +23,18 @@ common=(run ddp --d-model $D --d-ff $FF --layers $L --heads $H --vocab $V --cont
         --batch $BATCH --steps "$steps" --warmup-steps 2 --threads 1 --spread-every 0 --json)
 shape=($D $FF $L $H $V $CTX $BATCH "$steps" $BUCKET)
 
-peer_ms() { timeout 300 /usr/bin/python3 "$peer" "$1" "${shape[@]}" |
-            sed -n 's/.*median_step_ms=\([0-9.]*\).*/\1/p'; }
+peer_ms() {  # world → ms; one retry: the peer's rendezvous port can be taken between pick and bind
+  local ms
+  for _ in 1 2; do
+    ms=$(timeout 300 /usr/bin/python3 "$peer" "$1" "${shape[@]}" 2>/dev/null |
+         sed -n 's/.*median_step_ms=\([0-9.]*\).*/\1/p') || true
+    [ -n "$ms" ] && { echo "$ms"; return; }
+  done
+  echo "peer failed twice: /usr/bin/python3 $peer $1 ${shape[*]}" >&2; exit 1
+}
 peer_hook() {  # hook world → "ms" or "error: …"
   local out
-  out=$(timeout 300 /usr/bin/python3 tests/bench/torch_ddp_hook_ref.py "$1" "$2" "${shape[@]}" 2>&1)
+  out=$(timeout 300 /usr/bin/python3 tests/bench/torch_ddp_hook_ref.py "$1" "$2" "${shape[@]}" 2>&1) || true
   if grep -q HOOK_ERROR <<<"$out"; then sed -n 's/.*HOOK_ERROR \(.*\)/error: \1/p' <<<"$out" | head -n1
   else sed -n 's/.*median_step_ms=\([0-9.]*\).*/\1/p' <<<"$out"; fi
 }
