@@ -63,4 +63,31 @@ inline double max_abs_diff(const std::vector<torch::Tensor>& a,
   return worst;
 }
 
+// Step `step`'s averaged gradients as rank `rank` saved them, as full tensors: fsdp ranks hold
+// shards, so theirs are concatenated over the `world` ranks and the padding dropped.
+inline std::vector<torch::Tensor> full_gradients(const std::string& prefix, int rank, int step,
+                                                 const std::string& strategy, int world) {
+  const std::string file = "grads" + std::to_string(step) + ".pt";
+  auto grads = load_tensors(rank_file(prefix, rank, file));
+  if (strategy != "fsdp") return grads;
+  std::vector<std::vector<torch::Tensor>> shards;
+  for (int r = 0; r < world; ++r) shards.push_back(load_tensors(rank_file(prefix, r, file)));
+  const auto shapes = load_tensors(rank_file(prefix, rank, "init_synced.pt"));
+  std::vector<torch::Tensor> full;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    std::vector<torch::Tensor> pieces;
+    for (auto& s : shards) pieces.push_back(s[i]);
+    full.push_back(torch::cat(pieces).narrow(0, 0, shapes[i].numel()).view(shapes[i].sizes()));
+  }
+  return full;
+}
+
+// Largest |a - b| relative to the largest |b| over all tensors.
+inline double max_relative_diff(const std::vector<torch::Tensor>& a,
+                                const std::vector<torch::Tensor>& b) {
+  double scale = 0;
+  for (const auto& t : b) scale = std::max(scale, t.abs().max().item<double>());
+  return max_abs_diff(a, b) / std::max(scale, 1e-30);
+}
+
 }  // namespace ddpd::testing

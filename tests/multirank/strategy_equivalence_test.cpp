@@ -49,30 +49,10 @@ const std::string& reference(const std::vector<std::string>& extra) {
   return cache[extra] = run_helper(name, args, 1);
 }
 
-// Step `step`'s averaged gradients as full tensors; fsdp ranks hold shards, so theirs are
-// concatenated over ranks and the padding dropped.
+// Step `step`'s averaged gradients as full tensors (fsdp shards concatenated over ranks).
 std::vector<torch::Tensor> full_gradients(const std::string& prefix, int rank, int step,
                                           const Case& c) {
-  const std::string file = "grads" + std::to_string(step) + ".pt";
-  auto grads = load_tensors(rank_file(prefix, rank, file));
-  if (c.strategy != "fsdp") return grads;
-  std::vector<std::vector<torch::Tensor>> shards;
-  for (int r = 0; r < c.world; ++r) shards.push_back(load_tensors(rank_file(prefix, r, file)));
-  const auto shapes = load_tensors(rank_file(prefix, rank, "init_synced.pt"));
-  std::vector<torch::Tensor> full;
-  for (size_t i = 0; i < grads.size(); ++i) {
-    std::vector<torch::Tensor> pieces;
-    for (auto& s : shards) pieces.push_back(s[i]);
-    full.push_back(torch::cat(pieces).narrow(0, 0, shapes[i].numel()).view(shapes[i].sizes()));
-  }
-  return full;
-}
-
-// Largest |a - b| relative to the largest |b| over all tensors.
-double max_relative_diff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  double scale = 0;
-  for (const auto& t : b) scale = std::max(scale, t.abs().max().item<double>());
-  return max_abs_diff(a, b) / std::max(scale, 1e-30);
+  return testing::full_gradients(prefix, rank, step, c.strategy, c.world);
 }
 
 class StrategyEquivalence : public ::testing::TestWithParam<Case> {};

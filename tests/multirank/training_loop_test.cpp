@@ -24,27 +24,9 @@ std::vector<std::string> flags(const std::string& strategy, std::vector<std::str
   return args;
 }
 
-// Step `step`'s averaged gradients as full tensors (fsdp shards concatenated over ranks).
 std::vector<torch::Tensor> full_gradients(const std::string& prefix, int step,
                                           const std::string& strategy, int world) {
-  const std::string file = "grads" + std::to_string(step) + ".pt";
-  if (strategy != "fsdp") return load_tensors(rank_file(prefix, 0, file));
-  const auto shapes = load_tensors(rank_file(prefix, 0, "init_synced.pt"));
-  std::vector<std::vector<torch::Tensor>> shards;
-  for (int r = 0; r < world; ++r) shards.push_back(load_tensors(rank_file(prefix, r, file)));
-  std::vector<torch::Tensor> full;
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    std::vector<torch::Tensor> pieces;
-    for (auto& s : shards) pieces.push_back(s[i]);
-    full.push_back(torch::cat(pieces).narrow(0, 0, shapes[i].numel()).view(shapes[i].sizes()));
-  }
-  return full;
-}
-
-double max_relative_diff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  double scale = 0;
-  for (const auto& t : b) scale = std::max(scale, t.abs().max().item<double>());
-  return max_abs_diff(a, b) / std::max(scale, 1e-30);
+  return testing::full_gradients(prefix, 0, step, strategy, world);
 }
 
 std::vector<double> losses(const std::string& prefix) {

@@ -101,6 +101,42 @@ class Trial {
   at::Tensor input_, output_;
 };
 
+// One row from every rank's iteration times and data check (gathered, as all_gather_object
+// would). `bus_collective` names the bus-bandwidth factor. Throws when a rank's data was wrong.
+CommRow gathered_row(const std::string& collective, const std::string& bus_collective,
+                     int64_t size_bytes, const std::vector<double>& times, bool ok,
+                     Communicator& comm) {
+  const int n = comm.world_size();
+  const Stats mine = stats_of(times);
+  auto local = at::tensor({mine.mean, mine.std, mine.min, mine.max, ok ? 1.0 : 0.0},
+                          at::TensorOptions().dtype(at::kDouble))
+                   .to(comm.device());
+  auto gathered = at::empty({5 * n}, local.options());
+  comm.all_gather(gathered, local, "bench/gather_stats").wait();
+  const auto all = gathered.cpu();
+  CommRow row;
+  row.collective = collective;
+  row.size_bytes = size_bytes;
+  row.data_ok = true;
+  for (int r = 0; r < n; ++r) {
+    auto s = all.narrow(0, 5 * r, 5);
+    row.rank_mean_s.push_back(s[0].item<double>());
+    row.rank_std_s.push_back(s[1].item<double>());
+    row.rank_min_s.push_back(s[2].item<double>());
+    row.rank_max_s.push_back(s[3].item<double>());
+    row.data_ok = row.data_ok && s[4].item<double>() == 1.0;
+  }
+  if (!row.data_ok) {
+    throw std::runtime_error("data check failed: " + collective + " of " +
+                             std::to_string(size_bytes) +
+                             " bytes produced wrong values on some rank");
+  }
+  row.time_s = *std::max_element(row.rank_mean_s.begin(), row.rank_mean_s.end());
+  row.algbw_bytes_per_s = row.size_bytes / row.time_s;
+  row.busbw_bytes_per_s = row.algbw_bytes_per_s * busbw_factor(bus_collective, n);
+  return row;
+}
+
 // All-reduces issued the way DDP issues its buckets: `calls` asynchronous all-reduces of `bytes`
 // each, launched back-to-back with no barrier between them, then waited for. The row's times are
 // per call, averaged over `iters` rounds (a barrier before each round only); throws when a
@@ -131,33 +167,8 @@ CommRow back_to_back_row(int64_t bytes, int calls, int warmup, int iters, at::Sc
   }
   bool ok = true;
   for (const auto& b : buffers) ok = ok && values_equal(b, n * (n + 1) / 2.0);
-  const Stats mine = stats_of(times);
-  auto local = at::tensor({mine.mean, mine.std, mine.min, mine.max, ok ? 1.0 : 0.0},
-                          at::TensorOptions().dtype(at::kDouble))
-                   .to(comm.device());
-  auto gathered = at::empty({5 * n}, local.options());
-  comm.all_gather(gathered, local, "bench/gather_stats").wait();
-  const auto all = gathered.cpu();
-  CommRow row;
-  row.collective = "all_reduce_back_to_back";
-  row.size_bytes = elements * at::elementSize(dtype);
-  row.data_ok = true;
-  for (int r = 0; r < n; ++r) {
-    auto s = all.narrow(0, 5 * r, 5);
-    row.rank_mean_s.push_back(s[0].item<double>());
-    row.rank_std_s.push_back(s[1].item<double>());
-    row.rank_min_s.push_back(s[2].item<double>());
-    row.rank_max_s.push_back(s[3].item<double>());
-    if (s[4].item<double>() != 1.0) {
-      throw std::runtime_error("data check failed: back-to-back all_reduce of " +
-                               std::to_string(bytes) + " bytes produced wrong values on rank " +
-                               std::to_string(r));
-    }
-  }
-  row.time_s = *std::max_element(row.rank_mean_s.begin(), row.rank_mean_s.end());
-  row.algbw_bytes_per_s = row.size_bytes / row.time_s;
-  row.busbw_bytes_per_s = row.algbw_bytes_per_s * busbw_factor("all_reduce", n);
-  return row;
+  return gathered_row("all_reduce_back_to_back", "all_reduce", elements * at::elementSize(dtype),
+                      times, ok, comm);
 }
 
 }  // namespace
@@ -257,35 +268,7 @@ CommBenchResult run_comm_benchmark(const CommBenchOptions& options, Communicator
         const auto end = timeline.mark();
         times.push_back(timeline.seconds(end) - timeline.seconds(start));
       }
-      const bool ok = trial.check();
-      // Gather every rank's statistics and check outcome, as all_gather_object would.
-      const Stats mine = stats_of(times);
-      auto local = at::tensor({mine.mean, mine.std, mine.min, mine.max, ok ? 1.0 : 0.0},
-                              at::TensorOptions().dtype(at::kDouble))
-                       .to(comm.device());
-      auto gathered = at::empty({5 * n}, local.options());
-      comm.all_gather(gathered, local, "bench/gather_stats").wait();
-      const auto all = gathered.cpu();
-      CommRow row;
-      row.collective = collective;
-      row.size_bytes = trial.bytes();
-      row.data_ok = true;
-      for (int r = 0; r < n; ++r) {
-        auto s = all.narrow(0, 5 * r, 5);
-        row.rank_mean_s.push_back(s[0].item<double>());
-        row.rank_std_s.push_back(s[1].item<double>());
-        row.rank_min_s.push_back(s[2].item<double>());
-        row.rank_max_s.push_back(s[3].item<double>());
-        row.data_ok = row.data_ok && s[4].item<double>() == 1.0;
-      }
-      if (!row.data_ok) {
-        throw std::runtime_error("data check failed: " + collective + " of " +
-                                 std::to_string(row.size_bytes) +
-                                 " bytes produced wrong values on some rank");
-      }
-      row.time_s = *std::max_element(row.rank_mean_s.begin(), row.rank_mean_s.end());
-      row.algbw_bytes_per_s = row.size_bytes / row.time_s;
-      row.busbw_bytes_per_s = row.algbw_bytes_per_s * busbw_factor(collective, n);
+      CommRow row = gathered_row(collective, collective, trial.bytes(), times, trial.check(), comm);
       fit_sizes.push_back(row.size_bytes);
       fit_times.push_back(row.time_s);
       result.rows.push_back(std::move(row));
