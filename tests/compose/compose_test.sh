@@ -80,7 +80,7 @@ query() {  # PromQL → number of series
 series_is() { [ "$(query "$1")" = "$2" ]; }
 q="ddpd_step_duration_seconds_count{job_id=\"$ddp_job\"} == 6"
 wait_for 60 "Prometheus: $q from both ranks" series_is "$q" 2
-q="ddpd_comm_busbw_bytes_per_second{job_id=\"$comm_job\",rank=\"0\"}"
+q="ddpd_comm_busbw_bytes_per_second{job_id=\"$comm_job\",rank=\"0\",collective=\"all_reduce\"}"
 wait_for 60 "Prometheus: $q at 2 sizes" series_is "$q" 2
 q="ddpd_coordinator_jobs{state=\"SUCCEEDED\"} == 2"
 wait_for 60 "Prometheus: $q" series_is "$q" 1
