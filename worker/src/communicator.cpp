@@ -269,26 +269,51 @@ bool Communicator::skip_injected(const std::string& name) {
 
 std::vector<std::optional<std::string>> Communicator::exchange_failure_reports(
     const std::string& report, std::chrono::milliseconds wait) {
+  // Protocol (every failing rank runs it once; a rank stuck in compute may never join):
+  //  1. write failure_report/<rank>;
+  //  2. read the others' reports until all are there or `wait` has passed;
+  //  3. write failure_report_read/<rank>;
+  //  4. rank 0 serves the store, so before it returns (and its process exits, taking the store
+  //     with it) it waits, briefly, until every rank that reported has also finished reading.
+  //     Without step 4 a rank whose deadline falls a moment after rank 0's loses the store in
+  //     the middle of step 2.
   std::vector<std::optional<std::string>> reports(world_size_);
   reports[rank_] = report;
   if (!store_) return reports;
-  auto key = [](int rank) { return "failure_report/" + std::to_string(rank); };
-  store_->set(key(rank_), std::vector<uint8_t>(report.begin(), report.end()));
+  auto key = [](const char* what, int rank) { return std::string(what) + std::to_string(rank); };
+  auto put = [&](const std::string& k, const std::string& value) {
+    store_->set(k, std::vector<uint8_t>(value.begin(), value.end()));
+  };
+  put(key("failure_report/", rank_), report);
   const auto deadline = std::chrono::steady_clock::now() + wait;
   while (true) {
     bool all = true;
     for (int r = 0; r < world_size_; ++r) {
       if (reports[r]) continue;
-      if (store_->check({key(r)})) {
-        const auto bytes = store_->get(key(r));
+      if (store_->check({key("failure_report/", r)})) {
+        const auto bytes = store_->get(key("failure_report/", r));
         reports[r] = std::string(bytes.begin(), bytes.end());
       } else {
         all = false;
       }
     }
-    if (all || std::chrono::steady_clock::now() >= deadline) return reports;
+    if (all || std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  put(key("failure_report_read/", rank_), "1");
+  if (rank_ != 0) return reports;
+  // The readers' deadlines differ from ours by their collective's start: allow one more `wait`
+  // plus a little, and never for a rank that did not report (it may never come).
+  const auto readers_deadline =
+      std::chrono::steady_clock::now() + wait + std::chrono::milliseconds(500);
+  for (int r = 0; r < world_size_; ++r) {
+    if (!reports[r]) continue;
+    while (!store_->check({key("failure_report_read/", r)}) &&
+           std::chrono::steady_clock::now() < readers_deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  return reports;
 }
 
 PendingCollective Communicator::track(c10::intrusive_ptr<c10d::Work> work, const std::string& name,
@@ -430,34 +455,52 @@ PendingCollective Communicator::all_gather(at::Tensor& output, const at::Tensor&
                {flat_input});
 }
 
-void Communicator::reduce_scatter_sum(at::Tensor& output, const at::Tensor& input,
-                                      const std::string& name) {
+PendingReduceScatter::PendingReduceScatter(PendingCollective exchange, at::Tensor received,
+                                           at::Tensor output)
+    : exchange_(std::move(exchange)), received_(std::move(received)), output_(std::move(output)) {}
+
+void PendingReduceScatter::wait() {
+  exchange_.wait();
+  if (!received_.defined()) return;
+  // Rank order, so every rank's chunk is summed the same way (deterministic results).
+  at::sum_out(output_, received_, /*dim=*/0);
+  received_ = at::Tensor();
+}
+
+PendingReduceScatter Communicator::reduce_scatter_sum_async(at::Tensor& output,
+                                                            const at::Tensor& input,
+                                                            const std::string& name) {
   const int64_t chunk = output.numel();
   TORCH_CHECK(input.dim() == 1 && input.numel() == chunk * world_size_,
               "reduce_scatter: input must be 1-D with world_size * output.numel() elements");
+  TORCH_CHECK(output.is_contiguous(), "reduce_scatter: output must be contiguous");
   if (world_size_ == 1) {
     output.copy_(input);
-    return;
+    return {};
   }
   std::lock_guard<std::mutex> lock(launch_mutex_);
-  if (skip_injected(name)) return;
+  if (skip_injected(name)) return {};
   const auto launch = timeline_->mark();
-  const int64_t seq = journal_launch("reduce_scatter", name, input);
+  at::Tensor flat_input = input.contiguous();
+  const int64_t seq = journal_launch("reduce_scatter", name, flat_input);
   if (device_.is_cuda()) {
-    at::Tensor flat_input = input.contiguous();
     c10d::ReduceScatterOptions options;
     options.reduceOp = c10d::ReduceOp::SUM;
     options.timeout = timeout_;
-    track(group_->_reduce_scatter_base(output, flat_input, options), name, seq, input.nbytes(),
-          launch, {flat_input})
-        .wait();
-    return;
+    return PendingReduceScatter(track(group_->_reduce_scatter_base(output, flat_input, options),
+                                      name, seq, flat_input.nbytes(), launch, {flat_input}),
+                                {}, output);
   }
-  ring_reduce_scatter(output, input, name, seq);
-  journal_->complete(seq, now());
-  PendingSpan span{name, launch, timeline_->mark(), static_cast<int64_t>(input.nbytes()), seq};
-  std::lock_guard<std::mutex> span_lock(spans_->mutex);
-  spans_->spans.push_back(std::move(span));
+  // Row r of `received` is rank r's copy of this rank's chunk.
+  at::Tensor received = at::empty({world_size_, chunk}, flat_input.options());
+  c10d::AllToAllOptions options;
+  options.timeout = timeout_;
+  std::vector<int64_t> equal_splits;  // empty: N equal chunks
+  at::Tensor received_flat = received.view({-1});
+  return PendingReduceScatter(
+      track(group_->alltoall_base(received_flat, flat_input, equal_splits, equal_splits, options),
+            name, seq, flat_input.nbytes(), launch, {flat_input}),
+      received, output);
 }
 
 void Communicator::ring_reduce_scatter(at::Tensor& output, const at::Tensor& input,

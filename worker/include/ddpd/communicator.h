@@ -93,6 +93,21 @@ class PendingCollective {
   JournalTicket ticket_;
 };
 
+// A reduce-scatter in flight. wait() leaves in `output` the sum over ranks of this rank's chunk
+// (or throws as PendingCollective::wait does). On Gloo the exchange is an all-to-all of the
+// chunks and wait() adds the N received chunks in rank order.
+class PendingReduceScatter {
+ public:
+  PendingReduceScatter() = default;  // complete
+  PendingReduceScatter(PendingCollective exchange, at::Tensor received, at::Tensor output);
+  void wait();
+
+ private:
+  PendingCollective exchange_;
+  at::Tensor received_;  // [N, chunk]: rank r's copy of this rank's chunk; undefined: no sum
+  at::Tensor output_;
+};
+
 // Collectives of one op launched by a communicator, and the bytes of their payloads (what this
 // rank handed the backend: a gradient all-reduce in fp16 counts half the fp32 one).
 struct TrafficCount {
@@ -147,10 +162,16 @@ class Communicator {
   PendingCollective all_gather(at::Tensor& output, const at::Tensor& input,
                                const std::string& name);
   // input is 1-D with world_size * output.numel() elements; output gets the sum over ranks of
-  // this rank's chunk. Blocking. NCCL runs its reduce-scatter; Gloo in LibTorch 1.13 lacks one,
-  // so there it runs as a ring of send/recv (bandwidth-optimal: each rank sends (N-1)/N of the
-  // input).
-  void reduce_scatter_sum(at::Tensor& output, const at::Tensor& input, const std::string& name);
+  // this rank's chunk. NCCL runs its reduce-scatter. Gloo in LibTorch 1.13 has none, so there it
+  // runs as an all-to-all of the chunks (each rank sends (N-1)/N of the input, as a ring would,
+  // but asynchronously on Gloo's own threads, so backward goes on while it travels) and the
+  // sum of the N received chunks at wait(). `input` and `output` must stay alive until then.
+  PendingReduceScatter reduce_scatter_sum_async(at::Tensor& output, const at::Tensor& input,
+                                                const std::string& name);
+  // The same, waited for.
+  void reduce_scatter_sum(at::Tensor& output, const at::Tensor& input, const std::string& name) {
+    reduce_scatter_sum_async(output, input, name).wait();
+  }
   void barrier();
 
   // Every collective launched, with its sequence number and state (thread-safe to read).
@@ -165,8 +186,10 @@ class Communicator {
 
   // After a failed collective: writes this rank's `report` to the rendezvous store and collects
   // the other ranks' for up to `wait` (a rank stuck in compute never writes). By rank; this
-  // rank's own included. Throws std::runtime_error when the store cannot be reached (rank 0,
-  // which serves it, has exited). Call at most once per communicator.
+  // rank's own included. Rank 0, which serves the store, returns only once every rank that
+  // reported has finished reading (or after one more `wait`), so its exit cannot cut the others
+  // off. Throws std::runtime_error when the store cannot be reached (rank 0 has exited). Call at
+  // most once per communicator.
   std::vector<std::optional<std::string>> exchange_failure_reports(const std::string& report,
                                                                    std::chrono::milliseconds wait);
 
@@ -187,8 +210,8 @@ class Communicator {
   // --check-collectives: all-gathers (seq, op, numel, dtype) and throws CollectiveError naming
   // the ranks that differ from the majority. Called with launch_mutex_ held.
   void check_fingerprint(int64_t seq, const std::string& op, int64_t numel, at::ScalarType dtype);
-  // Gloo's reduce-scatter ring (see reduce_scatter_sum), journalled as `seq`, blocking. Call
-  // with launch_mutex_ held.
+  // A reduce-scatter ring of send/recv on Gloo, journalled as `seq`, blocking: the bf16
+  // all-reduce's first half (Gloo's all-to-all has no bf16). Call with launch_mutex_ held.
   void ring_reduce_scatter(at::Tensor& output, const at::Tensor& input, const std::string& name,
                            int64_t seq);
   // The bf16 all-reduce on Gloo (see all_reduce_sum). Call with launch_mutex_ held.
