@@ -78,25 +78,52 @@ void ShardedOptimizer::step() {
   const auto start = timeline.mark();
   if (comm.world_size() > 1) {
     torch::NoGradGuard no_grad;
-    // One flat broadcast per owner: rank r's updated parameters, in assignment order. The owner
-    // sends its fresh values; receivers get an empty buffer (their copies are stale).
+    // Each owner broadcasts its updated parameters, in assignment order, every rank walking
+    // the same sequence. Parameters of 1 MiB or more go straight from and into the parameter
+    // (no copy); smaller ones travel coalesced in buffers of up to 4 MiB. A flat buffer of all
+    // of an owner's parameters would be a model-sized temporary at the step's memory peak,
+    // eating what sharding the optimizer state saves.
+    constexpr int64_t kInPlaceBytes = int64_t{1} << 20;
+    constexpr int64_t kCoalescedBytes = int64_t{4} << 20;
     const int world = comm.world_size();
     std::vector<std::vector<torch::Tensor>> owned_by(world);
     for (size_t i = 0; i < state_->params.size(); ++i) {
       owned_by[state_->owners[i]].push_back(state_->params[i]);
     }
-    std::vector<torch::Tensor> buffers(world);
+    struct Coalesced {
+      torch::Tensor buffer;
+      std::vector<torch::Tensor> params;  // unflattened into after the broadcast (receivers)
+    };
+    std::vector<Coalesced> coalesced;
     std::vector<PendingCollective> pending;
     for (int r = 0; r < world; ++r) {
-      if (owned_by[r].empty()) continue;
-      buffers[r] =
-          r == comm.rank() ? detail::flatten(owned_by[r]) : detail::empty_flat_like(owned_by[r]);
-      pending.push_back(comm.broadcast(buffers[r], r, "broadcast/owner" + std::to_string(r)));
+      const std::string name = "broadcast/owner" + std::to_string(r);
+      const bool mine = r == comm.rank();
+      std::vector<torch::Tensor> small;
+      int64_t small_bytes = 0;
+      auto flush = [&] {
+        if (small.empty()) return;
+        Coalesced c{mine ? detail::flatten(small) : detail::empty_flat_like(small), small};
+        pending.push_back(comm.broadcast(c.buffer, r, name));
+        if (!mine) coalesced.push_back(std::move(c));
+        small.clear();
+        small_bytes = 0;
+      };
+      for (auto& p : owned_by[r]) {
+        const int64_t bytes = p.numel() * p.element_size();
+        if (bytes >= kInPlaceBytes && p.is_contiguous()) {
+          torch::Tensor target = p.detach();
+          pending.push_back(comm.broadcast(target, r, name));
+          continue;
+        }
+        if (small_bytes + bytes > kCoalescedBytes) flush();
+        small.push_back(p);
+        small_bytes += bytes;
+      }
+      flush();
     }
     for (auto& work : pending) work.wait();
-    for (int r = 0; r < world; ++r) {
-      if (r != comm.rank() && buffers[r].defined()) detail::unflatten_into(buffers[r], owned_by[r]);
-    }
+    for (auto& c : coalesced) detail::unflatten_into(c.buffer, c.params);
   }
   const auto end = timeline.mark();
   state_->last_broadcast_seconds = timeline.seconds(end) - timeline.seconds(start);
