@@ -105,6 +105,17 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
   app.add_flag("--find-unused-parameters", o.find_unused_parameters,
                "overlap/bucketed: reduce parameters that get no gradient as zeros instead of "
                "failing naming them");
+  app.add_option("--fsdp-units", o.fsdp_units,
+                 "fsdp: block (a unit per Transformer block, the embedding and the head) or whole "
+                 "(the model as one unit)")
+      ->capture_default_str();
+  app.add_option("--fsdp-prefetch", o.fsdp_prefetch,
+                 "fsdp: units whose all-gather starts while the current one computes (0-2)")
+      ->capture_default_str();
+  app.add_option("--reshard-after-forward", o.reshard_after_forward,
+                 "fsdp: free each unit's full parameters after its forward (true) or keep them "
+                 "for its backward (false)")
+      ->capture_default_str();
   app.add_flag("--check-collectives", o.check_collectives,
                "Debug: before each collective, ranks compare its fingerprint (op, sequence "
                "number, size, dtype) and fail naming both sides when they differ");

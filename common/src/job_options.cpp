@@ -170,6 +170,10 @@ void validate(const DdpJobOptions& o, int world_size) {
       "--grad-compression", "must be none, fp16 or bf16, got '" + o.grad_compression + "'");
   require(o.grad_compression == "none" || strategy != Strategy::kFsdp, "--grad-compression",
           "applies to naive, flat, overlap and bucketed, not fsdp");
+  require(o.fsdp_units == "block" || o.fsdp_units == "whole", "--fsdp-units",
+          "must be block or whole, got '" + o.fsdp_units + "'");
+  require(o.fsdp_prefetch >= 0 && o.fsdp_prefetch <= 2, "--fsdp-prefetch",
+          "must be 0, 1 or 2, got " + std::to_string(o.fsdp_prefetch));
   require(o.data_text.empty() || m.vocab_size >= 256, "--vocab",
           "--data-text needs a vocabulary of at least 256 (one token per byte)");
   require(o.data_text.empty() || o.data_path.empty(), "--data-text",

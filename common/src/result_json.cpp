@@ -38,23 +38,28 @@ nlohmann::json to_json(const TrainingResult& result) {
           s.param_spread ? nlohmann::json(*s.param_spread) : nlohmann::json(nullptr)}});
   }
   const auto& sum = result.summary;
-  return {{"state", "SUCCEEDED"},
-          {"synchronization", result.synchronization},
-          {"optimizer_sharding", result.optimizer_sharding},
-          {"micro_batches", result.micro_batches},
-          {"gradient_wire_dtype", result.gradient_wire_dtype},
-          {"summary",
-           {{"final_loss", sum.final_loss},
-            {"median_step_seconds", sum.median_step_seconds},
-            {"std_step_seconds", sum.std_step_seconds},
-            {"max_param_spread", sum.max_param_spread},
-            {"tokens_per_second", sum.tokens_per_second},
-            {"median_comm_fraction", sum.median_comm_fraction}}},
-          {"steps", steps},
-          {"memory",
-           {{"after_init", memory_json(result.memory.after_init)},
-            {"before_step", memory_json(result.memory.before_step)},
-            {"after_step", memory_json(result.memory.after_step)}}}};
+  return {
+      {"state", "SUCCEEDED"},
+      {"synchronization", result.synchronization},
+      {"optimizer_sharding", result.optimizer_sharding},
+      {"micro_batches", result.micro_batches},
+      {"gradient_wire_dtype", result.gradient_wire_dtype},
+      {"summary",
+       {{"final_loss", sum.final_loss},
+        {"median_step_seconds", sum.median_step_seconds},
+        {"std_step_seconds", sum.std_step_seconds},
+        {"max_param_spread", sum.max_param_spread},
+        {"tokens_per_second", sum.tokens_per_second},
+        {"median_comm_fraction", sum.median_comm_fraction}}},
+      {"steps", steps},
+      {"memory",
+       {{"after_init", memory_json(result.memory.after_init)},
+        {"before_step", memory_json(result.memory.before_step)},
+        {"after_step", memory_json(result.memory.after_step)},
+        {"step_peak_unsharded_bytes", result.memory.step_peak_unsharded_bytes},
+        {"step_peak_unsharded_parameter_bytes", result.memory.step_peak_unsharded_parameter_bytes},
+        {"step_peak_unsharded_gradient_bytes", result.memory.step_peak_unsharded_gradient_bytes},
+        {"step_peak_full_gradient_units", result.memory.step_peak_full_gradient_units}}}};
 }
 
 nlohmann::json to_json(const CommBenchResult& result) {

@@ -58,6 +58,9 @@ v1::DdpSpec to_proto(const DdpJobOptions& o) {
   s.set_eval_batches(o.eval_batches);
   s.set_static_buckets(o.static_buckets);
   s.set_find_unused_parameters(o.find_unused_parameters);
+  s.set_fsdp_units(o.fsdp_units);
+  s.set_fsdp_prefetch(o.fsdp_prefetch);
+  s.set_reshard_after_forward(o.reshard_after_forward);
   s.set_straggler_threshold(o.straggler_threshold);
   return s;
 }
@@ -115,6 +118,9 @@ DdpJobOptions from_proto(const v1::DdpSpec& s) {
   if (s.has_eval_batches()) o.eval_batches = s.eval_batches();
   o.static_buckets = s.static_buckets();
   o.find_unused_parameters = s.find_unused_parameters();
+  if (!s.fsdp_units().empty()) o.fsdp_units = s.fsdp_units();
+  if (s.has_fsdp_prefetch()) o.fsdp_prefetch = s.fsdp_prefetch();
+  if (s.has_reshard_after_forward()) o.reshard_after_forward = s.reshard_after_forward();
   if (s.has_straggler_threshold()) o.straggler_threshold = s.straggler_threshold();
   return o;
 }

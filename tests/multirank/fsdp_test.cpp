@@ -29,5 +29,108 @@ TEST(FsdpGather, GatheredParametersEqualTheOriginalsOnThreeRanks) {
   }
 }
 
+// --- units: one per block, gathered on demand --------------------------------------------------
+
+// The tiny preset with 8 blocks and a 512-token vocabulary: blocks dominate the model, as in the
+// models FSDP is for.
+constexpr int64_t kD = 64, kFf = 256, kVocab = 512, kBlocks = 8;
+constexpr int64_t kBlockBytes = 4 * (4 * kD * kD + 3 * kD * kFf + 2 * kD);
+constexpr int64_t kEmbeddingBytes = 4 * kVocab * kD;
+constexpr int64_t kHeadBytes = 4 * (kVocab * kD + kD);  // final norm and LM head
+
+struct UnitCase {
+  int world;
+  int prefetch;
+  bool tied;
+};
+
+std::string unit_case_name(const ::testing::TestParamInfo<UnitCase>& info) {
+  return "w" + std::to_string(info.param.world) + "_prefetch" +
+         std::to_string(info.param.prefetch) + (info.param.tied ? "_tied" : "");
+}
+
+std::vector<std::string> eight_blocks(std::vector<std::string> extra) {
+  std::vector<std::string> args{"--layers", "8", "--vocab", "512", "--batch", "12", "--steps", "3"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+// Rank `rank`'s averaged gradients equal one process's at every step (1e-4 relative: float
+// summation order), and so do its parameters after the last step (1e-4, as the strategy
+// equivalence suite: AdamW's normalised update amplifies float-order noise in tiny gradients).
+void expect_matches_one_process(const std::string& prefix, const std::string& single, int rank,
+                                int world) {
+  for (int step = 0; step < 3; ++step) {
+    const auto expected =
+        load_tensors(rank_file(single, 0, "grads" + std::to_string(step) + ".pt"));
+    EXPECT_LT(max_relative_diff(full_gradients(prefix, rank, step, "fsdp", world), expected), 1e-4)
+        << "rank " << rank << " step " << step;
+  }
+  EXPECT_LT(max_abs_diff(load_tensors(rank_file(prefix, rank, "final.pt")),
+                         load_tensors(rank_file(single, 0, "final.pt"))),
+            1e-4)
+      << "rank " << rank;
+}
+
+class FsdpUnits : public ::testing::TestWithParam<UnitCase> {};
+
+// The peak of full parameters stays at (1 + prefetch) blocks plus the embedding or head unit
+// (both, as one unit, when tied); full gradients of at most two units (adjacent in backward) are
+// alive at once, besides the tied unit's; and training still matches one process.
+TEST_P(FsdpUnits, GatherOnlyTheUnitsAtWorkAndStillMatchOneProcess) {
+  const UnitCase c = GetParam();
+  std::vector<std::string> flags{"--strategy", "fsdp", "--fsdp-prefetch",
+                                 std::to_string(c.prefetch)};
+  if (c.tied) flags.push_back("--tie-embeddings");
+  const std::string name = "fsdp-units-" + unit_case_name({c, 0});
+  const auto prefix = run_helper(name, eight_blocks(flags), c.world);
+  std::vector<std::string> single_flags;
+  if (c.tied) single_flags.push_back("--tie-embeddings");
+  const auto single = run_helper(name + "-single", eight_blocks(single_flags), 1);
+
+  const int64_t padding = 4 * c.world * (kBlocks + 2);  // at most N - 1 elements per unit
+  const int64_t edge_unit =
+      c.tied ? kEmbeddingBytes + kD * 4 : std::max(kEmbeddingBytes, kHeadBytes);
+  const int64_t bound = (1 + c.prefetch) * kBlockBytes + edge_unit + padding;
+  const int64_t model_bytes =
+      kBlocks * kBlockBytes + kEmbeddingBytes + kHeadBytes - (c.tied ? kVocab * kD * 4 : 0);
+  for (int r = 0; r < c.world; ++r) {
+    const auto memory = load_json(rank_file(prefix, r, "json"))["result"]["memory"];
+    const int64_t params = memory["step_peak_unsharded_parameter_bytes"].get<int64_t>();
+    std::printf("[ fsdp ] rank %d: peak full parameters %lld bytes (bound %lld, model %lld)\n", r,
+                static_cast<long long>(params), static_cast<long long>(bound),
+                static_cast<long long>(model_bytes));
+    EXPECT_LE(params, bound) << "rank " << r;
+    // It did gather: at least one block and the edge unit were whole at once.
+    EXPECT_GE(params, kBlockBytes + std::min(kEmbeddingBytes, kHeadBytes)) << "rank " << r;
+    EXPECT_LE(memory["step_peak_full_gradient_units"].get<int64_t>(), c.tied ? 3 : 2)
+        << "rank " << r;
+    expect_matches_one_process(prefix, single, r, c.world);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EightBlocks, FsdpUnits,
+                         ::testing::Values(UnitCase{2, 1, false}, UnitCase{4, 1, false},
+                                           UnitCase{2, 0, true}, UnitCase{3, 2, false}),
+                         unit_case_name);
+
+// --fsdp-units whole gathers the whole model; --reshard-after-forward false keeps every unit
+// from its forward to its backward. Both still match one process.
+TEST(FsdpUnits, WholeModelAndNoReshardHoldTheWholeModelAtTheirPeak) {
+  const auto single = run_helper("fsdp-modes-single", eight_blocks({}), 1);
+  const int64_t model_bytes = kBlocks * kBlockBytes + kEmbeddingBytes + kHeadBytes;
+  for (const auto& mode : std::vector<std::vector<std::string>>{
+           {"--fsdp-units", "whole"}, {"--reshard-after-forward", "false"}}) {
+    std::vector<std::string> flags{"--strategy", "fsdp"};
+    flags.insert(flags.end(), mode.begin(), mode.end());
+    const auto prefix = run_helper("fsdp-mode-" + mode[0].substr(2), eight_blocks(flags), 2);
+    const auto memory = load_json(rank_file(prefix, 0, "json"))["result"]["memory"];
+    const int64_t params = memory["step_peak_unsharded_parameter_bytes"].get<int64_t>();
+    EXPECT_GE(params, model_bytes) << mode[0];
+    EXPECT_LE(params, model_bytes + 4 * 2 * (kBlocks + 2)) << mode[0];
+    expect_matches_one_process(prefix, single, 0, 2);
+  }
+}
+
 }  // namespace
 }  // namespace ddpd::testing

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "ddpd/grad_sync.h"
+#include "ddpd/model.h"
 #include "multirank/multirank_test_util.h"
 
 namespace ddpd::testing {
@@ -43,11 +45,17 @@ int64_t traffic_bytes(const std::string& prefix, int rank, const char* op) {
   return report["traffic"].contains(op) ? report["traffic"][op]["bytes"].get<int64_t>() : 0;
 }
 
-// Bytes fsdp reduce-scatters per step: every parameter padded to a multiple of N, fp32.
-int64_t padded_parameter_bytes(const std::string& prefix, int world) {
+// Bytes fsdp reduce-scatters per step: each unit's parameters (the embedding, each block, the
+// final norm with the head) laid end to end and padded to a multiple of N, fp32.
+int64_t padded_unit_bytes(int world) {
+  DdpJobOptions options;
+  options.model = "tiny";
+  TransformerLM model(options.resolved_model());
   int64_t bytes = 0;
-  for (const auto& p : load_tensors(rank_file(prefix, 0, "init_synced.pt"))) {
-    bytes += (p.numel() + world - 1) / world * world * 4;
+  for (const auto& unit : model->units()) {
+    int64_t numel = 0;
+    for (const auto& p : unit.parameters) numel += p.numel();
+    bytes += shard_layout(numel, world).padded_numel * 4;
   }
   return bytes;
 }
@@ -97,8 +105,7 @@ TEST_P(GradientAccumulation, EqualsOneMicroBatchAndMovesTheSameBytes) {
     const int64_t trainable = report["trainable_bytes"].get<int64_t>();
     const int64_t loss_bytes = 4;  // the step's loss, all-reduced for the report
     if (c.strategy == "fsdp") {
-      EXPECT_EQ(traffic_bytes(prefix, r, "reduce_scatter"),
-                kSteps * padded_parameter_bytes(prefix, c.world))
+      EXPECT_EQ(traffic_bytes(prefix, r, "reduce_scatter"), kSteps * padded_unit_bytes(c.world))
           << "rank " << r;
       EXPECT_EQ(traffic_bytes(prefix, r, "all_reduce"), kSteps * loss_bytes) << "rank " << r;
     } else {

@@ -61,6 +61,14 @@ TEST(JobOptions, BadValuesNameTheirFlag) {
   o = {};
   o.min_world_size = 3;
   EXPECT_EQ(flag_of_error(o, 2), "--min-world-size");
+  o = {};
+  o.fsdp_units = "layer";
+  EXPECT_EQ(flag_of_error(o, 2), "--fsdp-units");
+  o = {};
+  o.fsdp_prefetch = 3;
+  EXPECT_EQ(flag_of_error(o, 2), "--fsdp-prefetch");
+  o.fsdp_prefetch = -1;
+  EXPECT_EQ(flag_of_error(o, 2), "--fsdp-prefetch");
 }
 
 // Warm-up from lr / W, then the schedule from lr to --min-lr, reached at the last step.

@@ -16,6 +16,7 @@ MemoryBytes measure_memory(const std::vector<torch::Tensor>& parameters,
                            int64_t optimizer_state_bytes) {
   MemoryBytes m;
   for (const auto& p : unique_tensors(parameters)) {
+    if (p.storage().nbytes() == 0) continue;  // fsdp's full parameters between gathers
     m.param_bytes += p.nbytes();
     if (p.grad().defined()) m.grad_bytes += p.grad().nbytes();
   }

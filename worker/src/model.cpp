@@ -150,10 +150,45 @@ TransformerLMImpl::TransformerLMImpl(const ModelConfig& config)
                                                     : Linear(config.d_model, config.vocab_size));
 }
 
+torch::Tensor TransformerLMImpl::run_unit(size_t unit,
+                                          const std::function<torch::Tensor()>& forward) {
+  if (!unit_hooks_) return forward();
+  unit_hooks_->before_unit_forward(unit);
+  return unit_hooks_->after_unit_forward(unit, forward());
+}
+
 torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens) {
-  auto x = layers_->embedding(tokens);
-  for (auto& block : layers_->blocks) x = block(x);
-  return layers_->head(layers_->final_norm(x));
+  const size_t blocks = layers_->blocks.size();
+  auto x = run_unit(0, [&] { return layers_->embedding(tokens); });
+  for (size_t i = 0; i < blocks; ++i) {
+    x = run_unit(i + 1, [&] { return layers_->blocks[i](x); });
+  }
+  return run_unit(forward_order().back(), [&] { return layers_->head(layers_->final_norm(x)); });
+}
+
+std::vector<size_t> TransformerLMImpl::forward_order() const {
+  std::vector<size_t> order;
+  for (size_t u = 0; u <= layers_->blocks.size(); ++u) order.push_back(u);
+  order.push_back(config_.tie_embeddings ? 0 : layers_->blocks.size() + 1);
+  return order;
+}
+
+std::vector<ModelUnit> TransformerLMImpl::units() {
+  std::vector<ModelUnit> out;
+  out.push_back({"embedding", layers_->embedding->parameters()});
+  for (size_t i = 0; i < layers_->blocks.size(); ++i) {
+    out.push_back({"blocks." + std::to_string(i), layers_->blocks[i]->parameters()});
+  }
+  ModelUnit head{"final_norm+head", layers_->final_norm->parameters()};
+  for (const auto& p : layers_->head->parameters()) head.parameters.push_back(p);
+  if (config_.tie_embeddings) {
+    out[0].name = "embedding+final_norm+head";
+    for (auto& p : head.parameters) out[0].parameters.push_back(p);
+  } else {
+    out.push_back(std::move(head));
+  }
+  for (auto& unit : out) unit.parameters = unique_tensors(unit.parameters);
+  return out;
 }
 
 torch::Tensor language_model_loss(const torch::Tensor& logits, const torch::Tensor& targets) {

@@ -178,12 +178,9 @@ struct Trainer::Impl {
   // other's reports; after a timeout up to the collective timeout (at most 10 s).
   std::string analyze_failure_across_ranks(bool peer_exited) const;
 
-  // Checkpoints (checkpoint.h). The element range of trainable parameter `index` that this rank's
-  // optimizer parameter holds: the whole tensor, or under fsdp its shard (padded to `padded`).
-  struct Range {
-    int64_t begin = 0, end = 0, padded = 0;
-  };
-  Range held_range(int64_t numel) const;
+  // Checkpoints (checkpoint.h). The element range of each trainable parameter that this rank's
+  // optimizer parameter of the same index holds: the whole tensor, or under fsdp the part in its
+  // shard (GradientSynchronizer::optimizer_parameter_ranges).
   // The model's unique parameters' names and shapes, taken before the synchroniser exists (fsdp
   // frees the full parameters between steps, leaving them empty).
   std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_shapes;
@@ -306,6 +303,9 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
   sync_options.gradient_wire = parse_wire_dtype(options.grad_compression);
   sync_options.static_buckets = options.static_buckets;
   sync_options.find_unused_parameters = options.find_unused_parameters;
+  sync_options.fsdp_whole_model = options.fsdp_units == "whole";
+  sync_options.fsdp_prefetch = static_cast<int>(options.fsdp_prefetch);
+  sync_options.reshard_after_forward = options.reshard_after_forward;
   m.sync = make_synchronizer(*m.model, m.comm, sync_options);
 
   auto adamw = torch::optim::AdamWOptions(options.lr)
@@ -348,13 +348,6 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
 
 Trainer::~Trainer() = default;
 
-Trainer::Impl::Range Trainer::Impl::held_range(int64_t n) const {
-  if (options.strategy != "fsdp" || comm->world_size() == 1) return {0, n, n};
-  const ShardLayout layout = shard_layout(n, comm->world_size());
-  const int64_t begin = std::min(n, comm->rank() * layout.shard_numel);
-  return {begin, std::min(n, begin + layout.shard_numel), layout.shard_numel};
-}
-
 void Trainer::Impl::load_parameters(detail::CheckpointReader& reader) {
   const auto& saved = reader.metadata().at("model");
   const ModelConfig& config = model->config();
@@ -382,19 +375,19 @@ void Trainer::Impl::load_parameters(detail::CheckpointReader& reader) {
 void Trainer::Impl::load_optimizer_state(detail::CheckpointReader& reader) {
   auto& state = local_optimizer().state();
   const auto targets = sync->optimizer_parameters();
+  const auto ranges = sync->optimizer_parameter_ranges();
   size_t index = 0;
   const auto named = named_unique_parameters(*model);
   for (size_t i = 0; i < named.size(); ++i) {
     const auto& [name, full] = named[i];
     if (!full.requires_grad()) continue;
+    const HeldRange range = ranges.at(index);
     const torch::Tensor& held = targets.at(index++);
     if (!holds_state_of(held) || !reader.has("exp_avg/" + name)) continue;
-    const Range range = held_range(c10::multiply_integers(parameter_shapes.at(i).second));
     auto load = [&](const std::string& kind) {
-      torch::Tensor values = torch::zeros({range.padded}, torch::kFloat32);
-      values.narrow(0, 0, range.end - range.begin)
-          .copy_(reader.read(kind + "/" + name, range.begin, range.end));
-      return values.reshape(held.sizes()).to(held.device(), held.scalar_type());
+      return reader.read(kind + "/" + name, range.begin, range.end)
+          .reshape(held.sizes())
+          .to(held.device(), held.scalar_type());
     };
     auto adam = std::make_unique<torch::optim::AdamWParamState>();
     adam->step(reader.adam_step("exp_avg/" + name));
@@ -420,6 +413,7 @@ double Trainer::Impl::save_checkpoint(int64_t steps_done) {
   comm->barrier();
   detail::CheckpointShardWriter writer(tmp, rank);
   const auto held = sync->optimizer_parameters();
+  const auto held_ranges = sync->optimizer_parameter_ranges();
   auto& state = local_optimizer().state();
   size_t index = 0;
   // Replicated tensors are written once: each parameter (with its plain-AdamW state) by the rank
@@ -430,6 +424,7 @@ double Trainer::Impl::save_checkpoint(int64_t steps_done) {
   for (size_t i = 0; i < named.size(); ++i) {
     const auto& [pname, full] = named[i];
     const bool trainable = full.requires_grad();
+    const HeldRange range = trainable ? held_ranges.at(index) : HeldRange{};
     const torch::Tensor* shard = trainable ? &held.at(index++) : nullptr;
     const auto& shape = parameter_shapes.at(i).second;
     const int64_t numel = c10::multiply_integers(shape);
@@ -438,7 +433,6 @@ double Trainer::Impl::save_checkpoint(int64_t steps_done) {
     assigned_bytes[writing_rank] += numel * ((shard && !sharded) ? 3 : 1);
     const bool my_turn = writing_rank == rank;
     if (sharded_params && shard) {
-      const Range range = held_range(numel);
       writer.add("param/" + pname, shape,
                  shard->detach().reshape(-1).narrow(0, 0, range.end - range.begin), range.begin);
     } else if (my_turn) {
@@ -450,7 +444,6 @@ double Trainer::Impl::save_checkpoint(int64_t steps_done) {
     // ZeRO-1 state is written by its owner; fsdp's by every rank (its shard); plain AdamW's once.
     if (!sharded && !sharded_params && !my_turn) continue;
     auto& adam = static_cast<torch::optim::AdamWParamState&>(*it->second);
-    const Range range = held_range(numel);
     for (const auto& [kind, values] :
          {std::pair<std::string, torch::Tensor>{"exp_avg", adam.exp_avg()},
           {"exp_avg_sq", adam.exp_avg_sq()}}) {
@@ -684,7 +677,14 @@ StepMetrics Trainer::train_step(int64_t step) {
       metrics.step_seconds > 0 ? metrics.exposed_comm_seconds / metrics.step_seconds : 0;
   const double global_tokens = static_cast<double>(m.options.batch_size) * m.options.context_length;
   metrics.tokens_per_second = metrics.step_seconds > 0 ? global_tokens / metrics.step_seconds : 0;
-  if (last) m.memory.after_step = m.measure();
+  if (last) {
+    m.memory.after_step = m.measure();
+    const UnshardedPeak peak = m.sync->step_peak_unsharded();
+    m.memory.step_peak_unsharded_bytes = peak.total_bytes;
+    m.memory.step_peak_unsharded_parameter_bytes = peak.parameter_bytes;
+    m.memory.step_peak_unsharded_gradient_bytes = peak.gradient_bytes;
+    m.memory.step_peak_full_gradient_units = peak.gradient_units;
+  }
   phases.insert(phases.end(), {{"wait", t_backward, t_synced}, {"optimizer", t_opt_start, t_end}});
   record_spans(metrics, comm, collectives, phases);
 
@@ -697,7 +697,7 @@ StepMetrics Trainer::train_step(int64_t step) {
   if (eval_every > 0 && ((step + 1) % eval_every == 0 || last)) metrics.eval_loss = m.evaluate();
   const int64_t every = m.options.spread_every;
   if (every > 0 && ((step + 1) % every == 0 || last)) {
-    metrics.param_spread = parameter_spread(m.sync->full_parameters(), comm);
+    metrics.param_spread = parameter_spread(*m.sync, comm);
     if (m.options.max_param_spread > 0 && *metrics.param_spread > m.options.max_param_spread) {
       throw std::runtime_error(
           "param spread " + std::to_string(*metrics.param_spread) + " exceeds --max-param-spread " +

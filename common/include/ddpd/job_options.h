@@ -140,6 +140,18 @@ struct DdpJobOptions {
   // A trainable parameter that gets no gradient in a step's backward is an error naming it,
   // unless this is set: then it is reduced as zeros (overlap, bucketed).
   bool find_unused_parameters = false;
+  // fsdp (docs/fsdp.md). block: one unit per Transformer block, plus the embedding and the final
+  // norm with the LM head (tied weights share one unit), each gathered just before its forward
+  // and backward and reduce-scattered as soon as its gradients are complete. whole: the model is
+  // one unit, gathered for the whole step (no memory saving; kept for comparison).
+  std::string fsdp_units = "block";
+  // fsdp: units whose all-gather starts ahead of the one computing (0: gather on demand). One
+  // unit ahead hides most of the gather behind compute; each adds a unit of full parameters.
+  int64_t fsdp_prefetch = 1;
+  // fsdp: free a unit's full parameters after its forward and gather them again for its backward
+  // (PyTorch FSDP's default). false keeps them from forward to backward: one all-gather less per
+  // unit and step, the full model's parameters alive at the end of forward (ZeRO-2-like).
+  bool reshard_after_forward = true;
 
   // The preset with the overrides applied.
   ModelConfig resolved_model() const;

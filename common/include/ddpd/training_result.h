@@ -55,6 +55,14 @@ struct MemoryProfile {
   MemoryBytes after_init;
   MemoryBytes before_step;  // of the last step
   MemoryBytes after_step;   // of the last step
+  // Full (unsharded) parameters and gradients alive during the last step, at their peak, as the
+  // strategy allocates them (not RSS): the whole model and its gradients for the replicated
+  // strategies; for fsdp the units gathered and the full gradients (with their reduce-scatter
+  // buffers) not yet sharded.
+  int64_t step_peak_unsharded_bytes = 0;  // both at once
+  int64_t step_peak_unsharded_parameter_bytes = 0;
+  int64_t step_peak_unsharded_gradient_bytes = 0;
+  int64_t step_peak_full_gradient_units = 0;  // fsdp: units with full gradients at once; else 1
 };
 
 struct TrainingSummary {

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -33,6 +34,29 @@ struct SyncOptions {
   bool static_buckets = false;
   // overlap, bucketed: reduce parameters that got no gradient as zeros instead of throwing.
   bool find_unused_parameters = false;
+  // fsdp (DdpJobOptions::fsdp_units, fsdp_prefetch, reshard_after_forward): one unit per block
+  // of a UnitwiseModule (other modules are one unit whatever this says), units gathered ahead
+  // of the one computing, and full parameters freed after each unit's forward.
+  bool fsdp_whole_model = false;
+  int fsdp_prefetch = 1;
+  bool reshard_after_forward = true;
+};
+
+// The elements [begin, end) of a model parameter (flattened) that one optimizer parameter holds.
+struct HeldRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+// Bytes of full (unsharded) parameters and gradients alive during a step, as the strategy holds
+// them: replicated strategies hold the whole model and its gradients; fsdp holds the shards plus
+// the units it has gathered and the full gradients it has not yet reduce-scattered (with their
+// exchange buffers). Peaks since the last zero_grad().
+struct UnshardedPeak {
+  int64_t parameter_bytes = 0;
+  int64_t gradient_bytes = 0;
+  int64_t total_bytes = 0;     // of both at once (at most the sum of the two)
+  int64_t gradient_units = 0;  // fsdp: units whose full gradients were alive at once; else 1
 };
 
 // Wraps a model for data-parallel training. Construction broadcasts rank 0's parameters and
@@ -73,6 +97,18 @@ class GradientSynchronizer {
   // collective, so every rank must call it). Used for the param spread and by tests.
   virtual std::vector<torch::Tensor> full_parameters() = 0;
   virtual void after_optimizer_step() {}
+  // For each optimizer parameter, the elements of its model parameter it holds (the whole
+  // tensor, or under fsdp the part in this rank's shard, possibly none). Checkpoints use it.
+  virtual std::vector<HeldRange> optimizer_parameter_ranges();
+  // Calls `visit` with the model's full parameters, a group at a time (fsdp: one unit at a time,
+  // gathered for the call and freed after it; a collective, so every rank must call it). The
+  // tensors are valid during the call only. Used for the param spread.
+  virtual void visit_full_parameters(
+      const std::function<void(const std::vector<torch::Tensor>&)>& visit) {
+    visit(full_parameters());
+  }
+  // See UnshardedPeak.
+  virtual UnshardedPeak step_peak_unsharded() const = 0;
   // Evaluation ran forward only after prepare_forward(): fsdp frees the gathered parameters.
   virtual void end_forward_only() {}
 
@@ -95,8 +131,11 @@ std::unique_ptr<GradientSynchronizer> make_synchronizer(torch::nn::Module& model
 // Copies rank 0's parameters and buffers into every rank's module (blocking).
 void broadcast_module_state(torch::nn::Module& module, Communicator& comm);
 
-// Max over parameters of (max - min across ranks), element-wise. A collective.
+// Max over parameters of (max - min across ranks), element-wise. A collective. Works through
+// the parameters in chunks of at most 4 MiB, so it adds no model-sized temporary.
 double parameter_spread(const std::vector<torch::Tensor>& parameters, Communicator& comm);
+// The same over everything `sync` visits, unit by unit under fsdp.
+double parameter_spread(GradientSynchronizer& sync, Communicator& comm);
 
 // Bucket assignment of the bucketed strategy: parameter indices (into `numels`) taken in `order`
 // and packed into buckets of at most `cap_bytes`, the first of at most `first_cap_bytes`; a

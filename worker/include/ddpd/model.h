@@ -5,21 +5,65 @@
 
 #include <torch/torch.h>
 
+#include <functional>
+#include <string>
+#include <vector>
+
 #include "ddpd/job_options.h"
 
 namespace ddpd {
 
-class TransformerLMImpl : public torch::nn::Module {
+// A group of parameters that FSDP gathers and frees together.
+struct ModelUnit {
+  std::string name;
+  std::vector<torch::Tensor> parameters;  // each once, registration order (frozen ones too)
+};
+
+// What a unit-wise wrapper (FSDP) is told around each unit's forward. Thread contract: called on
+// the thread that runs forward.
+class UnitForwardHooks {
+ public:
+  virtual ~UnitForwardHooks() = default;
+  // Before unit `unit` computes: its parameters must hold their full values on return.
+  virtual void before_unit_forward(size_t unit) = 0;
+  // After it: returns the output to go on with (the hooks may attach a backward hook to it).
+  virtual torch::Tensor after_unit_forward(size_t unit, torch::Tensor output) = 0;
+};
+
+// A module that runs as a sequence of units, each unit's parameters used only inside its
+// forward (a unit may run more than once in one forward: tied weights).
+class UnitwiseModule {
+ public:
+  virtual ~UnitwiseModule() = default;
+  // Every parameter in exactly one unit; indices are what the hooks receive.
+  virtual std::vector<ModelUnit> units() = 0;
+  // The units in the order one forward runs them (a unit may appear more than once).
+  virtual std::vector<size_t> forward_order() const = 0;
+  // Not owned; null: none. Set while no forward runs.
+  virtual void set_unit_hooks(UnitForwardHooks* hooks) = 0;
+};
+
+// Units, in forward order: unit 0 the embedding, units 1..L the blocks, unit L+1 the final norm
+// with the LM head. With tied embeddings the head's weight is the embedding's, so unit 0 holds
+// the embedding, the final norm and the head, and runs first and last.
+class TransformerLMImpl : public torch::nn::Module, public UnitwiseModule {
  public:
   explicit TransformerLMImpl(const ModelConfig& config);
   // tokens: [batch, seq] int64 → logits [batch, seq, vocab].
   torch::Tensor forward(const torch::Tensor& tokens);
   const ModelConfig& config() const { return config_; }
 
+  std::vector<ModelUnit> units() override;
+  std::vector<size_t> forward_order() const override;
+  void set_unit_hooks(UnitForwardHooks* hooks) override { unit_hooks_ = hooks; }
+
  private:
+  torch::Tensor run_unit(size_t unit, const std::function<torch::Tensor()>& forward);
+
   ModelConfig config_;
   struct Layers;
   std::shared_ptr<Layers> layers_;
+  UnitForwardHooks* unit_hooks_ = nullptr;
 };
 TORCH_MODULE(TransformerLM);
 

@@ -1,121 +1,447 @@
-// fsdp: parameters, gradients and optimizer state sharded. Each trainable parameter is
-// flattened and right-padded to a multiple of N; rank r keeps elements [r·L/N, (r+1)·L/N).
-// Per step: prepare_forward() all-gathers every parameter into its module tensor (the whole
-// model is one FSDP unit), backward fills full gradients, finish_gradient_synchronization()
-// reduce-scatters each gradient into this rank's shard (divided by N) and frees the full
-// parameters and gradients, and the optimizer steps the shards.
+// fsdp: parameters, gradients and optimizer state sharded, unit by unit (docs/fsdp.md).
 //
-// Gradient accumulation keeps the full parameters gathered once for the whole step and
-// accumulates unsharded gradients across the micro-batches (as PyTorch FSDP's no_sync()): one
-// reduce-scatter per step, so the bytes per optimizer step do not change with K. It costs one
-// full gradient per rank for the step, which the whole-model unit holds during any backward
-// anyway, so accumulation adds no memory here.
+// A unit's trainable parameters are laid end to end in one flat buffer, right-padded to a
+// multiple of N; rank r keeps elements [r·L/N, (r+1)·L/N) of it (its shard). The module's
+// parameters are views into the unit's full buffer, whose storage exists only while the unit is
+// gathered: freeing the storage (not swapping tensors) also releases what autograd saved for
+// backward, and gathering again into the same storage brings those views back.
+//
+// Per step, for a UnitwiseModule (the Transformer: embedding, blocks, final norm with the head):
+//  forward   before unit u: wait for its all-gather (or start it); start the next
+//            `fsdp_prefetch` units' gathers in forward order. After it: free u's full
+//            parameters unless reshard_after_forward is off or u runs last in forward (the head,
+//            or the tied embedding unit, which backward needs first); hook u's output.
+//  backward  the output hook fires when u's backward is about to run: free the unit whose
+//            backward just finished, wait for u's gather, give u's parameters gradients that are
+//            views into one zeroed full-gradient buffer, start the next gathers in backward
+//            order, and wait for the reduce-scatter of the unit two back (so the full gradients
+//            of two non-adjacent units are never alive at once). When the last of u's gradients
+//            has been accumulated (a hook on each gradient accumulator), u's full gradient is
+//            reduce-scattered asynchronously into its gradient shard.
+//  finish    reduce-scatter what did not start, wait for all, divide by N, free everything.
+// Other modules, and --fsdp-units whole, are one unit gathered in prepare_forward() for the step.
+//
+// Every rank must launch the same collectives in the same order: gathers and reduce-scatters
+// start from the unit hooks and the gradient-accumulator hooks, which autograd runs in the same
+// order on every rank (the same graph; accumulators run as soon as they are ready).
+//
+// Gradient accumulation keeps each unit's full gradient from its first micro-batch's backward
+// to the reduce-scatter after the last (PyTorch FSDP's no_sync()): one reduce-scatter per step,
+// so the bytes reduce-scattered per optimizer step do not change with K. It costs a full
+// gradient of the whole model per rank for the step; parameters are still gathered per unit
+// and micro-batch.
+//
+// Thread contract: the unit and accumulator hooks run on autograd's thread while the training
+// thread waits in backward (on CPU they are the same thread), so the state below is touched by
+// one thread at a time.
+#include <algorithm>
+#include <map>
+
 #include "strategies/synchronizer_base.h"
 
 namespace ddpd::detail {
 namespace {
 
-struct ShardedParameter {
-  torch::Tensor param;  // the module's tensor: full data between prepare_forward and finish
-  std::vector<int64_t> shape;
-  ShardLayout layout;
-  torch::Tensor shard;  // this rank's slice (a leaf the optimizer updates)
+// Frees a tensor's memory while keeping its storage object, so every view of it (module
+// parameters, tensors autograd saved) sees the memory given back by allocate_storage.
+void free_storage(const torch::Tensor& tensor) {
+  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, tensor.device()));
+  storage->set_nbytes(0);
+}
+
+void allocate_storage(const torch::Tensor& tensor) {
+  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  const size_t nbytes = tensor.numel() * tensor.element_size();
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(nbytes));
+  storage->set_nbytes(nbytes);
+}
+
+// What is alive of full parameters and gradients, and its peak since reset().
+class UnshardedMeter {
+ public:
+  void add_parameters(int64_t bytes) { update(bytes, 0, 0); }
+  void add_gradients(int64_t bytes, int64_t units) { update(0, bytes, units); }
+  void reset() {
+    peak_ = UnshardedPeak{now_.parameter_bytes, now_.gradient_bytes,
+                          now_.parameter_bytes + now_.gradient_bytes, now_.gradient_units};
+  }
+  const UnshardedPeak& peak() const { return peak_; }
+
+ private:
+  void update(int64_t parameter_bytes, int64_t gradient_bytes, int64_t units) {
+    now_.parameter_bytes += parameter_bytes;
+    now_.gradient_bytes += gradient_bytes;
+    now_.gradient_units += units;
+    peak_.parameter_bytes = std::max(peak_.parameter_bytes, now_.parameter_bytes);
+    peak_.gradient_bytes = std::max(peak_.gradient_bytes, now_.gradient_bytes);
+    peak_.gradient_units = std::max(peak_.gradient_units, now_.gradient_units);
+    peak_.total_bytes = std::max(peak_.total_bytes, now_.parameter_bytes + now_.gradient_bytes);
+  }
+  UnshardedPeak now_;
+  UnshardedPeak peak_;
 };
 
-class FsdpSynchronizer final : public GradientSynchronizer {
+struct FlatUnit {
+  std::string name;
+  std::vector<torch::Tensor> params;  // trainable, views into `full`
+  std::vector<int64_t> offsets;       // of each in the flat layout
+  ShardLayout layout;
+  torch::Tensor full;     // [padded]: storage allocated while gathered
+  bool gathered = false;  // `full` holds the unit's values, or will once `gathering` is done
+  PendingCollective gathering;
+  torch::Tensor shard;                // [shard_numel]: this rank's elements (the optimizer's)
+  std::vector<torch::Tensor> pieces;  // each param's elements within `shard` (leaves)
+  std::vector<HeldRange> piece_ranges;
+  std::vector<int64_t> piece_at;  // where each piece starts in `shard`
+  torch::Tensor full_grad;        // [padded] while the unit's gradients are unsharded
+  torch::Tensor grad_shard;       // [shard_numel]
+  bool reducing = false;          // reduce-scatter launched this step
+  PendingReduceScatter reduce;
+  size_t ready = 0;  // params whose gradient this backward has accumulated
+
+  int64_t bytes() const { return layout.padded_numel * full.element_size(); }
+};
+
+class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardHooks {
  public:
-  FsdpSynchronizer(torch::nn::Module& model, std::shared_ptr<Communicator> comm)
-      : model_(model), comm_(std::move(comm)) {
+  FsdpSynchronizer(torch::nn::Module& model, std::shared_ptr<Communicator> comm,
+                   const SyncOptions& options)
+      : model_(model),
+        comm_(std::move(comm)),
+        prefetch_(options.fsdp_prefetch),
+        reshard_after_forward_(options.reshard_after_forward) {
     broadcast_module_state(model_, *comm_);
-    torch::NoGradGuard no_grad;
-    const int n = comm_->world_size();
-    const int64_t rank = comm_->rank();
-    for (auto& p : unique_trainable_parameters(model_)) {
-      ShardedParameter s;
-      s.param = p;
-      s.shape = p.sizes().vec();
-      s.layout = shard_layout(p.numel(), n);
-      auto padded = torch::zeros({s.layout.padded_numel}, p.options());
-      padded.narrow(0, 0, p.numel()).copy_(p.reshape({-1}));
-      s.shard = padded.narrow(0, rank * s.layout.shard_numel, s.layout.shard_numel)
-                    .clone()
-                    .set_requires_grad(true);
-      shards_.push_back(std::move(s));
+    unitwise_ = options.fsdp_whole_model ? nullptr : dynamic_cast<UnitwiseModule*>(&model_);
+    build_units();
+    std::vector<torch::Tensor> all;
+    for (size_t u = 0; u < units_.size(); ++u) {
+      for (size_t k = 0; k < units_[u].params.size(); ++k) {
+        all.push_back(units_[u].params[k]);
+        owner_.push_back(u);
+      }
     }
-    release_full_parameters();
+    ready_hooks_ = std::make_unique<GradReadyHooks>(all, [this](size_t i) { on_ready(i); });
+    if (unitwise_) unitwise_->set_unit_hooks(this);
+  }
+
+  ~FsdpSynchronizer() override {
+    if (unitwise_) unitwise_->set_unit_hooks(nullptr);
   }
 
   std::string name() const override { return "fsdp"; }
 
-  void prepare_forward() override { gather_full_parameters(); }
-  void end_forward_only() override { release_full_parameters(); }
+  void zero_grad() override {
+    for (auto& unit : units_) {
+      for (auto& piece : unit.pieces) piece.mutable_grad().reset();
+    }
+    meter_.reset();
+  }
+
+  void prepare_forward() override {
+    forward_position_ = 0;
+    if (!unitwise_) {
+      for (size_t u = 0; u < units_.size(); ++u) {
+        gather(u);
+        allocate_gradients(u);  // no unit hook will: backward accumulates into them
+      }
+    }
+  }
+
+  void end_forward_only() override {
+    for (size_t u = 0; u < units_.size(); ++u) reshard(u);
+  }
 
   void finish_gradient_synchronization() override {
     torch::NoGradGuard no_grad;
-    const double n = comm_->world_size();
-    for (size_t i = 0; i < shards_.size(); ++i) {
-      auto& s = shards_[i];
-      auto padded = torch::zeros({s.layout.padded_numel}, s.param.options());
-      if (s.param.grad().defined()) {
-        padded.narrow(0, 0, s.layout.numel).copy_(s.param.grad().reshape({-1}));
-      }
-      auto grad_shard = torch::empty({s.layout.shard_numel}, s.param.options());
-      comm_->reduce_scatter_sum(grad_shard, padded, "reduce_scatter/param" + std::to_string(i));
-      s.shard.mutable_grad() = grad_shard.div_(n);
+    // Units whose reduce-scatter has not started (a parameter got no gradient, or whole-model
+    // mode): in backward order, the same on every rank.
+    for (size_t u = units_.size(); u-- > 0;) {
+      if (!units_[u].reducing && units_[u].full_grad.defined()) start_reduce_scatter(u);
     }
-    release_full_parameters();
+    const double n = comm_->world_size();
+    for (size_t u = 0; u < units_.size(); ++u) {
+      FlatUnit& unit = units_[u];
+      if (unit.reducing) {
+        finish_reduce_scatter(u);
+        unit.grad_shard.div_(n);
+        for (size_t k = 0; k < unit.pieces.size(); ++k) {
+          const HeldRange& range = unit.piece_ranges[k];
+          unit.pieces[k].mutable_grad() =
+              unit.grad_shard.narrow(0, unit.piece_at[k], range.end - range.begin);
+        }
+        unit.reducing = false;
+      }
+      reshard(u);
+    }
   }
 
   std::vector<torch::Tensor> optimizer_parameters() override {
     std::vector<torch::Tensor> out;
-    for (auto& s : shards_) out.push_back(s.shard);
+    for (const auto& [u, k] : registration_order_) out.push_back(units_[u].pieces[k]);
+    return out;
+  }
+
+  std::vector<HeldRange> optimizer_parameter_ranges() override {
+    std::vector<HeldRange> out;
+    for (const auto& [u, k] : registration_order_) out.push_back(units_[u].piece_ranges[k]);
     return out;
   }
 
   std::vector<torch::Tensor> full_parameters() override {
-    gather_full_parameters();
-    std::vector<torch::Tensor> out;
-    for (auto& p : unique_parameters(model_)) out.push_back(p.detach().clone());
-    release_full_parameters();
+    std::map<const void*, torch::Tensor> copies;  // by parameter
+    visit_full_parameters([&](const std::vector<torch::Tensor>& group) {
+      for (const auto& p : group) copies[p.unsafeGetTensorImpl()] = p.detach().clone();
+    });
+    std::vector<torch::Tensor> out;  // registration order, as the other strategies
+    for (const auto& p : unique_parameters(model_))
+      out.push_back(copies.at(p.unsafeGetTensorImpl()));
     return out;
   }
 
- private:
-  void gather_full_parameters() {
-    torch::NoGradGuard no_grad;
-    std::vector<torch::Tensor> gathered;
-    std::vector<PendingCollective> pending;
-    for (size_t i = 0; i < shards_.size(); ++i) {
-      auto& s = shards_[i];
-      gathered.push_back(torch::empty({s.layout.padded_numel}, s.shard.options()));
-      pending.push_back(comm_->all_gather(gathered.back(), s.shard.detach(),
-                                          "all_gather/param" + std::to_string(i)));
-    }
-    for (size_t i = 0; i < shards_.size(); ++i) {
-      pending[i].wait();
-      auto& s = shards_[i];
-      s.param.set_data(gathered[i].narrow(0, 0, s.layout.numel).view(s.shape));
+  void visit_full_parameters(
+      const std::function<void(const std::vector<torch::Tensor>&)>& visit) override {
+    visit(frozen_);
+    for (size_t u = 0; u < units_.size(); ++u) {
+      const bool was_gathered = units_[u].gathered;
+      gather(u);
+      visit(units_[u].params);
+      if (!was_gathered) reshard(u);
     }
   }
 
-  // Between steps only the shards hold parameter memory.
-  void release_full_parameters() {
-    for (auto& s : shards_) {
-      s.param.mutable_grad().reset();
-      s.param.set_data(torch::empty({0}, s.param.options()));
+  UnshardedPeak step_peak_unsharded() const override { return meter_.peak(); }
+
+ private:
+  void build_units() {
+    torch::NoGradGuard no_grad;
+    std::vector<std::vector<torch::Tensor>> groups;
+    std::vector<std::string> names;
+    if (unitwise_) {
+      for (auto& unit : unitwise_->units()) {
+        names.push_back(unit.name);
+        groups.push_back(unit.parameters);
+      }
+      forward_order_ = unitwise_->forward_order();
+    } else {
+      names.push_back("model");
+      groups.push_back(unique_parameters(model_));
+      forward_order_ = {0};
     }
+    const int n = comm_->world_size();
+    const int64_t rank = comm_->rank();
+    for (size_t g = 0; g < groups.size(); ++g) {
+      FlatUnit unit;
+      unit.name = names[g];
+      int64_t numel = 0;
+      for (const auto& p : groups[g]) {
+        if (!p.requires_grad()) {
+          frozen_.push_back(p);
+          meter_.add_parameters(p.nbytes());  // stays whole on every rank
+          continue;
+        }
+        unit.params.push_back(p);
+        unit.offsets.push_back(numel);
+        numel += p.numel();
+      }
+      unit.layout = shard_layout(numel, n);
+      const auto options = groups[g].empty() ? torch::TensorOptions(torch::kFloat32)
+                                             : groups[g].front().options().requires_grad(false);
+      unit.full = torch::zeros({unit.layout.padded_numel}, options);
+      for (size_t k = 0; k < unit.params.size(); ++k) {
+        unit.full.narrow(0, unit.offsets[k], unit.params[k].numel())
+            .copy_(unit.params[k].reshape(-1));
+      }
+      unit.shard =
+          unit.full.narrow(0, rank * unit.layout.shard_numel, unit.layout.shard_numel).clone();
+      const int64_t shard_begin = rank * unit.layout.shard_numel;
+      const int64_t shard_end = shard_begin + unit.layout.shard_numel;
+      for (size_t k = 0; k < unit.params.size(); ++k) {
+        const int64_t begin =
+            std::clamp(shard_begin - unit.offsets[k], int64_t{0}, unit.params[k].numel());
+        const int64_t end =
+            std::clamp(shard_end - unit.offsets[k], int64_t{0}, unit.params[k].numel());
+        unit.piece_ranges.push_back({begin, std::max(begin, end)});
+        const int64_t at =
+            std::clamp(unit.offsets[k] + begin - shard_begin, int64_t{0}, unit.layout.shard_numel);
+        unit.piece_at.push_back(at);
+        unit.pieces.push_back(unit.shard.narrow(0, at, std::max(begin, end) - begin)
+                                  .detach()
+                                  .set_requires_grad(true));
+        // From here on the module's parameter is a view into the unit's full buffer.
+        unit.params[k].set_data(unit.full.narrow(0, unit.offsets[k], unit.params[k].numel())
+                                    .view(unit.params[k].sizes()));
+      }
+      free_storage(unit.full);
+      units_.push_back(std::move(unit));
+    }
+    // Optimizer parameters follow the model's registration order (checkpoints pair them with
+    // named_unique_parameters), whatever unit holds them.
+    for (const auto& p : unique_trainable_parameters(model_)) {
+      for (size_t u = 0; u < units_.size(); ++u) {
+        for (size_t k = 0; k < units_[u].params.size(); ++k) {
+          if (units_[u].params[k].is_same(p)) registration_order_.emplace_back(u, k);
+        }
+      }
+    }
+    size_t held = 0;
+    for (const auto& unit : units_) held += unit.params.size();
+    TORCH_CHECK(registration_order_.size() == held,
+                "fsdp: the units do not hold every trainable parameter exactly once");
+    meter_.reset();
+  }
+
+  // --- gathering -----------------------------------------------------------------------------
+
+  void start_gather(size_t u) {
+    FlatUnit& unit = units_[u];
+    if (unit.gathered || unit.params.empty()) return;
+    allocate_storage(unit.full);
+    meter_.add_parameters(unit.bytes());
+    unit.gathered = true;
+    unit.gathering = comm_->all_gather(unit.full, unit.shard, "all_gather/" + unit.name);
+  }
+
+  void gather(size_t u) {
+    start_gather(u);
+    units_[u].gathering.wait();
+  }
+
+  void reshard(size_t u) {
+    FlatUnit& unit = units_[u];
+    if (!unit.gathered) return;
+    unit.gathering.wait();  // never free memory a collective still writes
+    free_storage(unit.full);
+    meter_.add_parameters(-unit.bytes());
+    unit.gathered = false;
+  }
+
+  // --- forward -------------------------------------------------------------------------------
+
+  void before_unit_forward(size_t u) override {
+    if (forward_position_ >= forward_order_.size()) forward_position_ = 0;  // next micro-batch
+    if (forward_position_ == 0) backward_position_ = 0;
+    TORCH_CHECK(forward_order_.at(forward_position_) == u, "fsdp: unit ", u,
+                " ran out of the forward order");
+    gather(u);
+    for (int k = 1; k <= prefetch_; ++k) {
+      const size_t at = forward_position_ + k;
+      if (at < forward_order_.size()) start_gather(forward_order_[at]);
+    }
+    ++forward_position_;
+  }
+
+  torch::Tensor after_unit_forward(size_t u, torch::Tensor output) override {
+    const bool runs_again = std::find(forward_order_.begin() + forward_position_,
+                                      forward_order_.end(), u) != forward_order_.end();
+    const bool last = forward_position_ == forward_order_.size();
+    if (reshard_after_forward_ && !runs_again && !last) reshard(u);
+    if (output.requires_grad()) {
+      output.register_hook([this, u](const torch::Tensor&) { before_unit_backward(u); });
+    }
+    return output;
+  }
+
+  // --- backward ------------------------------------------------------------------------------
+
+  // Backward runs the forward order reversed; position p is forward_order_[size - 1 - p].
+  size_t unit_at_backward(size_t position) const {
+    return forward_order_[forward_order_.size() - 1 - position];
+  }
+  bool used_later_in_backward(size_t u, size_t position) const {
+    for (size_t p = position + 1; p < forward_order_.size(); ++p) {
+      if (unit_at_backward(p) == u) return true;
+    }
+    return false;
+  }
+
+  void before_unit_backward(size_t u) {
+    torch::NoGradGuard no_grad;
+    const size_t position = backward_position_++;
+    TORCH_CHECK(position < forward_order_.size() && unit_at_backward(position) == u, "fsdp: unit ",
+                u, " ran out of the backward order");
+    if (position == 0) {
+      for (auto& unit : units_) unit.ready = 0;
+    }
+    // The unit before this one in backward order has finished: its parameters can go.
+    if (position >= 1 && !used_later_in_backward(unit_at_backward(position - 1), position)) {
+      reshard(unit_at_backward(position - 1));
+    }
+    // Bound the full gradients: the unit two back must be reduce-scattered and freed.
+    if (position >= 2) {
+      const size_t two_back = unit_at_backward(position - 2);
+      if (units_[two_back].reducing && !used_later_in_backward(two_back, position)) {
+        finish_reduce_scatter(two_back);
+      }
+    }
+    gather(u);
+    for (int k = 1; k <= prefetch_; ++k) {
+      if (position + k < forward_order_.size()) start_gather(unit_at_backward(position + k));
+    }
+    allocate_gradients(u);
+  }
+
+  void allocate_gradients(size_t u) {
+    FlatUnit& unit = units_[u];
+    if (unit.full_grad.defined() || unit.params.empty()) return;
+    unit.full_grad = torch::zeros({unit.layout.padded_numel}, unit.full.options());
+    meter_.add_gradients(unit.bytes(), 1);
+    for (size_t k = 0; k < unit.params.size(); ++k) {
+      auto& p = unit.params[k];
+      p.mutable_grad() = unit.full_grad.narrow(0, unit.offsets[k], p.numel()).view(p.sizes());
+    }
+  }
+
+  void on_ready(size_t index) {
+    const size_t u = owner_[index];
+    FlatUnit& unit = units_[u];
+    if (++unit.ready == unit.params.size() && sync_on_backward() && unitwise_) {
+      start_reduce_scatter(u);
+    }
+  }
+
+  void start_reduce_scatter(size_t u) {
+    FlatUnit& unit = units_[u];
+    if (unit.reducing) return;
+    if (!unit.full_grad.defined()) allocate_gradients(u);  // no gradient reached it: zeros
+    for (auto& p : unit.params) p.mutable_grad().reset();  // the flat buffer holds them
+    unit.grad_shard = torch::empty({unit.layout.shard_numel}, unit.full_grad.options());
+    meter_.add_gradients(unit.bytes(), 0);  // the exchange's receive buffer
+    unit.reduce = comm_->reduce_scatter_sum_async(unit.grad_shard, unit.full_grad,
+                                                  "reduce_scatter/" + unit.name);
+    unit.reducing = true;
+  }
+
+  void finish_reduce_scatter(size_t u) {
+    FlatUnit& unit = units_[u];
+    if (!unit.full_grad.defined()) return;  // already finished
+    unit.reduce.wait();
+    unit.full_grad = torch::Tensor();
+    meter_.add_gradients(-2 * unit.bytes(), -1);
   }
 
   torch::nn::Module& model_;
   std::shared_ptr<Communicator> comm_;
-  std::vector<ShardedParameter> shards_;
+  int prefetch_;
+  bool reshard_after_forward_;
+  UnitwiseModule* unitwise_ = nullptr;  // null: the whole model is one unit
+  std::vector<FlatUnit> units_;
+  std::vector<size_t> forward_order_;  // unit indices in the order forward runs them
+  std::vector<size_t> owner_;          // unit of each gradient-ready hook index
+  std::vector<std::pair<size_t, size_t>> registration_order_;  // (unit, param) per trainable
+  std::vector<torch::Tensor> frozen_;  // parameters without gradient: whole on every rank
+  std::unique_ptr<GradReadyHooks> ready_hooks_;
+  size_t forward_position_ = 0;
+  size_t backward_position_ = 0;
+  UnshardedMeter meter_;
 };
 
 }  // namespace
 
 std::unique_ptr<GradientSynchronizer> make_fsdp(torch::nn::Module& model,
-                                                std::shared_ptr<Communicator> comm) {
-  return std::make_unique<FsdpSynchronizer>(model, std::move(comm));
+                                                std::shared_ptr<Communicator> comm,
+                                                const SyncOptions& options) {
+  return std::make_unique<FsdpSynchronizer>(model, std::move(comm), options);
 }
 
 }  // namespace ddpd::detail

@@ -40,6 +40,15 @@ void ReplicatedSynchronizer::check_every_gradient_ready(const std::vector<char>&
       "zeros, or freeze them");
 }
 
+UnshardedPeak ReplicatedSynchronizer::step_peak_unsharded() const {
+  UnshardedPeak peak;
+  for (const auto& p : unique_parameters(model_)) peak.parameter_bytes += p.nbytes();
+  for (const auto& p : params_) peak.gradient_bytes += p.nbytes();
+  peak.total_bytes = peak.parameter_bytes + peak.gradient_bytes;
+  peak.gradient_units = 1;
+  return peak;
+}
+
 std::vector<size_t> ReplicatedSynchronizer::agree_on_ready_order(
     const std::vector<size_t>& recorded) {
   std::vector<char> seen(params_.size(), 0);
@@ -145,13 +154,49 @@ void broadcast_module_state(torch::nn::Module& module, Communicator& comm) {
 }
 
 double parameter_spread(const std::vector<torch::Tensor>& parameters, Communicator& comm) {
-  if (parameters.empty()) return 0.0;
+  // Chunks of at most 1 Mi elements (4 MiB in fp32, twice that for max and min): a model-sized
+  // copy here would be the largest temporary of the step's bookkeeping.
+  constexpr int64_t kChunkElements = int64_t{1} << 20;
   torch::NoGradGuard no_grad;
-  auto high = detail::flatten(parameters).to(torch::kFloat32);
-  auto low = high.clone();
-  comm.all_reduce_max(high);
-  comm.all_reduce_min(low);
-  return (high - low).max().item<double>();
+  double spread = 0.0;
+  std::vector<torch::Tensor> pieces;  // views making up the next chunk
+  int64_t filled = 0;
+  auto reduce_chunk = [&] {
+    if (pieces.empty()) return;
+    auto high = detail::flatten(pieces).to(torch::kFloat32);
+    auto low = high.clone();
+    comm.all_reduce_max(high);
+    comm.all_reduce_min(low);
+    spread = std::max(spread, (high - low).max().item<double>());
+    pieces.clear();
+    filled = 0;
+  };
+  for (const auto& p : parameters) {
+    const auto flat = p.detach().reshape(-1);
+    for (int64_t at = 0; at < flat.numel();) {
+      const int64_t take = std::min(flat.numel() - at, kChunkElements - filled);
+      pieces.push_back(flat.narrow(0, at, take));
+      filled += take;
+      at += take;
+      if (filled == kChunkElements) reduce_chunk();
+    }
+  }
+  reduce_chunk();
+  return spread;
+}
+
+double parameter_spread(GradientSynchronizer& sync, Communicator& comm) {
+  double spread = 0.0;
+  sync.visit_full_parameters([&](const std::vector<torch::Tensor>& parameters) {
+    spread = std::max(spread, parameter_spread(parameters, comm));
+  });
+  return spread;
+}
+
+std::vector<HeldRange> GradientSynchronizer::optimizer_parameter_ranges() {
+  std::vector<HeldRange> ranges;
+  for (const auto& p : optimizer_parameters()) ranges.push_back({0, p.numel()});
+  return ranges;
 }
 
 std::vector<std::vector<size_t>> assign_buckets(const std::vector<size_t>& order,
@@ -216,7 +261,7 @@ std::unique_ptr<GradientSynchronizer> make_synchronizer(torch::nn::Module& model
     case Strategy::kBucketed:
       return detail::make_bucketed(model, std::move(comm), options);
     case Strategy::kFsdp:
-      return detail::make_fsdp(model, std::move(comm));
+      return detail::make_fsdp(model, std::move(comm), options);
   }
   throw std::invalid_argument("strategy: unknown value");
 }

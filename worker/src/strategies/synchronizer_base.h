@@ -39,6 +39,12 @@ class ReplicatedSynchronizer : public GradientSynchronizer {
 
   std::vector<torch::Tensor> optimizer_parameters() override { return params_; }
   std::vector<torch::Tensor> full_parameters() override;
+  void visit_full_parameters(
+      const std::function<void(const std::vector<torch::Tensor>&)>& visit) override {
+    visit(unique_parameters(model_));  // already whole: no copy
+  }
+  // The whole model's parameters, and a full gradient for every trainable one.
+  UnshardedPeak step_peak_unsharded() const override;
 
  protected:
   // Starts averaging `gradient` over ranks in the job's wire dtype (named `name` in the journal
@@ -86,6 +92,7 @@ std::unique_ptr<GradientSynchronizer> make_overlap(torch::nn::Module&,
 std::unique_ptr<GradientSynchronizer> make_bucketed(torch::nn::Module&,
                                                     std::shared_ptr<Communicator>,
                                                     const SyncOptions&);
-std::unique_ptr<GradientSynchronizer> make_fsdp(torch::nn::Module&, std::shared_ptr<Communicator>);
+std::unique_ptr<GradientSynchronizer> make_fsdp(torch::nn::Module&, std::shared_ptr<Communicator>,
+                                                const SyncOptions&);
 
 }  // namespace ddpd::detail
