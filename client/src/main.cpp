@@ -234,6 +234,10 @@ int main(int argc, char** argv) {
       app.add_subcommand("plan", "Memory, mesh and bucket-size accounting (docs/planning.md)");
   client::PlanFlags plan_flags;
   client::add_plan_flags(*plan, plan_flags);
+  auto* plan_memory = plan->add_subcommand(
+      "memory", "Per-rank parameters, gradients and optimizer state of each strategy");
+  client::MemoryFlags memory_flags;
+  client::add_memory_flags(*plan_memory, memory_flags);
   auto* plan_bucket = plan->add_subcommand("bucket", "Recommend a DDP bucket size");
   client::BucketFlags bucket_flags;
   client::add_bucket_flags(*plan_bucket, bucket_flags);
@@ -298,6 +302,10 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (plan_memory->parsed()) {
+      client::print_memory_plan(memory_flags);
+      return 0;
+    }
     if (plan_bucket->parsed()) {
       std::string comm_result;
       if (!bucket_flags.from_job.empty()) {

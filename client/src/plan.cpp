@@ -49,4 +49,31 @@ double predicted_overhead_s(double gradient_bytes, double bandwidth, double over
   return gradient_bytes / (buckets * bandwidth) + buckets * overhead_s;
 }
 
+std::vector<StrategyMemory> strategy_memory(const TransformerShape& model, int64_t world,
+                                            int64_t prefetch) {
+  const double p = 4.0 * static_cast<double>(model.parameters());
+  const double block = 4.0 * static_cast<double>(model.block_parameters());
+  const double embedding = 4.0 * static_cast<double>(model.embedding_parameters());
+  const double head = 4.0 * static_cast<double>(model.head_parameters());
+  const double n = static_cast<double>(world);
+  // Per block: the unit computing and `prefetch` ahead; the embedding with the first blocks
+  // ahead of it in forward, the head with the last ones in backward. Tied, the embedding unit
+  // (with the head) stays gathered the whole step.
+  const double k = static_cast<double>(prefetch);
+  const double edge = model.tied ? embedding + head : std::max(embedding, head);
+  const double block_params = std::min(
+      p, model.tied ? edge + (1 + k) * block : std::max(edge + k * block, (1 + k) * block));
+  // Full gradients: the unit in backward, and the one before it with its reduce-scatter in
+  // flight (gradient and receive buffer); the head's first, the embedding's last. Tied, the
+  // embedding unit's gradient lives through the whole backward.
+  double block_grads = std::max({2 * head + block, 3 * block, 2 * block + 2 * embedding});
+  if (model.tied) block_grads = 3 * block + 2 * (embedding + head);
+  block_grads = std::min(block_grads, 2 * p);
+  return {{"bucketed", p, p, 2 * p},
+          {"bucketed+zero1", p, p, 2 * p / n},
+          {"fsdp-whole", p, 2 * p, 2 * p / n},
+          {"fsdp-block", block_params, block_grads, 2 * p / n},
+          {"fsdp-block-keep", p, block_grads, 2 * p / n}};
+}
+
 }  // namespace ddpd::plan

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace ddpd::plan {
@@ -53,5 +54,36 @@ MeshPlan mesh_plan(const FfnModel& model, int64_t x, int64_t y, double flops_per
 double recommended_bucket_bytes(double gradient_bytes, double bandwidth, double overhead_s);
 double predicted_overhead_s(double gradient_bytes, double bandwidth, double overhead_s,
                             double bucket_bytes);
+
+// The Transformer LM ddpd trains, as FSDP's units see it (docs/fsdp.md): the embedding, each
+// block (two RMSNorm gains, q/k/v/o, the SwiGLU FFN), the final norm with the LM head.
+struct TransformerShape {
+  int64_t d_model = 256;
+  int64_t d_ff = 1024;
+  int64_t layers = 8;
+  int64_t vocab = 10000;
+  bool tied = false;
+  int64_t block_parameters() const {
+    return 4 * d_model * d_model + 3 * d_model * d_ff + 2 * d_model;
+  }
+  int64_t embedding_parameters() const { return vocab * d_model; }
+  int64_t head_parameters() const { return (tied ? 0 : vocab * d_model) + d_model; }
+  int64_t parameters() const {
+    return embedding_parameters() + layers * block_parameters() + head_parameters();
+  }
+};
+
+// One strategy's per-rank bytes during a step, fp32, padding ignored. Full parameters and full
+// gradients alive at their peaks (gradients with the reduce-scatter's receive buffer, which is
+// as large as the gradient it exchanges), and the optimizer state (AdamW's two moments).
+struct StrategyMemory {
+  std::string strategy;
+  double peak_parameter_bytes = 0;
+  double peak_gradient_bytes = 0;
+  double optimizer_bytes = 0;
+};
+// bucketed, bucketed+zero1, fsdp-whole, fsdp-block (prefetch units ahead), fsdp-block-keep.
+std::vector<StrategyMemory> strategy_memory(const TransformerShape& model, int64_t world,
+                                            int64_t prefetch);
 
 }  // namespace ddpd::plan

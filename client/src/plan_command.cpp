@@ -29,6 +29,50 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
   app.add_flag("--json", f.json, "Print JSON");
 }
 
+void add_memory_flags(CLI::App& app, MemoryFlags& f) {
+  app.add_option("--d-model", f.model.d_model, "Model width")->capture_default_str();
+  app.add_option("--d-ff", f.model.d_ff, "FFN hidden size")->capture_default_str();
+  app.add_option("--layers", f.model.layers, "Transformer blocks")->capture_default_str();
+  app.add_option("--vocab", f.model.vocab, "Vocabulary")->capture_default_str();
+  app.add_flag("--tie-embeddings", f.model.tied, "The LM head shares the embedding's weight");
+  app.add_option("--world", f.world, "Ranks")->capture_default_str();
+  app.add_option("--fsdp-prefetch", f.prefetch, "fsdp: units gathered ahead")
+      ->capture_default_str();
+  app.add_flag("--json", f.json, "Print JSON");
+}
+
+void print_memory_plan(const MemoryFlags& f) {
+  for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--d-model", f.model.d_model},
+                                    {"--d-ff", f.model.d_ff},
+                                    {"--layers", f.model.layers},
+                                    {"--vocab", f.model.vocab},
+                                    {"--world", f.world}}) {
+    if (value <= 0) throw OptionError(flag, "must be > 0");
+  }
+  if (f.prefetch < 0) throw OptionError("--fsdp-prefetch", "must be >= 0");
+  const auto rows = plan::strategy_memory(f.model, f.world, f.prefetch);
+  if (f.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& r : rows) {
+      out.push_back({{"strategy", r.strategy},
+                     {"peak_parameter_bytes", r.peak_parameter_bytes},
+                     {"peak_gradient_bytes", r.peak_gradient_bytes},
+                     {"optimizer_bytes", r.optimizer_bytes}});
+    }
+    std::cout << out.dump(2) << "\n";
+    return;
+  }
+  std::printf("%lld parameters (%.1f MiB fp32), world %lld, per rank, MiB:\n",
+              static_cast<long long>(f.model.parameters()), 4.0 * f.model.parameters() / 1048576.0,
+              static_cast<long long>(f.world));
+  std::printf("  %-18s %14s %14s %12s\n", "strategy", "full params", "full grads", "optimizer");
+  for (const auto& r : rows) {
+    std::printf("  %-18s %14.1f %14.1f %12.1f\n", r.strategy.c_str(),
+                r.peak_parameter_bytes / 1048576.0, r.peak_gradient_bytes / 1048576.0,
+                r.optimizer_bytes / 1048576.0);
+  }
+}
+
 void add_bucket_flags(CLI::App& app, BucketFlags& f) {
   app.add_option("--from-result", f.from_result,
                  "A `ddpd-worker run comm --json` result: its all_reduce alpha and beta");

@@ -22,6 +22,16 @@ struct PlanFlags {
   bool json = false;
 };
 
+// `ddpctl plan memory`: per-rank bytes of each strategy on a Transformer.
+struct MemoryFlags {
+  plan::TransformerShape model;
+  int64_t world = 2;
+  int64_t prefetch = 1;
+  bool json = false;
+};
+void add_memory_flags(CLI::App& app, MemoryFlags& f);
+void print_memory_plan(const MemoryFlags& f);
+
 struct BucketFlags {
   std::string from_result;   // a `ddpd-worker run comm --json` result file
   std::string from_job;      // or a finished comm job on the coordinator

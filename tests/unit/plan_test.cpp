@@ -94,5 +94,31 @@ TEST(BucketSimulation, ByHand) {
   EXPECT_DOUBLE_EQ(measured(400), 3.0);
 }
 
+TEST(Plan, StrategyMemoryByHand) {
+  // d_model 256, d_ff 1024, 8 blocks, vocab 10000: a block is 4·256² + 3·256·1024 + 2·256 =
+  // 1,049,088 parameters (4,196,352 B); the embedding 2,560,000 (10,240,000 B); the head with
+  // the final norm 2,560,256 (10,241,024 B); P = 13,512,960 (54,051,840 B).
+  const TransformerShape model;
+  EXPECT_EQ(model.parameters(), 13512960);
+  const auto rows = strategy_memory(model, /*world=*/2, /*prefetch=*/1);
+  ASSERT_EQ(rows.size(), 5u);
+  EXPECT_EQ(rows[0].strategy, "bucketed");
+  EXPECT_DOUBLE_EQ(rows[0].optimizer_bytes, 2 * 54051840.0);
+  EXPECT_DOUBLE_EQ(rows[1].optimizer_bytes, 54051840.0);          // ZeRO-1 at world 2: half
+  EXPECT_DOUBLE_EQ(rows[2].peak_gradient_bytes, 2 * 54051840.0);  // gradient + receive buffer
+  // Per block, prefetch 1: the head with one block (10,241,024 + 4,196,352), more than two
+  // blocks; gradients at the end of backward: block 1's and the embedding's, each with its
+  // receive buffer (2 × 4,196,352 + 2 × 10,240,000), more than the head's two with a block.
+  EXPECT_EQ(rows[3].strategy, "fsdp-block");
+  EXPECT_DOUBLE_EQ(rows[3].peak_parameter_bytes, 14437376.0);
+  EXPECT_DOUBLE_EQ(rows[3].peak_gradient_bytes, 28872704.0);
+  EXPECT_DOUBLE_EQ(rows[4].peak_parameter_bytes, 54051840.0);  // kept after forward: all
+  // Tied: the embedding unit holds the head too and stays gathered with two blocks.
+  TransformerShape tied = model;
+  tied.tied = true;
+  EXPECT_DOUBLE_EQ(strategy_memory(tied, 2, 1)[3].peak_parameter_bytes,
+                   10240000.0 + 1024.0 + 2 * 4196352.0);
+}
+
 }  // namespace
 }  // namespace ddpd::plan
