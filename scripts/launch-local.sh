@@ -9,7 +9,7 @@ if [ "${1:-}" != "--" ]; then port=$1; shift; fi
 [ "${1:-}" = "--" ] && shift
 pids=()
 for ((rank = 0; rank < nproc; rank++)); do
-  MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$rank LOCAL_RANK=$rank WORLD_SIZE=$nproc \
+  MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$rank LOCAL_RANK=$rank LOCAL_WORLD_SIZE=$nproc WORLD_SIZE=$nproc \
     "$@" &
   pids+=($!)
 done

@@ -2,6 +2,7 @@
 
 #include "ddpd/fault_injection.h"
 #include "ddpd/job_options.h"
+#include "ddpd/memory_estimate.h"
 
 namespace ddpd {
 namespace {
@@ -168,4 +169,39 @@ TEST(FaultInjection, ParsesEveryKindAndRefusesBadSpecsByFlag) {
   EXPECT_THROW(validate(o, 2), OptionError);
 }
 
+}  // namespace ddpd
+
+namespace ddpd {
+namespace {
+
+// The admission estimate against figures computed by hand.
+TEST(MemoryEstimate, TinyByHandAndShardedShares) {
+  DdpJobOptions o;  // tiny: d 64, d_ff 256, 2 layers, 4 heads, vocab 10000; batch 8, context 64
+  // P = 10000·64 + 2·(4·64² + 3·64·256 + 2·64) + 10000·64 + 64 = 1,411,392.
+  const auto one = estimate_rank_memory(o, 1);
+  EXPECT_EQ(one.parameter_bytes, 4 * 1411392);
+  EXPECT_EQ(one.gradient_bytes, 4 * 1411392);
+  EXPECT_EQ(one.optimizer_bytes, 8 * 1411392);
+  // 512 tokens: per block 512·(12·64 + 4·256) + 8·4·64²·2 floats; logits 512·10000·3; the
+  // embedding's output 512·64.
+  const int64_t per_block = 512 * (12 * 64 + 4 * 256) + 8 * 4 * 64 * 64 * 2;
+  EXPECT_EQ(one.activation_bytes, 4 * (2 * per_block + 512 * 10000 * 3 + 512 * 64));
+  o.shard_optimizer = true;
+  EXPECT_EQ(estimate_rank_memory(o, 2).optimizer_bytes, 4 * 1411392);
+  // A context of 10^8 squares past any machine, without overflowing.
+  o.context_length = 100000000;
+  const auto huge = estimate_rank_memory(o, 1);
+  EXPECT_GT(huge.activation_bytes, int64_t{1} << 60);
+  try {
+    check_fits_in_memory(o, 1, int64_t{16} << 30, "this machine's available memory");
+    FAIL() << "a 10^8-token context was admitted";
+  } catch (const OptionError& e) {
+    EXPECT_EQ(e.flag(), "--context");
+    EXPECT_NE(std::string(e.what()).find("(17.18 GB)"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(check_fits_in_memory(DdpJobOptions{}, 2, int64_t{16} << 30, "here"));
+  EXPECT_NO_THROW(check_fits_in_memory(o, 1, 0, "unknown: no check"));
+}
+
+}  // namespace
 }  // namespace ddpd

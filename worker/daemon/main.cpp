@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "ddpd/comm_bench.h"
@@ -20,6 +21,7 @@
 #include "ddpd/communicator.h"
 #include "ddpd/ddp_flags.h"
 #include "ddpd/local_run.h"
+#include "ddpd/memory_estimate.h"
 #include "ddpd/rendezvous.h"
 #include "ddpd/result_json.h"
 #include "ddpd/service/logging.h"
@@ -69,6 +71,13 @@ void keep_freed_memory_for_reuse() {
   mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);  // glibc's maximum on 64-bit
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   mallopt(M_TOP_PAD, 256 * 1024 * 1024);
+}
+
+// The admission check's limit, in words: ranks on one host share its memory.
+std::string local_memory_share(int local_ranks) {
+  return local_ranks > 1 ? "this machine's available memory shared by its " +
+                               std::to_string(local_ranks) + " ranks"
+                         : "this machine's available memory";
 }
 
 void print_summary(const ddpd::DdpJobOptions& o, int world, const ddpd::TrainingResult& r) {
@@ -175,6 +184,10 @@ int main(int argc, char** argv) {
       ->add_option("--advertise-host", daemon_options.advertise_host,
                    "Address other ranks reach this worker at")
       ->capture_default_str();
+  double memory_gb = 0;
+  serve_cmd->add_option("--memory-gb", memory_gb,
+                        "Memory a job's rank may use here, GB (10^9 B), advertised to the "
+                        "coordinator's admission check (default: MemAvailable at start-up)");
   serve_cmd
       ->add_option("--rendezvous-port", daemon_options.rendezvous_port,
                    "TCPStore port when rank 0 (0: pick a free one)")
@@ -219,7 +232,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   }
-  if (serve_cmd->parsed()) return serve(daemon_options);
+  if (serve_cmd->parsed()) {
+    if (memory_gb < 0) {
+      std::fprintf(stderr, "error: --memory-gb: must be >= 0\n");
+      return 2;
+    }
+    daemon_options.memory_bytes =
+        memory_gb > 0 ? static_cast<int64_t>(memory_gb * 1e9) : ddpd::available_memory_bytes();
+    return serve(daemon_options);
+  }
 
   if (comm_cmd->parsed()) return run_comm(comm_options, backend, comm_timeout_s, json);
 
@@ -227,6 +248,9 @@ int main(int argc, char** argv) {
   try {
     rendezvous = ddpd::rendezvous_for_job(options);
     ddpd::validate(local_run, options);
+    ddpd::check_fits_in_memory(options, rendezvous.world_size,
+                               ddpd::available_memory_bytes() / rendezvous.local_world_size,
+                               local_memory_share(rendezvous.local_world_size));
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

@@ -19,6 +19,10 @@ struct WorkerDaemonOptions {
   double heartbeat_seconds = 2.0;
   double reconnect_seconds = 1.0;  // wait before re-registering after the session ends
   WorkerMetricsOptions metrics;    // Prometheus /metrics (off unless metrics.port is set)
+  // Advertised to the coordinator, which refuses jobs whose estimated per-rank memory exceeds
+  // every worker's (docs/protocols.md). 0: unknown. main() sets it from --memory-gb, else
+  // MemAvailable at start-up.
+  int64_t memory_bytes = 0;
 };
 
 // Protocol (worker side of the session, see coordinator_service.h):

@@ -43,6 +43,8 @@ RendezvousOptions rendezvous_from_environment() {
   options.world_size = int_variable("WORLD_SIZE", 1);
   options.rank = int_variable("RANK", 0);
   options.local_rank = int_variable("LOCAL_RANK", options.rank);
+  options.local_world_size =
+      int_variable("LOCAL_WORLD_SIZE", is_loopback(options.master_addr) ? options.world_size : 1);
   if (options.world_size < 1) throw std::invalid_argument("WORLD_SIZE: must be >= 1");
   if (options.rank >= options.world_size) {
     throw std::invalid_argument("RANK: " + std::to_string(options.rank) +

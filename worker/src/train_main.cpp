@@ -11,6 +11,7 @@
 #include "ddpd/communicator.h"
 #include "ddpd/ddp_flags.h"
 #include "ddpd/local_run.h"
+#include "ddpd/memory_estimate.h"
 #include "ddpd/rendezvous.h"
 #include "ddpd/result_json.h"
 #include "ddpd/trainer.h"
@@ -35,6 +36,9 @@ int main(int argc, char** argv) {
     const auto rendezvous = ddpd::rendezvous_for_job(options);
     rank = rendezvous.rank;
     ddpd::validate(local, options);
+    ddpd::check_fits_in_memory(options, rendezvous.world_size,
+                               ddpd::available_memory_bytes() / rendezvous.local_world_size,
+                               "this machine's available memory per local rank");
     comm = ddpd::connect(rendezvous);
     ddpd::Trainer trainer(options, comm);
     const auto result = trainer.run();

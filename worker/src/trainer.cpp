@@ -239,8 +239,24 @@ struct Trainer::Impl {
   }
 };
 
+namespace {
+
+// LibTorch's error as one line, "out of memory: ..." first when an allocation failed.
+std::string one_line(const c10::Error& error) {
+  // what() carries LibTorch's C++ backtrace; the message alone is what a user can act on.
+  std::string message = error.msg();
+  const size_t newline = message.find('\n');
+  if (newline != std::string::npos) message.resize(newline);
+  const bool allocation = message.find("can't allocate memory") != std::string::npos ||
+                          message.find("tried to allocate") != std::string::npos ||
+                          message.find("out of memory") != std::string::npos;
+  return allocation ? "out of memory: " + message : message;
+}
+
+}  // namespace
+
 Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> comm,
-                 TrainerHooks hooks)
+                 TrainerHooks hooks) try
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   validate(options, comm->world_size());
@@ -344,6 +360,11 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
     m.step.store(m.start_step);
   }
   m.memory.after_init = m.measure();
+} catch (const c10::Error& e) {
+  throw std::runtime_error(one_line(e) + " (building the model, synchroniser and optimizer)");
+} catch (const std::bad_alloc&) {
+  throw std::runtime_error(
+      "out of memory: an allocation failed building the model, synchroniser and optimizer");
 }
 
 Trainer::~Trainer() = default;
@@ -731,6 +752,11 @@ TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_st
       throw CollectiveError(
           std::string(e.what()) + "; " + impl_->analyze_failure_across_ranks(e.peer_exited()),
           e.peer_exited());
+    } catch (const c10::Error& e) {
+      throw std::runtime_error(one_line(e) + " (step " + std::to_string(step) + ")");
+    } catch (const std::bad_alloc&) {
+      throw std::runtime_error("out of memory at step " + std::to_string(step) +
+                               ": an allocation failed");
     }
     if (on_step) on_step(result.steps.back());
   }

@@ -17,7 +17,10 @@ struct RendezvousOptions {
   int master_port = 29500;                // torchrun's default port
   int rank = 0;
   int world_size = 1;
-  int local_rank = 0;            // selects the GPU under NCCL
+  int local_rank = 0;  // selects the GPU under NCCL
+  // Ranks on this host (torchrun's LOCAL_WORLD_SIZE; without it, every rank when the store is
+  // on loopback, else 1): they share its memory in the admission check.
+  int local_world_size = 1;
   std::string backend = "gloo";  // gloo (CPU) | nccl (CUDA builds)
   // Address this rank's Gloo transport binds to. Empty: loopback when master_addr is a loopback
   // address, else the address this host's name resolves to.

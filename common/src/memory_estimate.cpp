@@ -1,0 +1,124 @@
+#include "ddpd/memory_estimate.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+namespace ddpd {
+namespace {
+
+constexpr double kMax = static_cast<double>(std::numeric_limits<int64_t>::max());
+
+int64_t saturate(double bytes) {
+  return bytes >= kMax ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(bytes);
+}
+
+std::string gigabytes(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f", bytes / 1e9);
+  return text;
+}
+
+}  // namespace
+
+RankMemoryEstimate estimate_rank_memory(const DdpJobOptions& options, int world_size) {
+  const ModelConfig c = options.resolved_model();
+  const double n = std::max(1, world_size);
+  const double d = static_cast<double>(c.d_model), ff = static_cast<double>(c.d_ff);
+  const double vocab = static_cast<double>(c.vocab_size);
+  const double layers = static_cast<double>(c.num_layers);
+  const double block = 4 * d * d + 3 * d * ff + 2 * d;
+  const double embedding = vocab * d;
+  const double head = (c.tie_embeddings ? 0 : vocab * d) + d;
+  const double parameters = embedding + layers * block + head;
+
+  RankMemoryEstimate e;
+  const bool fsdp = options.strategy == "fsdp" && world_size > 1;
+  if (fsdp) {
+    // Units gathered at once: prefetch + 1 blocks and the larger edge unit (docs/fsdp.md).
+    const double units =
+        (1 + static_cast<double>(options.fsdp_prefetch)) * block + std::max(embedding, head);
+    const double gathered =
+        options.reshard_after_forward ? std::min(units, parameters) : parameters;
+    e.parameter_bytes = saturate(4 * (parameters / n + gathered));
+    e.gradient_bytes =
+        saturate(4 * (parameters / n +
+                      std::min(2 * parameters, 4 * std::max(block, std::max(embedding, head)))));
+    e.optimizer_bytes = saturate(8 * parameters / n);
+  } else {
+    e.parameter_bytes = saturate(4 * parameters);
+    e.gradient_bytes = saturate(4 * parameters);
+    e.optimizer_bytes = saturate(8 * parameters / (options.shard_optimizer ? n : 1));
+  }
+  // One micro-batch of this rank's share of the global batch.
+  const double rows = static_cast<double>(options.batch_size) / n /
+                      static_cast<double>(std::max<int64_t>(1, options.grad_accum));
+  const double t = static_cast<double>(options.context_length);
+  const double tokens = rows * t;
+  const double heads = static_cast<double>(c.num_heads);
+  // Per block and token: the inputs of both norms, q/k/v/o and the three FFN linears, RoPE'd
+  // q and k, the SwiGLU's intermediate products (about 12 d + 4 d_ff floats); per block and
+  // sequence, scores and probabilities (2 · h · t²) with naive attention.
+  const double per_block =
+      tokens * (12 * d + 4 * ff) + (options.attention == "flash" ? 0.0 : rows * heads * t * t * 2);
+  const double logits = tokens * vocab * 3;  // logits, their fp32 copy, their gradient
+  e.activation_bytes = saturate(4 * (layers * per_block + logits + tokens * d));
+  return e;
+}
+
+std::string describe(const RankMemoryEstimate& e) {
+  std::ostringstream out;
+  const double total = static_cast<double>(e.parameter_bytes) + e.gradient_bytes +
+                       e.optimizer_bytes + e.activation_bytes;  // saturated parts: no overflow
+  out << "needs about " << gigabytes(total) << " GB per rank (parameters "
+      << gigabytes(e.parameter_bytes) << ", gradients " << gigabytes(e.gradient_bytes)
+      << ", optimizer state " << gigabytes(e.optimizer_bytes) << ", activations "
+      << gigabytes(e.activation_bytes) << " GB)";
+  return out.str();
+}
+
+void check_fits_in_memory(const DdpJobOptions& options, int world_size, int64_t available_bytes,
+                          const std::string& where) {
+  if (available_bytes <= 0) return;
+  const RankMemoryEstimate e = estimate_rank_memory(options, world_size);
+  // total() of saturated parts could overflow: compare in double.
+  const double total = static_cast<double>(e.parameter_bytes) + e.gradient_bytes +
+                       e.optimizer_bytes + e.activation_bytes;
+  if (total <= static_cast<double>(available_bytes)) return;
+  // Name the flag behind the largest part: the context when attention's t² dominates the
+  // activations, the batch for the rest of them, else the model.
+  const bool activations = e.activation_bytes >= e.parameter_bytes + e.optimizer_bytes;
+  const double t = static_cast<double>(options.context_length);
+  const bool quadratic = options.attention != "flash" && t * t > 12.0 * t * 1024;
+  const std::string flag = !activations ? "--model" : quadratic ? "--context" : "--batch";
+  throw OptionError(flag, "the job " + describe(e) + ", more than " + where + " (" +
+                              gigabytes(static_cast<double>(available_bytes)) + " GB)");
+}
+
+int64_t available_memory_bytes() {
+  int64_t available = 0;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") {
+      available = kib * 1024;
+      break;
+    }
+  }
+  // In a container (cgroup v2) the limit may be far below the host's memory: what is left of it.
+  std::ifstream max_file("/sys/fs/cgroup/memory.max"),
+      current_file("/sys/fs/cgroup/memory.current");
+  std::string max;
+  int64_t current = 0;
+  if (max_file >> max && max != "max" && current_file >> current) {
+    const int64_t left = std::max<int64_t>(0, std::stoll(max) - current);
+    available = available > 0 ? std::min(available, left) : left;
+  }
+  return available;
+}
+
+}  // namespace ddpd
