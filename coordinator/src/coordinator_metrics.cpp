@@ -5,6 +5,7 @@
 #include <prometheus/collectable.h>
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
 #include <iterator>
@@ -106,6 +107,15 @@ struct CoordinatorMetrics::Impl {
                                           .Help("Per-rank step reports received")
                                           .Register(*registry)
                                           .Add({});
+  // Buckets from 50 µs to 5 s: an idle coordinator handles a message in tens of µs; under load
+  // the wait for the service's lock dominates.
+  prometheus::Family<prometheus::Histogram>& messages =
+      prometheus::BuildHistogram()
+          .Name("ddpd_coordinator_message_seconds")
+          .Help("Worker-session messages by kind: seconds from arrival to the end of handling")
+          .Register(*registry);
+  std::map<std::string, prometheus::Histogram*> message_by_kind;
+  std::mutex message_mutex;  // message_by_kind (Family::Add is thread-safe, the map is not)
   prometheus::Family<prometheus::Gauge>& compute_score =
       prometheus::BuildGauge()
           .Name("ddpd_rank_compute_score")
@@ -167,6 +177,22 @@ void CoordinatorMetrics::count_rpc(const std::string& method, grpc::StatusCode c
 }
 
 void CoordinatorMetrics::count_step_report() { impl_->step_reports.Increment(); }
+
+void CoordinatorMetrics::observe_message(const char* kind, double seconds) {
+  prometheus::Histogram* histogram = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(impl_->message_mutex);
+    auto& slot = impl_->message_by_kind[kind];
+    if (!slot) {
+      slot = &impl_->messages.Add(
+          {{"kind", kind}},
+          prometheus::Histogram::BucketBoundaries{5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3,
+                                                  1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1, 2.5, 5});
+    }
+    histogram = slot;
+  }
+  histogram->Observe(seconds);
+}
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
 CoordinatorMetrics::rpc_counter() {

@@ -33,6 +33,8 @@ struct CoordinatorMetricsOptions {
 //   ddpd_coordinator_queue_length              jobs pending
 //   ddpd_coordinator_rpcs_total{method, code}  finished RPCs by method and gRPC status code
 //   ddpd_coordinator_step_reports_total        per-rank step reports received
+//   ddpd_coordinator_message_seconds{kind}     worker-session messages (heartbeat, step,
+//                                              result): arrival to end of handling, histogram
 //   ddpd_rank_compute_score{job_id, rank}      straggler score: the fastest rank's median
 //                                              compute time over the window / this rank's
 //
@@ -48,6 +50,7 @@ class CoordinatorMetrics {
 
   void count_rpc(const std::string& method, grpc::StatusCode code);
   void count_step_report();
+  void observe_message(const char* kind, double seconds);
 
   // For grpc::ServerBuilder::experimental().SetInterceptorCreators: counts every RPC's final
   // status (authentication refusals included) under its method's short name.

@@ -6,8 +6,10 @@
 #include <cstdlib>
 #include <optional>
 #include <set>
+#include <string_view>
 
 #include "ddpd/fault_injection.h"
+#include "ddpd/memory_estimate.h"
 #include "ddpd/spec_convert.h"
 #include "ddpd/stall_analysis.h"
 #include "scheduling.h"
@@ -56,6 +58,21 @@ struct CoordinatorService::WorkerEntry {
   int attempt = 0;                           // of job_id that this worker runs
 };
 
+namespace {
+
+// Token comparison whose time does not depend on where the strings first differ (only on the
+// presented string's length), so timing cannot reveal a prefix of the token.
+bool constant_time_equals(std::string_view presented, std::string_view expected) {
+  unsigned char difference = presented.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < presented.size(); ++i) {
+    const unsigned char want = expected.empty() ? 0 : expected[i % expected.size()];
+    difference |= static_cast<unsigned char>(presented[i]) ^ want;
+  }
+  return difference == 0;
+}
+
+}  // namespace
+
 struct CoordinatorService::JobEntry {
   v1::Job job;
   int64_t sequence = 0;
@@ -74,6 +91,8 @@ struct CoordinatorService::JobEntry {
   int previous_world_size = 0;
   int64_t last_checkpoint_step = 0;
   std::unique_ptr<StragglerWatch> stragglers;  // DDP jobs, from RUNNING on
+  int watchers = 0;                            // WatchJob streams open on this job
+  int64_t step_reports = 0;                    // received (stored up to max_step_reports_per_job)
 };
 
 CoordinatorService::CoordinatorService(CoordinatorOptions options, std::unique_ptr<JobStore> store)
@@ -142,7 +161,8 @@ grpc::Status CoordinatorService::authorize(const grpc::ServerContext& context) c
   if (it == metadata.end()) {
     return {grpc::StatusCode::UNAUTHENTICATED, "missing token (authorization metadata)"};
   }
-  if (std::string(it->second.data(), it->second.size()) != "Bearer " + options_.token) {
+  if (!constant_time_equals(std::string_view(it->second.data(), it->second.size()),
+                            "Bearer " + options_.token)) {
     return {grpc::StatusCode::UNAUTHENTICATED, "invalid token"};
   }
   return grpc::Status::OK;
@@ -372,6 +392,15 @@ void CoordinatorService::check_stall(JobEntry& entry, std::chrono::steady_clock:
 void CoordinatorService::record_step(JobEntry& entry, const v1::StepReport& step) {
   entry.last_advance = std::chrono::steady_clock::now();
   entry.stall_reported = false;
+  if (++entry.step_reports > options_.max_step_reports_per_job) {
+    if (entry.step_reports == options_.max_step_reports_per_job + 1) {
+      record_incident(
+          entry, "limit", step.rank(),
+          "max_step_reports_per_job: " + std::to_string(options_.max_step_reports_per_job) +
+              " step reports stored; later ones are dropped");
+    }
+    return;
+  }
   store_->add_step(entry.job.job_id(), step);
   auto& ranks = entry.partial_steps[step.step()];
   ranks.push_back(step);
@@ -488,6 +517,7 @@ void CoordinatorService::reap() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_) {
     changed_.wait_for(lock, std::chrono::milliseconds(500));
+    store_->flush_steps_older_than(std::chrono::milliseconds(250));
     const auto now = std::chrono::steady_clock::now();
     for (auto& [id, worker] : workers_) {
       if (worker->session && now - worker->last_heartbeat > options_.worker_timeout) {
@@ -553,6 +583,20 @@ grpc::Status CoordinatorService::WorkerSession(
     schedule();
   }
   while (stream->Read(&message)) {
+    struct Timed {  // reports the handling time once the lock below is released
+      const CoordinatorService& service;
+      const v1::WorkerMessage& message;
+      std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
+      ~Timed() {
+        if (!service.on_message_handled_) return;
+        const char* kind = message.has_step()     ? "step"
+                           : message.has_result() ? "result"
+                                                  : "heartbeat";
+        service.on_message_handled_(
+            kind,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - arrived).count());
+      }
+    } timed{*this, message};
     std::lock_guard<std::mutex> lock(mutex_);
     WorkerEntry& worker = *workers_[hello.worker_id()];
     worker.last_seen = unix_now();
@@ -591,6 +635,27 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
     return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
   }
   std::lock_guard<std::mutex> lock(mutex_);
+  int64_t pending = 0;
+  for (const auto& [id, job] : jobs_) pending += job->job.state() == v1::PENDING;
+  if (pending >= options_.max_pending_jobs) {
+    return {grpc::StatusCode::RESOURCE_EXHAUSTED,
+            "max_pending_jobs: " + std::to_string(pending) + " jobs are already pending (limit " +
+                std::to_string(options_.max_pending_jobs) + "); retry when some have started"};
+  }
+  if (request->spec().has_ddp()) {
+    // Admission by memory: a rank must fit on some worker. Workers advertise their memory in
+    // their hello; with none registered (or none advertising) there is nothing to check yet.
+    int64_t largest = 0;
+    for (const auto& [id, worker] : workers_) {
+      largest = std::max(largest, worker->hello.memory_bytes());
+    }
+    try {
+      check_fits_in_memory(from_proto(request->spec().ddp()), request->spec().world_size(), largest,
+                           "the largest registered worker's memory");
+    } catch (const OptionError& e) {
+      return {grpc::StatusCode::RESOURCE_EXHAUSTED, e.what()};
+    }
+  }
   JobEntry* resumed = nullptr;
   if (!request->resumes_job_id().empty()) {
     resumed = find_job(request->resumes_job_id());
@@ -675,6 +740,16 @@ grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
   std::unique_lock<std::mutex> lock(mutex_);
   JobEntry* entry = find_job(request->job_id());
   if (!entry) return {grpc::StatusCode::NOT_FOUND, "job_id: no job " + request->job_id()};
+  if (entry->watchers >= options_.max_watchers_per_job) {
+    return {grpc::StatusCode::RESOURCE_EXHAUSTED,
+            "max_watchers_per_job: job " + request->job_id() + " already has " +
+                std::to_string(entry->watchers) + " watchers"};
+  }
+  ++entry->watchers;
+  struct Unwatch {  // every return below, with mutex_ held
+    JobEntry* entry;
+    ~Unwatch() { --entry->watchers; }
+  } unwatch{entry};
   size_t cursor = 0;
   const int64_t total = total_steps(entry->job.spec());
   for (;;) {

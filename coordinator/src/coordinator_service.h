@@ -24,6 +24,15 @@ struct CoordinatorOptions {
   std::string token;                                // required on every RPC; empty: none
   std::chrono::milliseconds worker_timeout{15000};  // no heartbeat for this long → lost
   std::chrono::milliseconds pending_timeout{0};     // pending longer → FAILED (0: wait)
+  // Limits, each refused with RESOURCE_EXHAUSTED naming it when exceeded (docs/protocols.md).
+  int64_t max_pending_jobs = 10000;  // SubmitJob while this many jobs are PENDING
+  int max_watchers_per_job = 64;     // concurrent WatchJob streams on one job
+  // Step reports stored per job (every rank's, every step); later ones are dropped, with one
+  // `limit` incident on the job. 10^7: 1,024 ranks × ~10,000 steps.
+  int64_t max_step_reports_per_job = 10000000;
+  // Largest request the server accepts, bytes (grpc::ServerBuilder::SetMaxReceiveMessageSize,
+  // set by main; gRPC answers RESOURCE_EXHAUSTED above it). 4 MiB, gRPC's own default.
+  int max_message_bytes = 4 << 20;
 };
 
 // Protocol (job lifecycle), all under one mutex:
@@ -84,6 +93,12 @@ class CoordinatorService final : public v1::Coordinator::Service {
   StateCounts state_counts() const;
   // Called for every per-rank step report received (for /metrics); set before serving.
   void on_step_report(std::function<void()> callback) { on_step_report_ = std::move(callback); }
+  // Called for every message of a worker session once it is handled, with its kind (heartbeat,
+  // step, result) and the seconds from its arrival to the end of its handling (waiting for the
+  // service's lock included). Called from gRPC's threads. Set before serving.
+  void on_message_handled(std::function<void(const char* kind, double seconds)> callback) {
+    on_message_handled_ = std::move(callback);
+  }
 
  private:
   struct Session;
@@ -122,6 +137,7 @@ class CoordinatorService final : public v1::Coordinator::Service {
   bool stopping_ = false;
   std::thread reaper_;
   std::function<void()> on_step_report_;
+  std::function<void(const char*, double)> on_message_handled_;
 };
 
 }  // namespace ddpd::coordinator

@@ -80,7 +80,13 @@ JobStore::JobStore(const std::string& path) {
       "NOT NULL, PRIMARY KEY (job_id, rank))");
 }
 
-JobStore::~JobStore() { sqlite3_close(db_); }
+JobStore::~JobStore() {
+  try {
+    flush_steps();
+  } catch (const std::exception&) {
+  }  // closing regardless: what was flushed stays
+  sqlite3_close(db_);
+}
 
 void JobStore::exec(const std::string& sql) {
   char* error = nullptr;
@@ -140,15 +146,51 @@ void JobStore::save_ranks(const v1::Job& job) {
 }
 
 void JobStore::add_step(const std::string& job_id, const v1::StepReport& s) {
-  Statement(db_, "INSERT OR REPLACE INTO steps VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")
-      .text(1, job_id)
-      .integer(2, s.rank())
-      .integer(3, s.step())
-      .real(4, s.loss())
-      .real(5, s.step_seconds())
-      .real(6, s.comm_fraction())
-      .blob(7, s.SerializeAsString())
-      .step();
+  if (pending_steps_.empty()) oldest_pending_step_ = std::chrono::steady_clock::now();
+  pending_steps_.push_back({job_id, s});
+  if (pending_steps_.size() >= kStepBatch) flush_steps();
+}
+
+void JobStore::flush_steps_older_than(std::chrono::milliseconds age) {
+  if (!pending_steps_.empty() && std::chrono::steady_clock::now() - oldest_pending_step_ >= age) {
+    flush_steps();
+  }
+}
+
+void JobStore::flush_steps() {
+  if (pending_steps_.empty()) return;
+  exec("BEGIN");
+  try {
+    sqlite3_stmt* insert = nullptr;
+    if (sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO steps VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                           -1, &insert, nullptr) != SQLITE_OK) {
+      throw std::runtime_error(std::string("sqlite prepare: ") + sqlite3_errmsg(db_));
+    }
+    std::string blob;
+    for (const auto& [job_id, s] : pending_steps_) {
+      s.SerializeToString(&blob);
+      sqlite3_bind_text(insert, 1, job_id.data(), static_cast<int>(job_id.size()),
+                        SQLITE_TRANSIENT);
+      sqlite3_bind_int64(insert, 2, s.rank());
+      sqlite3_bind_int64(insert, 3, s.step());
+      sqlite3_bind_double(insert, 4, s.loss());
+      sqlite3_bind_double(insert, 5, s.step_seconds());
+      sqlite3_bind_double(insert, 6, s.comm_fraction());
+      sqlite3_bind_blob(insert, 7, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+      const int rc = sqlite3_step(insert);
+      sqlite3_reset(insert);
+      if (rc != SQLITE_DONE) {
+        sqlite3_finalize(insert);
+        throw std::runtime_error(std::string("sqlite step: ") + sqlite3_errmsg(db_));
+      }
+    }
+    sqlite3_finalize(insert);
+    exec("COMMIT");
+  } catch (...) {
+    exec("ROLLBACK");
+    throw;
+  }
+  pending_steps_.clear();
 }
 
 std::vector<v1::Job> JobStore::load_jobs() {
@@ -202,6 +244,7 @@ std::vector<v1::Job> JobStore::load_jobs() {
 }
 
 std::vector<v1::StepReport> JobStore::load_steps(const std::string& job_id) {
+  flush_steps();
   std::vector<v1::StepReport> steps;
   Statement select(db_, "SELECT report FROM steps WHERE job_id = ?1 ORDER BY step, rank");
   select.text(1, job_id);

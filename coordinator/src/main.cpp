@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   ddpd::LogOptions log_options;                                  // level info, format text
   ddpd::coordinator::CoordinatorMetricsOptions metrics_options;  // port 9400
   double worker_timeout_s = 15, pending_timeout_s = 0;
+  ddpd::coordinator::CoordinatorOptions limits;  // the limits' defaults, documented there
   app.add_option("--listen", listen, "host:port to serve gRPC on")->capture_default_str();
   app.add_option("--db", db_path, "SQLite database file (created if missing)")
       ->capture_default_str();
@@ -49,6 +50,17 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--pending-timeout", pending_timeout_s,
                  "Seconds a job may wait for idle workers before failing (0: forever)")
+      ->capture_default_str();
+  app.add_option("--max-pending-jobs", limits.max_pending_jobs,
+                 "SubmitJob is refused while this many jobs are pending")
+      ->capture_default_str();
+  app.add_option("--max-watchers-per-job", limits.max_watchers_per_job,
+                 "Concurrent watch streams on one job")
+      ->capture_default_str();
+  app.add_option("--max-step-reports-per-job", limits.max_step_reports_per_job,
+                 "Step reports stored per job (later ones dropped, with an incident)")
+      ->capture_default_str();
+  app.add_option("--max-message-bytes", limits.max_message_bytes, "Largest request accepted, bytes")
       ->capture_default_str();
   app.add_option("--metrics-port", metrics_options.port,
                  "Serve Prometheus /metrics on this port (0: off)")
@@ -67,6 +79,17 @@ int main(int argc, char** argv) {
     }
     if (worker_timeout_s <= 0) throw CLI::ValidationError("--worker-timeout", "must be > 0");
     if (pending_timeout_s < 0) throw CLI::ValidationError("--pending-timeout", "must be >= 0");
+    if (limits.max_pending_jobs < 1)
+      throw CLI::ValidationError("--max-pending-jobs", "must be >= 1");
+    if (limits.max_watchers_per_job < 1) {
+      throw CLI::ValidationError("--max-watchers-per-job", "must be >= 1");
+    }
+    if (limits.max_step_reports_per_job < 1) {
+      throw CLI::ValidationError("--max-step-reports-per-job", "must be >= 1");
+    }
+    if (limits.max_message_bytes < 1024) {
+      throw CLI::ValidationError("--max-message-bytes", "must be >= 1024");
+    }
     if (metrics_options.port < 0 || metrics_options.port > 65535) {
       throw CLI::ValidationError("--metrics-port", "must be 0 (off) or a port up to 65535");
     }
@@ -82,7 +105,7 @@ int main(int argc, char** argv) {
   }
 
   try {
-    ddpd::coordinator::CoordinatorOptions options;
+    ddpd::coordinator::CoordinatorOptions options = limits;
     options.token = token;
     options.worker_timeout =
         std::chrono::milliseconds(static_cast<int64_t>(worker_timeout_s * 1000));
@@ -93,6 +116,8 @@ int main(int argc, char** argv) {
     ddpd::coordinator::CoordinatorMetrics metrics(metrics_options,
                                                   [&service] { return service.state_counts(); });
     service.on_step_report([&metrics] { metrics.count_step_report(); });
+    service.on_message_handled(
+        [&metrics](const char* kind, double seconds) { metrics.observe_message(kind, seconds); });
 
     std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
     if (!tls_cert.empty()) {
@@ -104,6 +129,7 @@ int main(int argc, char** argv) {
     grpc::ServerBuilder builder;
     int bound_port = 0;
     builder.AddListeningPort(listen, credentials, &bound_port);
+    builder.SetMaxReceiveMessageSize(options.max_message_bytes);
     builder.RegisterService(&service);
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> counters;
     counters.push_back(metrics.rpc_counter());
