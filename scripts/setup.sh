@@ -20,6 +20,12 @@ packages=(
   curl docker.io docker-compose                  # the compose stack and its test (dockerd)
 )
 
+# node and npm run the Kubernetes manifest validator (scripts/check-kubernetes.sh), whose
+# packages come from npm. Any node >= 14 will do: Debian's unless one is already on the PATH.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
