@@ -8,6 +8,7 @@
 #include <set>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
 #include "ddpd/fault_injection.h"
 #include "ddpd/memory_estimate.h"
 #include "ddpd/spec_convert.h"
@@ -136,6 +137,7 @@ CoordinatorService::CoordinatorService(CoordinatorOptions options, std::unique_p
     }
   }
   next_sequence_ = store_->max_sequence() + 1;
+  write_prometheus_targets();  // none registered yet: Prometheus scrapes no stale worker
   reaper_ = std::thread([this] { reap(); });
 }
 
@@ -485,6 +487,29 @@ void CoordinatorService::record_result(WorkerEntry& worker, const v1::JobResult&
   schedule();
 }
 
+void CoordinatorService::write_prometheus_targets() {
+  if (options_.prometheus_targets.empty()) return;
+  // Prometheus' file_sd format: one group per worker, so its id is a label on its series.
+  nlohmann::json groups = nlohmann::json::array();
+  for (const auto& id : worker_order_) {
+    const WorkerEntry& worker = *workers_.at(id);
+    if (!worker.session || worker.hello.metrics_port() <= 0) continue;
+    groups.push_back(
+        {{"targets",
+          {worker.hello.advertised_host() + ":" + std::to_string(worker.hello.metrics_port())}},
+         {"labels", {{"component", "worker"}, {"worker_id", id}}}});
+  }
+  const std::string json =
+      groups.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  // Written aside and renamed, so Prometheus never reads half a file.
+  const std::string tmp = options_.prometheus_targets + ".tmp";
+  FILE* out = std::fopen(tmp.c_str(), "w");
+  if (!out || std::fwrite(json.data(), 1, json.size(), out) != json.size() ||
+      std::fclose(out) != 0 || std::rename(tmp.c_str(), options_.prometheus_targets.c_str()) != 0) {
+    spdlog::warn("cannot write --prometheus-targets {}", options_.prometheus_targets);
+  }
+}
+
 void CoordinatorService::worker_lost(const std::string& worker_id, Session* session,
                                      const std::string& reason) {
   auto it = workers_.find(worker_id);
@@ -496,6 +521,7 @@ void CoordinatorService::worker_lost(const std::string& worker_id, Session* sess
   spdlog::warn("worker={} lost: {}", worker_id, reason);
   worker.session.reset();
   worker.state = v1::LOST;
+  write_prometheus_targets();
   if (!worker.job_id.empty()) {
     if (JobEntry* entry = find_job(worker.job_id)) {
       if (worker.rank >= 0 && worker.rank < entry->job.ranks_size()) {
@@ -580,6 +606,7 @@ grpc::Status CoordinatorService::WorkerSession(
     v1::CoordinatorMessage welcome;
     welcome.set_welcome(true);
     session->write(welcome);
+    write_prometheus_targets();
     schedule();
   }
   while (stream->Read(&message)) {

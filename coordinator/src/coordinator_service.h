@@ -33,6 +33,11 @@ struct CoordinatorOptions {
   // Largest request the server accepts, bytes (grpc::ServerBuilder::SetMaxReceiveMessageSize,
   // set by main; gRPC answers RESOURCE_EXHAUSTED above it). 4 MiB, gRPC's own default.
   int max_message_bytes = 4 << 20;
+  // Prometheus file-based service discovery: when set, the coordinator rewrites this file
+  // (atomically) whenever a worker registers or is lost, listing advertised_host:metrics_port
+  // of every worker with a live session, so Prometheus scrapes the workers that run and no
+  // others. Empty: none.
+  std::string prometheus_targets;
 };
 
 // Protocol (job lifecycle), all under one mutex:
@@ -114,6 +119,8 @@ class CoordinatorService final : public v1::Coordinator::Service {
   void fail_or_restart(JobEntry& job, const std::string& reason);
   void cancel_workers(JobEntry& job);
   void record_step(JobEntry& job, const v1::StepReport& step);
+  // Rewrites options_.prometheus_targets from the registry (call with mutex_ held).
+  void write_prometheus_targets();
   // Stall watch: a rank's heartbeat progress, and the reaper's check (an incident, and the job
   // FAILED with the analysis under --on-stall fail).
   void record_progress(JobEntry& job, int rank, const v1::RankProgress& progress);

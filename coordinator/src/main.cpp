@@ -62,6 +62,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-message-bytes", limits.max_message_bytes, "Largest request accepted, bytes")
       ->capture_default_str();
+  app.add_option("--prometheus-targets", limits.prometheus_targets,
+                 "Keep this file listing the registered workers' /metrics endpoints (Prometheus "
+                 "file_sd format)");
   app.add_option("--metrics-port", metrics_options.port,
                  "Serve Prometheus /metrics on this port (0: off)")
       ->capture_default_str();

@@ -85,6 +85,12 @@ wait_for 60 "Prometheus: $q at 2 sizes" series_is "$q" 2
 q="ddpd_coordinator_jobs{state=\"SUCCEEDED\"} == 2"
 wait_for 60 "Prometheus: $q" series_is "$q" 1
 echo "prometheus: step-time series from both ranks, busbw at both sizes, 2 jobs SUCCEEDED"
+# Targets come from the coordinator's registry: the two workers that run and the coordinator,
+# all up, and no target down (a static list of ports would show the absent ones down).
+wait_for 60 "Prometheus: 3 targets up" series_is "up == 1" 3
+series_is 'up{component="worker"} == 1' 2 || fail "workers up: $(query 'up{component="worker"}')"
+series_is "up == 0" 0 || fail "targets down: $(curl -s "http://127.0.0.1:$DDPD_PROMETHEUS_PORT/api/v1/query" --data-urlencode 'query=up == 0')"
+echo "prometheus: 3 targets up (coordinator and the 2 workers, from the coordinator's registry), none down"
 
 t_restart=$(now)
 "${compose[@]}" restart coordinator >"$work/restart.log" 2>&1 || fail "restart coordinator"

@@ -127,11 +127,14 @@ double value_of(const nlohmann::json& series) {
 
 TEST(Observability, PromtoolAcceptsTheShippedConfig) {
   if (!executable("/usr/bin/promtool")) GTEST_SKIP() << "promtool not installed (scripts/setup.sh)";
-  const auto o = run_process(
-      {"/usr/bin/promtool", "check", "config", kSource + "/deploy/prometheus/prometheus.yml"}, {},
-      std::chrono::seconds(60));
-  EXPECT_EQ(o.exit_code, 0) << o.out << o.err;
-  EXPECT_NE((o.out + o.err).find("SUCCESS"), std::string::npos) << o.out << o.err;
+  for (const char* config : {"prometheus.yml", "compose.yml"}) {
+    const auto o = run_process(
+        {"/usr/bin/promtool", "check", "config", kSource + "/deploy/prometheus/" + config}, {},
+        std::chrono::seconds(60));
+    EXPECT_EQ(o.exit_code, 0) << config << ": " << o.out << o.err;
+    EXPECT_NE((o.out + o.err).find("SUCCESS"), std::string::npos)
+        << config << ": " << o.out << o.err;
+  }
 }
 
 // The acceptance path: the shipped config's targets (coordinator 9400, workers 9401+), a 2-rank

@@ -309,6 +309,7 @@ int WorkerDaemon::run() {
   hello.set_cpu_count(static_cast<int>(std::thread::hardware_concurrency()));
   hello.set_gpu_count(visible_cuda_devices());
   hello.set_memory_bytes(o.memory_bytes);
+  hello.set_metrics_port(impl_->metrics->port());
   hello.add_backends("gloo");
   if (visible_cuda_devices() > o.cuda_device) hello.add_backends("nccl");
   auto channel = coordinator_channel(o.coordinator, o.tls_ca);
