@@ -9,8 +9,8 @@
 // hold, or that never read what the coordinator writes.
 // After the time is up it checks that the coordinator is alive, that every job it accepted
 // passes validate_spec (it accepted no invalid job), and reports its RSS. Exit 0 when all hold.
-#include <grpcpp/generic/generic_stub.h>
 #include <google/protobuf/stubs/logging.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/wait.h>
 #include <CLI/CLI.hpp>
@@ -32,6 +32,7 @@
 #include "ddpd/net.h"
 #include "ddpd/spec_convert.h"
 #include "ddpd/v1/ddpd.grpc.pb.h"
+#include "process_usage.h"
 #include "support/process.h"
 
 namespace {
@@ -291,16 +292,7 @@ class Fuzzer {
   std::vector<std::string> accepted_;
 };
 
-int64_t rss_of(int pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string key;
-  int64_t kib = 0;
-  std::string unit;
-  while (status >> key) {
-    if (key == "VmRSS:" && status >> kib >> unit) return kib * 1024;
-  }
-  return 0;
-}
+int64_t rss_of(int pid) { return ddpd::load::usage_of(pid).rss_bytes; }
 
 }  // namespace
 
@@ -317,8 +309,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   // The structured mutations serialise invalid UTF-8 on purpose; protobuf's warning about each
   // would drown the report.
-  google::protobuf::SetLogHandler([](google::protobuf::LogLevel, const char*, int,
-                                     const std::string&) {});
+  google::protobuf::SetLogHandler(
+      [](google::protobuf::LogLevel, const char*, int, const std::string&) {});
 
   const std::string token = "fuzz-token";
   const int port = ddpd::free_port();

@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "ddpd/net.h"
+#include "process_usage.h"
 #include "simulated_workers.h"
 #include "support/http.h"
 #include "support/process.h"
@@ -85,31 +86,8 @@ Scrape scrape(int port) {
   return out;
 }
 
-// utime + stime of a process, seconds; its resident and peak resident bytes.
-struct ProcessUsage {
-  double cpu_seconds = 0;
-  int64_t rss_bytes = 0, peak_rss_bytes = 0;
-};
-ProcessUsage usage_of(int pid) {
-  ProcessUsage u;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  std::istringstream fields(text.substr(text.rfind(')') + 2));
-  std::vector<std::string> f((std::istream_iterator<std::string>(fields)),
-                             std::istream_iterator<std::string>());
-  if (f.size() > 12) {
-    u.cpu_seconds = (std::stod(f[11]) + std::stod(f[12])) / sysconf(_SC_CLK_TCK);
-  }
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string key;
-  int64_t kib;
-  std::string unit;
-  while (status >> key) {
-    if (key == "VmRSS:" && status >> kib >> unit) u.rss_bytes = kib * 1024;
-    if (key == "VmHWM:" && status >> kib >> unit) u.peak_rss_bytes = kib * 1024;
-  }
-  return u;
-}
+using ddpd::load::ProcessUsage;
+using ddpd::load::usage_of;
 
 int64_t file_bytes(const std::string& path) {
   std::error_code error;
