@@ -3,7 +3,7 @@
 # Fails too when a ddpd process started by the tests outlives them (listed, then killed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --with-cuda-toolkit
 bash scripts/build.sh
 cd build
 
