@@ -259,8 +259,11 @@ int main(int argc, char** argv) {
   const bool prints_result = rendezvous.rank == 0;
   std::shared_ptr<ddpd::Communicator> comm;
   try {
-    spdlog::info("rank={} world={} rendezvous at {}:{}", rendezvous.rank, rendezvous.world_size,
-                 rendezvous.master_addr, rendezvous.master_port);
+    char host[256] = "?";
+    gethostname(host, sizeof(host) - 1);
+    spdlog::info("rank={} world={} local_rank={} host={} rendezvous at {}:{}", rendezvous.rank,
+                 rendezvous.world_size, rendezvous.local_rank, host, rendezvous.master_addr,
+                 rendezvous.master_port);
     try {
       comm = ddpd::connect(rendezvous);
     } catch (const std::invalid_argument& e) {  // --device cuda in a CPU build, too few GPUs

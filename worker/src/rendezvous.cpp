@@ -6,23 +6,26 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
 #include "ddpd/communicator.h"
 #include "ddpd/net.h"
 #include "device.h"
+#include "slurm_environment.h"
 
 namespace ddpd {
 namespace {
 
-int int_variable(const char* name, int fallback) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') return fallback;
+// An integer variable; `fallback` when unset or empty.
+int int_variable(const EnvironmentLookup& lookup, const char* name, int fallback) {
+  std::optional<std::string> value = lookup(name);
+  if (!value || value->empty()) return fallback;
   char* end = nullptr;
-  long parsed = std::strtol(value, &end, 10);
+  long parsed = std::strtol(value->c_str(), &end, 10);
   if (*end != '\0' || parsed < 0 || parsed > 1 << 30) {
-    throw std::invalid_argument(std::string(name) + ": not a non-negative integer: '" + value +
+    throw std::invalid_argument(std::string(name) + ": not a non-negative integer: '" + *value +
                                 "'");
   }
   return static_cast<int>(parsed);
@@ -32,19 +35,55 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
 
+// Inside an srun step (SLURM_STEP_ID set) without torchrun's RANK: Slurm's task variables
+// stand in for torchrun's. The batch script itself is not a step, so it maps nothing.
+void read_slurm_task(const EnvironmentLookup& lookup, RendezvousOptions& options) {
+  options.rank = int_variable(lookup, "SLURM_PROCID", 0);
+  options.world_size = int_variable(lookup, "SLURM_STEP_NUM_TASKS", 0);
+  if (options.world_size == 0) options.world_size = int_variable(lookup, "SLURM_NTASKS", 1);
+  options.local_rank = int_variable(lookup, "SLURM_LOCALID", 0);
+  if (std::optional<std::string> nodelist = lookup("SLURM_STEP_NODELIST")) {
+    options.master_addr = first_host_of_nodelist(*nodelist);
+  }
+  if (std::optional<std::string> per_node = lookup("SLURM_STEP_TASKS_PER_NODE")) {
+    std::vector<int> counts = tasks_per_node(*per_node);
+    size_t node = static_cast<size_t>(int_variable(lookup, "SLURM_NODEID", 0));
+    if (node < counts.size()) options.local_world_size = counts[node];
+  }
+  // One port per job, the same on every task without any exchange (torchrun users set
+  // MASTER_PORT themselves; it still wins when set).
+  int job_id = int_variable(lookup, "SLURM_JOB_ID", 0);
+  options.master_port = int_variable(lookup, "MASTER_PORT", 20000 + job_id % 10000);
+}
+
 }  // namespace
 
 void ignore_broken_pipes() { std::signal(SIGPIPE, SIG_IGN); }
 
 RendezvousOptions rendezvous_from_environment() {
+  return rendezvous_from_environment([](const std::string& name) -> std::optional<std::string> {
+    const char* value = std::getenv(name.c_str());
+    if (value == nullptr) return std::nullopt;
+    return std::string(value);
+  });
+}
+
+RendezvousOptions rendezvous_from_environment(const EnvironmentLookup& lookup) {
   RendezvousOptions options;
-  if (const char* addr = std::getenv("MASTER_ADDR"); addr && *addr) options.master_addr = addr;
-  options.master_port = int_variable("MASTER_PORT", options.master_port);
-  options.world_size = int_variable("WORLD_SIZE", 1);
-  options.rank = int_variable("RANK", 0);
-  options.local_rank = int_variable("LOCAL_RANK", options.rank);
-  options.local_world_size =
-      int_variable("LOCAL_WORLD_SIZE", is_loopback(options.master_addr) ? options.world_size : 1);
+  std::optional<std::string> rank = lookup("RANK");
+  if ((!rank || rank->empty()) && lookup("SLURM_STEP_ID") && lookup("SLURM_PROCID")) {
+    read_slurm_task(lookup, options);
+  } else {
+    if (std::optional<std::string> addr = lookup("MASTER_ADDR"); addr && !addr->empty()) {
+      options.master_addr = *addr;
+    }
+    options.master_port = int_variable(lookup, "MASTER_PORT", options.master_port);
+    options.world_size = int_variable(lookup, "WORLD_SIZE", 1);
+    options.rank = int_variable(lookup, "RANK", 0);
+    options.local_rank = int_variable(lookup, "LOCAL_RANK", options.rank);
+    options.local_world_size = int_variable(
+        lookup, "LOCAL_WORLD_SIZE", is_loopback(options.master_addr) ? options.world_size : 1);
+  }
   if (options.world_size < 1) throw std::invalid_argument("WORLD_SIZE: must be >= 1");
   if (options.rank >= options.world_size) {
     throw std::invalid_argument("RANK: " + std::to_string(options.rank) +

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "ddpd/job_options.h"
@@ -37,10 +39,18 @@ struct RendezvousOptions {
 // runs ranks, before connect().
 void ignore_broken_pipes();
 
-// Reads torchrun-style variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK).
-// WORLD_SIZE unset means one process. Meant to be called once, at the program's entry point.
+// Reads torchrun-style variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE). WORLD_SIZE unset means one process. Inside an srun step without RANK,
+// Slurm's stand in: RANK = SLURM_PROCID, WORLD_SIZE = SLURM_STEP_NUM_TASKS, LOCAL_RANK =
+// SLURM_LOCALID, LOCAL_WORLD_SIZE = this node's count in SLURM_STEP_TASKS_PER_NODE,
+// MASTER_ADDR = the first host of SLURM_STEP_NODELIST, MASTER_PORT (unless set) = 20000 +
+// SLURM_JOB_ID % 10000. Meant to be called once, at the program's entry point.
 // Throws std::invalid_argument naming the variable when one is malformed.
 RendezvousOptions rendezvous_from_environment();
+
+// The same over any variable source (tests); nullopt is an unset variable.
+using EnvironmentLookup = std::function<std::optional<std::string>(const std::string&)>;
+RendezvousOptions rendezvous_from_environment(const EnvironmentLookup& lookup);
 
 // The process-group backend a DDP job's device needs: gloo for cpu, nccl for cuda.
 std::string backend_for(const DdpJobOptions& job);

@@ -1,0 +1,106 @@
+// Slurm's task variables read as torchrun's (rendezvous_from_environment), over a fake
+// environment: the values are what `srun` sets in a 2-node, 4-task step.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <stdexcept>
+
+#include "ddpd/rendezvous.h"
+
+namespace {
+
+ddpd::EnvironmentLookup environment(std::map<std::string, std::string> variables) {
+  return [variables](const std::string& name) -> std::optional<std::string> {
+    auto found = variables.find(name);
+    if (found == variables.end()) return std::nullopt;
+    return found->second;
+  };
+}
+
+std::map<std::string, std::string> srun_task_3() {
+  return {{"SLURM_STEP_ID", "0"},
+          {"SLURM_PROCID", "3"},
+          {"SLURM_STEP_NUM_TASKS", "4"},
+          {"SLURM_NTASKS", "4"},
+          {"SLURM_LOCALID", "1"},
+          {"SLURM_NODEID", "1"},
+          {"SLURM_STEP_NODELIST", "n[1-2]"},
+          {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"},
+          {"SLURM_JOB_ID", "123457"}};
+}
+
+TEST(SlurmEnvironment, SrunTaskMapsToTorchrunVariables) {
+  ddpd::RendezvousOptions options = ddpd::rendezvous_from_environment(environment(srun_task_3()));
+  EXPECT_EQ(options.rank, 3);
+  EXPECT_EQ(options.world_size, 4);
+  EXPECT_EQ(options.local_rank, 1);
+  EXPECT_EQ(options.local_world_size, 2);
+  EXPECT_EQ(options.master_addr, "n1");
+  EXPECT_EQ(options.master_port, 23457);
+}
+
+TEST(SlurmEnvironment, TorchrunVariablesWin) {
+  auto variables = srun_task_3();
+  variables.insert(
+      {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.9"}, {"MASTER_PORT", "29500"}});
+  ddpd::RendezvousOptions options = ddpd::rendezvous_from_environment(environment(variables));
+  EXPECT_EQ(options.rank, 1);
+  EXPECT_EQ(options.world_size, 2);
+  EXPECT_EQ(options.master_addr, "10.0.0.9");
+  EXPECT_EQ(options.master_port, 29500);
+}
+
+TEST(SlurmEnvironment, MasterPortSetByTheUserWinsInsideAStep) {
+  auto variables = srun_task_3();
+  variables["MASTER_PORT"] = "31000";
+  EXPECT_EQ(ddpd::rendezvous_from_environment(environment(variables)).master_port, 31000);
+}
+
+TEST(SlurmEnvironment, TheBatchScriptIsNotAStep) {
+  auto variables = srun_task_3();
+  variables.erase("SLURM_STEP_ID");  // sbatch's batch script has SLURM_PROCID=0 but no step
+  ddpd::RendezvousOptions options = ddpd::rendezvous_from_environment(environment(variables));
+  EXPECT_EQ(options.rank, 0);
+  EXPECT_EQ(options.world_size, 1);
+}
+
+TEST(SlurmEnvironment, UnevenTasksPerNode) {
+  auto variables = srun_task_3();
+  variables["SLURM_STEP_TASKS_PER_NODE"] = "3,1";
+  variables["SLURM_STEP_NODELIST"] = "gpu[07-08],cpu3";
+  ddpd::RendezvousOptions options = ddpd::rendezvous_from_environment(environment(variables));
+  EXPECT_EQ(options.local_world_size, 1);
+  EXPECT_EQ(options.master_addr, "gpu07");
+}
+
+TEST(SlurmEnvironment, FirstHostOfHostlists) {
+  auto first = [](const std::string& list) {
+    auto variables = srun_task_3();
+    variables["SLURM_STEP_NODELIST"] = list;
+    return ddpd::rendezvous_from_environment(environment(variables)).master_addr;
+  };
+  EXPECT_EQ(first("node17"), "node17");
+  EXPECT_EQ(first("a,b"), "a");
+  EXPECT_EQ(first("gpu-[5,7-9]"), "gpu-5");
+  EXPECT_EQ(first("a[1-2]-ib[3-4]"), "a1-ib3");
+  EXPECT_EQ(first("rack[01-02]n[001-004]"), "rack01n001");
+}
+
+TEST(SlurmEnvironment, MalformedVariablesNameThemselves) {
+  auto expect_error = [](const std::string& name, const std::string& value) {
+    auto variables = srun_task_3();
+    variables[name] = value;
+    try {
+      ddpd::rendezvous_from_environment(environment(variables));
+      ADD_FAILURE() << name << "=" << value << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  };
+  expect_error("SLURM_PROCID", "x");
+  expect_error("SLURM_STEP_NODELIST", "n[1-2");
+  expect_error("SLURM_STEP_TASKS_PER_NODE", "2(x2");
+  expect_error("SLURM_STEP_TASKS_PER_NODE", "two");
+}
+
+}  // namespace
