@@ -2,8 +2,8 @@
 # Multi-host test in network namespaces: the project's own three test hosts on one machine.
 #
 #   coordinator host  C  10.R.0.1 ─┐
-#   worker host       W0 10.R.0.2 ─┼─ bridge in its own namespace (the "switch"), so the
-#   worker host       W1 10.R.0.3 ─┘   host's firewall and addresses are never involved
+#   worker host       W0 10.R.0.2 ─┼─ bridge in its own namespace (tests/support/netns_hosts.sh)
+#   worker host       W1 10.R.0.3 ─┘
 #
 # 1. A 2-rank DDP job rendezvouses across hosts: rank 0's TCPStore is reached at W0's own
 #    address (a rank 0 that advertised 127.0.0.1 would fail here).
@@ -24,60 +24,20 @@ skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "network namespaces need root"
 command -v ip >/dev/null || skip "iproute2 (ip) is not installed"
 
-tag=$(( $$ % 100000 ))            # keeps names unique (and ≤ 15 chars) across parallel runs
-subnet="10.$(( 100 + $$ % 100 )).$(( $$ / 100 % 250 ))"
-sw="ddsw$tag"; hosts=(c w0 w1); declare -A ip_of=([c]=$subnet.1 [w0]=$subnet.2 [w1]=$subnet.3)
+source "$(dirname "$0")/../support/netns_hosts.sh"
 work=$(mktemp -d /tmp/ddpd-netns-XXXXXX)
-pids=()
-export DDPD_TOKEN="netns-$tag"
+export DDPD_TOKEN="netns-$netns_tag"
+sw=$netns_switch
 
-# Every daemon runs as `ip netns exec NS setpriv --pdeathsig KILL CMD` started straight from this
-# shell: ip and setpriv exec, so $! is the daemon's own pid, and the daemon gets SIGKILL when
-# this shell dies, even by SIGKILL (CTest's timeout), which runs no trap.
-pdeathsig=()
-setpriv --pdeathsig KILL true 2>/dev/null && pdeathsig=(setpriv --pdeathsig KILL)
-
-# del_netns NS: kills whatever still runs in NS (its /proc/PID/ns/net), then deletes it.
-del_netns() {
-  ip netns list 2>/dev/null | grep -q "^$1\( \|$\)" || return 0
-  local left
-  for _ in $(seq 50); do
-    left=$(ip netns pids "$1" 2>/dev/null | tr '\n' ' ')
-    [ -n "${left// }" ] || break
-    # shellcheck disable=SC2086
-    kill -9 $left 2>/dev/null; sleep 0.1
-  done
-  [ -z "${left// }" ] || echo "WARNING: processes left in namespace $1: $left" >&2
-  ip netns del "$1" 2>/dev/null
-}
 cleanup() {
   trap '' INT TERM HUP  # a second signal must not cut the cleanup short
-  stop_pids "${pids[@]}"
-  wait 2>/dev/null
-  for h in "${hosts[@]}"; do del_netns "dd$h$tag"; done
-  del_netns "$sw"
+  netns_hosts_down
   finish_work "$work"
 }
 on_exit cleanup
 
-ip netns add "$sw" || skip "cannot create network namespaces here"
-ip -n "$sw" link add br0 type bridge && ip -n "$sw" link set br0 up && ip -n "$sw" link set lo up ||
-  fail "bridge"
-for h in "${hosts[@]}"; do
-  ns="dd$h$tag"
-  ip netns add "$ns" && ip -n "$ns" link set lo up &&
-    ip link add "v$h$tag" netns "$ns" type veth peer name "p$h" netns "$sw" &&
-    ip -n "$ns" addr add "${ip_of[$h]}/24" dev "v$h$tag" && ip -n "$ns" link set "v$h$tag" up &&
-    ip -n "$sw" link set "p$h" master br0 && ip -n "$sw" link set "p$h" up || fail "host $h"
-done
-on() { local h=$1; shift; ip netns exec "dd$h$tag" "${pdeathsig[@]}" "$@"; }
-# daemon HOST LOG CMD...: starts CMD on HOST in the background, its pid in pids. Not through
-# on(): `on ... &` would fork a subshell, and $! would be the subshell's pid, not the daemon's.
-daemon() {
-  local h=$1 log=$2; shift 2
-  ip netns exec "dd$h$tag" "${pdeathsig[@]}" "$@" >"$log" 2>&1 &
-  pids+=($!)
-}
+netns_hosts_up c w0 w1 || skip "cannot create network namespaces here"
+daemon() { netns_daemon "$@"; }
 ctl() { on c "$bin/ddpctl" --coordinator "${ip_of[c]}:50051" "$@"; }
 json_field() { /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
 worker_state() { ctl workers | awk -v id="$1" '$1 == id {print $2}'; }
