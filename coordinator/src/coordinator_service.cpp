@@ -14,6 +14,7 @@
 #include "ddpd/spec_convert.h"
 #include "ddpd/stall_analysis.h"
 #include "scheduling.h"
+#include "session_outbox.h"
 #include "straggler_watch.h"
 
 namespace ddpd::coordinator {
@@ -38,13 +39,10 @@ std::string job_id_for(int64_t sequence) {
 
 struct CoordinatorService::Session {
   grpc::ServerContext* context;
-  grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream;
-  std::mutex write_mutex;
+  std::unique_ptr<SessionOutbox> outbox;  // closed by the session's handler before it returns
 
-  bool write(const v1::CoordinatorMessage& message) {
-    std::lock_guard<std::mutex> lock(write_mutex);
-    return stream->Write(message);
-  }
+  // Queues the message; never waits on the worker (see SessionOutbox).
+  bool write(const v1::CoordinatorMessage& message) { return outbox->send(message); }
 };
 
 struct CoordinatorService::WorkerEntry {
@@ -582,7 +580,12 @@ grpc::Status CoordinatorService::WorkerSession(
   }
   auto session = std::make_shared<Session>();
   session->context = context;
-  session->stream = stream;
+  session->outbox = std::make_unique<SessionOutbox>(context, stream, hello.worker_id(),
+                                                    options_.max_session_queue_bytes);
+  struct CloseOutbox {  // every return below: the stream must outlive the outbox's writer
+    SessionOutbox& outbox;
+    ~CloseOutbox() { outbox.close(); }
+  } close_outbox{*session->outbox};
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) return {grpc::StatusCode::UNAVAILABLE, "coordinator is shutting down"};
@@ -648,8 +651,11 @@ grpc::Status CoordinatorService::WorkerSession(
     }
   }
   std::lock_guard<std::mutex> lock(mutex_);
+  const std::string overflowed = session->outbox->overflowed();
   worker_lost(hello.worker_id(), session.get(),
-              context->IsCancelled() ? "no heartbeat or session cancelled" : "session closed");
+              !overflowed.empty()      ? overflowed
+              : context->IsCancelled() ? "no heartbeat or session cancelled"
+                                       : "session closed");
   return grpc::Status::OK;
 }
 
@@ -736,10 +742,21 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context, const v1
                                           v1::ListJobsReply* reply) {
   if (auto status = authorize(*context); !status.ok()) return status;
   std::lock_guard<std::mutex> lock(mutex_);
+  // A summary per job, of a size that does not grow with the job (GetJob has the whole job):
+  // with 10,000 jobs in history, or specs with thousands of comm sizes, whole jobs would pass
+  // gRPC's 4 MiB default message limit of the clients.
   for (const auto& id : job_order_) {
+    const v1::Job& whole = jobs_[id]->job;
     v1::Job* job = reply->add_jobs();
-    *job = jobs_[id]->job;
-    job->clear_result_json();  // `show` has it; the list stays small
+    job->set_job_id(whole.job_id());
+    *job->mutable_spec() = whole.spec();
+    if (job->spec().has_comm()) job->mutable_spec()->mutable_comm()->clear_sizes_bytes();
+    job->set_state(whole.state());
+    if (whole.history_size() > 0) *job->add_history() = whole.history(0);
+    if (whole.history_size() > 1) *job->add_history() = whole.history(whole.history_size() - 1);
+    job->set_error(whole.error());
+    job->set_pending_reason(whole.pending_reason());
+    job->set_attempts(whole.attempts());
   }
   return grpc::Status::OK;
 }

@@ -33,6 +33,10 @@ struct CoordinatorOptions {
   // Largest request the server accepts, bytes (grpc::ServerBuilder::SetMaxReceiveMessageSize,
   // set by main; gRPC answers RESOURCE_EXHAUSTED above it). 4 MiB, gRPC's own default.
   int max_message_bytes = 4 << 20;
+  // Bytes queued for one worker session and not yet taken by gRPC. A worker that stops reading
+  // is cancelled (LOST, "stopped reading") once this is passed, rather than blocking the
+  // coordinator or growing its memory. 1 MiB holds thousands of assignments.
+  int64_t max_session_queue_bytes = 1 << 20;
   // Prometheus file-based service discovery: when set, the coordinator rewrites this file
   // (atomically) whenever a worker registers or is lost, listing advertised_host:metrics_port
   // of every worker with a live session, so Prometheus scrapes the workers that run and no
@@ -69,7 +73,8 @@ struct CoordinatorOptions {
 // else marked FAILED ("coordinator restarted").
 //
 // Thread contract: gRPC calls handlers on its own threads; all state is guarded by mutex_.
-// Session streams are written under their own write mutex. A reaper thread enforces timeouts.
+// Session streams are written only by their SessionOutbox's thread; senders (under mutex_)
+// only queue, so no worker can block the coordinator. A reaper thread enforces timeouts.
 class CoordinatorService final : public v1::Coordinator::Service {
  public:
   CoordinatorService(CoordinatorOptions options, std::unique_ptr<JobStore> store);

@@ -62,6 +62,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-message-bytes", limits.max_message_bytes, "Largest request accepted, bytes")
       ->capture_default_str();
+  app.add_option("--max-session-queue-bytes", limits.max_session_queue_bytes,
+                 "Bytes queued unsent for one worker session before it is dropped (a worker that "
+                 "stopped reading)")
+      ->capture_default_str();
   app.add_option("--prometheus-targets", limits.prometheus_targets,
                  "Keep this file listing the registered workers' /metrics endpoints (Prometheus "
                  "file_sd format)");
@@ -92,6 +96,9 @@ int main(int argc, char** argv) {
     }
     if (limits.max_message_bytes < 1024) {
       throw CLI::ValidationError("--max-message-bytes", "must be >= 1024");
+    }
+    if (limits.max_session_queue_bytes < 65536) {
+      throw CLI::ValidationError("--max-session-queue-bytes", "must be >= 65536");
     }
     if (metrics_options.port < 0 || metrics_options.port > 65535) {
       throw CLI::ValidationError("--metrics-port", "must be 0 (off) or a port up to 65535");

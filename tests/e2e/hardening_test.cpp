@@ -5,6 +5,9 @@
 #include <csignal>
 #include <thread>
 
+#include <grpcpp/grpcpp.h>
+
+#include "ddpd/v1/ddpd.grpc.pb.h"
 #include "e2e/cluster.h"
 
 namespace ddpd::testing {
@@ -102,6 +105,91 @@ TEST(Limits, PendingJobsWatchersAndMessageSizeAreRefusedNamingTheLimit) {
                                       "--data", "/" + std::string(100000, 'x')});
   EXPECT_NE(oversized.exit_code, 0);
   EXPECT_NE(oversized.err.find("larger than max"), std::string::npos) << oversized.err;
+}
+
+}  // namespace
+}  // namespace ddpd::testing
+
+namespace ddpd::testing {
+namespace {
+
+// A worker session that never reads: the coordinator queues what it sends (assignments here,
+// each made large by a comm job with 2,000 sizes), and once the queue passes its bound it drops
+// the session (the worker is LOST) instead of blocking. Throughout, every RPC is answered
+// within its deadline: a coordinator whose writes blocked on the unread stream would hang here.
+TEST(Hardening, ASessionThatNeverReadsIsDroppedAndTheCoordinatorKeepsServing) {
+  Cluster cluster(0, "silent", {"--max-pending-jobs", "100000"});
+  auto channel = grpc::CreateChannel(cluster.address(), grpc::InsecureChannelCredentials());
+  auto stub = v1::Coordinator::NewStub(channel);
+  auto authorize = [](grpc::ClientContext& context) {
+    context.AddMetadata("authorization", "Bearer " + kToken);
+  };
+  grpc::ClientContext session_context;
+  authorize(session_context);
+  auto session = stub->WorkerSession(&session_context);
+  v1::WorkerMessage hello;
+  hello.mutable_hello()->set_worker_id("silent");
+  hello.mutable_hello()->set_advertised_host("127.0.0.1");
+  hello.mutable_hello()->set_rendezvous_port(29999);
+  hello.mutable_hello()->set_cpu_count(2);
+  hello.mutable_hello()->add_backends("gloo");
+  ASSERT_TRUE(session->Write(hello));
+  ASSERT_TRUE(cluster.wait_until([&] { return cluster.count_workers("IDLE") == 1; },
+                                 std::chrono::seconds(30)));
+
+  v1::SubmitJobRequest request;
+  request.mutable_spec()->set_world_size(1);
+  auto* comm = request.mutable_spec()->mutable_comm();
+  comm->add_collectives("all_reduce");
+  comm->set_backend("gloo");
+  comm->set_dtype("float32");
+  for (int i = 0; i < 2000; ++i) comm->add_sizes_bytes(1024 + 4 * i);
+  const size_t assignment_bytes = request.spec().ByteSizeLong();
+
+  int submitted = 0;
+  bool dropped = false;
+  double slowest_rpc_seconds = 0;
+  const auto started = std::chrono::steady_clock::now();
+  // At most 64 MB of unread assignments; the coordinator's bound is far below.
+  while (!dropped && submitted * assignment_bytes < (size_t{64} << 20)) {
+    grpc::ClientContext context;
+    authorize(context);
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::Job job;
+    const auto before = std::chrono::steady_clock::now();
+    const grpc::Status status = stub->SubmitJob(&context, request, &job);
+    slowest_rpc_seconds =
+        std::max(slowest_rpc_seconds,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - before).count());
+    ASSERT_TRUE(status.ok()) << "SubmitJob #" << submitted << ": " << status.error_message() << "\n"
+                             << cluster.coordinator_log();
+    ++submitted;
+    // The silent worker finishes each job without reading its assignment: job ids are sequential.
+    v1::WorkerMessage result;
+    result.set_job_id(job.job_id());
+    result.mutable_result()->set_job_id(job.job_id());
+    result.mutable_result()->set_rank(0);
+    result.mutable_result()->set_succeeded(true);
+    result.mutable_result()->set_result_json("{}");
+    if (!session->Write(result)) {
+      dropped = true;  // the coordinator closed the session
+      break;
+    }
+    if (submitted % 50 == 0) dropped = cluster.count_workers("LOST") == 1;
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::printf("[ silent ] %d assignments of %zu B queued in %.1f s; slowest SubmitJob %.3f s\n",
+              submitted, assignment_bytes, seconds, slowest_rpc_seconds);
+  EXPECT_TRUE(cluster.wait_until([&] { return cluster.count_workers("LOST") == 1; },
+                                 std::chrono::seconds(30)))
+      << "the never-reading session was not dropped after " << submitted << " assignments";
+  EXPECT_NE(cluster.coordinator_log().find("worker=silent stopped reading"), std::string::npos)
+      << cluster.coordinator_log();
+  // Still serving: a listing answers.
+  const auto listed = cluster.ctl({"list"});
+  EXPECT_EQ(listed.exit_code, 0) << listed.err;
+  session_context.TryCancel();
 }
 
 }  // namespace
