@@ -36,7 +36,11 @@ ddpd_processes() {
   return 0
 }
 
+# shm_segments: the shared-memory transport's segments in /dev/shm (docs/shm-transport.md).
+shm_segments() { find /dev/shm -maxdepth 1 -name 'ddpd-shm-*' 2>/dev/null | sort; }
+
 before=$(ddpd_processes | sort)
+segments_before=$(shm_segments)
 status=0
 DDPD_TEST_RUN=$mark ctest --output-on-failure -j "${TEST_JOBS:-2}" || status=$?
 
@@ -53,6 +57,14 @@ if [ -n "$leaked" ]; then
     echo "  $pid: $(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline")" >&2
     kill -9 "$pid" 2>/dev/null || true
   done <<<"$leaked"
+  [ "$status" -ne 0 ] || status=1
+fi
+# No test may leave a shared-memory segment behind.
+left_segments=$(comm -13 <(echo "$segments_before") <(shm_segments))
+if [ -n "$left_segments" ]; then
+  echo "FAIL: shared-memory segments left in /dev/shm by the tests (removed now):" >&2
+  echo "$left_segments" | sed 's/^/  /' >&2
+  echo "$left_segments" | xargs rm -f
   [ "$status" -ne 0 ] || status=1
 fi
 exit "$status"

@@ -122,6 +122,8 @@ void emit_fields(YAML::Emitter& out, const google::protobuf::Message& message,
 void add_comm_job_flags(CLI::App& app, CommJob& job) {
   add_comm_flags(app, job.bench);
   app.add_option("--backend", job.backend, "gloo or nccl")->capture_default_str();
+  app.add_option("--transport", job.transport, "gloo backend: gloo | shm | auto")
+      ->capture_default_str();
   app.add_option("--timeout", job.collective_timeout_s, "Collective timeout, seconds")
       ->capture_default_str();
 }

@@ -119,6 +119,10 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
   app.add_flag("--check-collectives", o.check_collectives,
                "Debug: before each collective, ranks compare its fingerprint (op, sequence "
                "number, size, dtype) and fail naming both sides when they differ");
+  app.add_option("--transport", o.transport,
+                 "CPU ranks: gloo (TCP) | shm (shared memory, ranks on one host) | auto (shm when "
+                 "every rank is on this host, else gloo)")
+      ->capture_default_str();
   app.add_option("--journal-size", o.journal_size,
                  "Collectives each rank's journal keeps (sequence number, op, tag, size, state)")
       ->capture_default_str();

@@ -187,6 +187,10 @@ void validate(const DdpJobOptions& o, int world_size) {
               std::to_string(o.min_world_size));
   require(o.straggler_threshold >= 0 && o.straggler_threshold < 1, "--straggler-threshold",
           "must be in [0, 1) (0: never)");
+  require(o.transport == "gloo" || o.transport == "shm" || o.transport == "auto", "--transport",
+          "must be auto, gloo or shm, got '" + o.transport + "'");
+  require(o.transport == "gloo" || o.device != "cuda", "--transport",
+          "shm and auto are for CPU ranks (cuda ranks use NCCL)");
   require(o.journal_size >= 1 && o.journal_size <= 1000000, "--journal-size",
           "must be in 1..1000000, got " + std::to_string(o.journal_size));
 }

@@ -38,9 +38,10 @@ nlohmann::json to_json(const TrainingResult& result) {
           s.param_spread ? nlohmann::json(*s.param_spread) : nlohmann::json(nullptr)}});
   }
   const auto& sum = result.summary;
-  return {
+  nlohmann::json out = {
       {"state", "SUCCEEDED"},
       {"synchronization", result.synchronization},
+      {"transport", result.transport},
       {"optimizer_sharding", result.optimizer_sharding},
       {"micro_batches", result.micro_batches},
       {"gradient_wire_dtype", result.gradient_wire_dtype},
@@ -60,6 +61,8 @@ nlohmann::json to_json(const TrainingResult& result) {
         {"step_peak_unsharded_parameter_bytes", result.memory.step_peak_unsharded_parameter_bytes},
         {"step_peak_unsharded_gradient_bytes", result.memory.step_peak_unsharded_gradient_bytes},
         {"step_peak_full_gradient_units", result.memory.step_peak_full_gradient_units}}}};
+  if (!result.transport_note.empty()) out["transport_note"] = result.transport_note;
+  return out;
 }
 
 nlohmann::json to_json(const CommBenchResult& result) {
@@ -86,11 +89,14 @@ nlohmann::json to_json(const CommBenchResult& result) {
                     {"beta_bytes_per_second", f.beta_bytes_per_s},
                     {"rms_relative_error", f.rms_relative_error}});
   }
-  return {{"state", "SUCCEEDED"},
-          {"world_size", result.world_size},
-          {"loopback_bytes_per_second", result.loopback_bytes_per_s},
-          {"rows", rows},
-          {"fits", fits}};
+  nlohmann::json out = {{"state", "SUCCEEDED"},
+                        {"world_size", result.world_size},
+                        {"transport", result.transport},
+                        {"loopback_bytes_per_second", result.loopback_bytes_per_s},
+                        {"rows", rows},
+                        {"fits", fits}};
+  if (!result.transport_note.empty()) out["transport_note"] = result.transport_note;
+  return out;
 }
 
 nlohmann::json failure_json(const std::string& error) {

@@ -48,6 +48,7 @@ std::vector<ProcessOutcome> run_faulty(const Fault& f) {
   } else {
     argv.insert(argv.end(), {"--strategy", f.strategy});
   }
+  with_test_transport(argv);
   return run_ranks(argv, 2, std::chrono::seconds(90));
 }
 
@@ -74,6 +75,11 @@ TEST_P(RankFailure, SurvivorFailsWithTheCauseSoonAfterTheFault) {
     EXPECT_NE(alive.err.find("a peer rank closed its connection"), std::string::npos) << alive.err;
     EXPECT_EQ(alive.err.find("timed out"), std::string::npos) << alive.err;
     EXPECT_LT(detected_after, kTimeoutSeconds) << alive.err;
+    if (test_transport() == "shm") {  // the segment names the rank whose process is gone
+      EXPECT_NE(alive.err.find("shm: rank " + std::to_string(f.rank) + " (pid "), std::string::npos)
+          << alive.err;
+      EXPECT_LT(detected_after, 2.0) << alive.err;
+    }
   } else {
     // Nothing closes: the survivor waits out the collective timeout, then names it. The hung
     // rank may already be inside its previous step's collectives, so allow one timeout more.

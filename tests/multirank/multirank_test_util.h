@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -14,6 +15,21 @@
 namespace ddpd::testing {
 
 inline std::string rank_helper() { return binary_dir() + "/ddpd-test-rank"; }
+
+// The transport multi-rank runs use: DDPD_TEST_TRANSPORT (CTest sets it to shm for the suites
+// registered a second time under the Shm. prefix), else the product's default.
+inline const std::string& test_transport() {
+  static const std::string transport = [] {
+    const char* value = std::getenv("DDPD_TEST_TRANSPORT");
+    return std::string(value ? value : "");
+  }();
+  return transport;
+}
+
+// Appends --transport test_transport() to a rank command line, when one is set.
+inline void with_test_transport(std::vector<std::string>& argv) {
+  if (!test_transport().empty()) argv.insert(argv.end(), {"--transport", test_transport()});
+}
 
 inline std::vector<torch::Tensor> load_tensors(const std::string& path) {
   std::vector<torch::Tensor> tensors;
@@ -34,6 +50,7 @@ inline std::string run_helper(const std::string& name, std::vector<std::string> 
   std::vector<std::string> argv{rank_helper(), mode,        "--out", prefix,      "--model",
                                 "tiny",        "--context", "16",    "--threads", "1"};
   argv.insert(argv.end(), args.begin(), args.end());
+  if (world > 1) with_test_transport(argv);
   std::vector<ProcessOutcome> outcomes;
   if (world == 1) {
     outcomes.push_back(run_process(argv, {}, std::chrono::seconds(120)));

@@ -264,6 +264,70 @@ int readiness(const ddpd::DdpJobOptions& options, const std::string& out, bool w
   return 0;
 }
 
+// Every collective of the Communicator on sizes that straddle the transport's chunks and do not
+// divide by the world size, in float32 and bfloat16, with values that bf16 holds exactly
+// (small integers), checked against the expected sums on every rank.
+int collectives(const ddpd::DdpJobOptions& options, const std::string& out) {
+  const auto rendezvous = ddpd::rendezvous_for_job(options);
+  auto comm = ddpd::connect(rendezvous);
+  const int rank = comm->rank(), world = comm->world_size();
+  nlohmann::json report;
+  report["transport"] = comm->transport();
+  std::vector<std::string> failures;
+  int64_t checks = 0;
+  auto check = [&](const std::string& what, const torch::Tensor& got, const torch::Tensor& want) {
+    ++checks;
+    if (!torch::equal(got.to(torch::kFloat), want.to(torch::kFloat))) {
+      failures.push_back(
+          what + ": max |error| " +
+          std::to_string(
+              (got.to(torch::kFloat) - want.to(torch::kFloat)).abs().max().item<double>()));
+    }
+  };
+  // (i % 8) + r: small integers, whose sums over ≤ 8 ranks stay exact in bf16.
+  auto pattern = [](int64_t n, int r, torch::ScalarType dtype) {
+    return (torch::arange(n, torch::kLong).remainder(8) + r).to(dtype);
+  };
+  int ranks_sum = 0;
+  for (int r = 0; r < world; ++r) ranks_sum += r;
+  for (const int64_t n :
+       {int64_t{1}, int64_t{7}, int64_t{1001}, int64_t{262147}, int64_t{600001}}) {
+    for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+      const std::string tag =
+          std::to_string(n) + (dtype == torch::kFloat ? " float32" : " bfloat16");
+      auto x = pattern(n, rank, dtype);
+      comm->all_reduce_sum(x, "check/all_reduce").wait();
+      check("all_reduce " + tag, x, pattern(n, 0, torch::kFloat) * world + ranks_sum);
+
+      auto b = pattern(n, rank, dtype);
+      comm->broadcast(b, world - 1, "check/broadcast").wait();
+      check("broadcast " + tag, b, pattern(n, world - 1, torch::kFloat));
+
+      auto gathered = torch::empty({n * world}, dtype);
+      comm->all_gather(gathered, pattern(n, rank, dtype), "check/all_gather").wait();
+      std::vector<torch::Tensor> expected;
+      for (int r = 0; r < world; ++r) expected.push_back(pattern(n, r, torch::kFloat));
+      check("all_gather " + tag, gathered, torch::cat(expected));
+
+      auto mine = torch::empty({n}, dtype);
+      comm->reduce_scatter_sum(mine, pattern(n * world, rank, dtype), "check/reduce_scatter");
+      check("reduce_scatter " + tag, mine,
+            pattern(n * world, 0, torch::kFloat).narrow(0, rank * n, n) * world + ranks_sum);
+    }
+    auto high = torch::full({n}, static_cast<float>(rank));
+    comm->all_reduce_max(high);
+    check("all_reduce max " + std::to_string(n), high, torch::full({n}, world - 1.0f));
+    auto low = torch::full({n}, static_cast<float>(rank));
+    comm->all_reduce_min(low);
+    check("all_reduce min " + std::to_string(n), low, torch::zeros({n}));
+    comm->barrier();
+  }
+  report["checks"] = checks;
+  report["failures"] = failures;
+  std::ofstream(rank_prefix(out, rank) + ".json") << report.dump();
+  return failures.empty() ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -296,11 +360,16 @@ int main(int argc, char** argv) {
   int64_t add_group_at = -1;
   zero1_cmd->add_option("--add-group-at", add_group_at,
                         "Add the second half of the parameters as a new group before this step");
+  auto* collectives_cmd =
+      app.add_subcommand("collectives", "Every collective on odd sizes, both dtypes, checked");
+  ddpd::add_ddp_flags(*collectives_cmd, options);
+  collectives_cmd->add_option("--out", out)->required();
   CLI11_PARSE(app, argc, argv);
 
   try {
     if (train_cmd->parsed()) return train(options, out, tie_embeddings, freeze_embedding, fault);
     if (readiness_cmd->parsed()) return readiness(options, out, with_unused);
+    if (collectives_cmd->parsed()) return collectives(options, out);
     return zero1(options, out, add_group_at);
   } catch (const std::exception& e) {
     std::cerr << "FAILED: " << e.what() << std::endl;

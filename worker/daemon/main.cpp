@@ -99,12 +99,13 @@ void print_summary(const ddpd::DdpJobOptions& o, int world, const ddpd::Training
       s.median_comm_fraction, s.max_param_spread);
 }
 
-int run_comm(const ddpd::CommBenchOptions& options, const std::string& backend, double timeout_s,
-             bool json) {
+int run_comm(const ddpd::CommBenchOptions& options, const std::string& backend,
+             const std::string& transport, double timeout_s, bool json) {
   ddpd::RendezvousOptions rendezvous;
   try {
     rendezvous = ddpd::rendezvous_from_environment();
     rendezvous.backend = backend;
+    rendezvous.transport = transport;
     rendezvous.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
     ddpd::validate(options);
     if (timeout_s <= 0) throw ddpd::OptionError("--timeout", "must be > 0 seconds");
@@ -142,6 +143,7 @@ void prefer_passive_openmp_threads(char** argv) {
 
 int main(int argc, char** argv) {
   ddpd::ignore_broken_pipes();
+  ddpd::remove_stale_shm_segments();
   prefer_passive_openmp_threads(argv);
   keep_freed_memory_for_reuse();
   CLI::App app{"ddpd worker: runs DDP training, alone (run) or for a coordinator (serve)"};
@@ -165,9 +167,14 @@ int main(int argc, char** argv) {
   auto* comm_cmd = run->add_subcommand("comm", "Collective benchmark (nccl-tests style)");
   ddpd::CommBenchOptions comm_options;
   std::string backend = "gloo";
+  std::string comm_transport = "gloo";
   double comm_timeout_s = 300;
   ddpd::add_comm_flags(*comm_cmd, comm_options);
   comm_cmd->add_option("--backend", backend, "gloo (CPU) or nccl (CUDA builds)")
+      ->capture_default_str();
+  comm_cmd
+      ->add_option("--transport", comm_transport,
+                   "gloo backend: gloo (TCP) | shm (shared memory) | auto")
       ->capture_default_str();
   comm_cmd->add_option("--timeout", comm_timeout_s, "Collective timeout, seconds")
       ->capture_default_str();
@@ -242,7 +249,8 @@ int main(int argc, char** argv) {
     return serve(daemon_options);
   }
 
-  if (comm_cmd->parsed()) return run_comm(comm_options, backend, comm_timeout_s, json);
+  if (comm_cmd->parsed())
+    return run_comm(comm_options, backend, comm_transport, comm_timeout_s, json);
 
   ddpd::RendezvousOptions rendezvous;
   try {
@@ -272,7 +280,8 @@ int main(int argc, char** argv) {
     }
     if (run_metrics.port > 0) run_metrics.port += rendezvous.local_rank;
     ddpd::WorkerMetrics metrics(run_metrics);
-    metrics.ddp_job_started(run_job_id, rendezvous.rank, options.strategy);
+    if (!comm->transport_note().empty()) spdlog::warn("{}", comm->transport_note());
+    metrics.ddp_job_started(run_job_id, rendezvous.rank, options.strategy, comm->transport());
     ddpd::Trainer trainer(options, comm);
     metrics.record_memory(trainer.memory(), /*final_points=*/false);
     auto result = trainer.run([&](const ddpd::StepMetrics& s) {

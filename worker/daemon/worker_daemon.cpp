@@ -128,13 +128,23 @@ struct WorkerDaemon::Impl {
     return rendezvous;
   }
 
+  static void log_transport(const v1::Assignment& a, const Communicator& comm) {
+    if (!comm.transport_note().empty()) {
+      spdlog::warn("job={} rank={} {}", a.job_id(), a.rank(), comm.transport_note());
+    } else {
+      spdlog::info("job={} rank={} transport {}", a.job_id(), a.rank(), comm.transport());
+    }
+  }
+
   // Runs a comm benchmark; returns rank 0's result JSON (other ranks: empty).
   std::string run_comm_job(const v1::Assignment& a) {
     const CommJob job = from_proto(a.spec().comm());
     RendezvousOptions rendezvous = rendezvous_for(a, job.collective_timeout_s);
     rendezvous.backend = job.backend;
-    metrics->comm_job_started(a.job_id(), a.rank());
+    rendezvous.transport = job.transport;
     auto comm = connect(rendezvous);
+    log_transport(a, *comm);
+    metrics->comm_job_started(a.job_id(), a.rank(), comm->transport());
     const CommBenchResult bench = run_comm_benchmark(job.bench, *comm);
     metrics->record_comm(bench);
     return a.rank() == 0 ? to_json(bench).dump() : "";
@@ -172,8 +182,9 @@ struct WorkerDaemon::Impl {
     apply_job_options(rendezvous, job);
     spdlog::info("job={} rank={} world={} rendezvous {}:{}", a.job_id(), a.rank(), a.world_size(),
                  a.master_addr(), a.master_port());
-    metrics->ddp_job_started(a.job_id(), a.rank(), job.strategy);
     auto comm = connect(rendezvous);
+    log_transport(a, *comm);
+    metrics->ddp_job_started(a.job_id(), a.rank(), job.strategy, comm->transport());
     Trainer trainer(job, comm);
     ProgressSource progress(*this, [&, job_id = a.job_id()](v1::WorkerMessage& beat) {
       beat.set_job_id(job_id);

@@ -164,9 +164,11 @@ WorkerMetrics::~WorkerMetrics() = default;
 int WorkerMetrics::port() const { return impl_->endpoint ? impl_->endpoint->port() : 0; }
 
 void WorkerMetrics::ddp_job_started(const std::string& job_id, int rank,
-                                    const std::string& strategy) {
-  auto& job = impl_->start(
-      "ddp", {{"job_id", job_id}, {"rank", std::to_string(rank)}, {"strategy", strategy}});
+                                    const std::string& strategy, const std::string& transport) {
+  auto& job = impl_->start("ddp", {{"job_id", job_id},
+                                   {"rank", std::to_string(rank)},
+                                   {"strategy", strategy},
+                                   {"transport", transport}});
   Impl& m = *impl_;
   job.step_duration = m.add(job, m.step_duration, {}, kStepBuckets);
   for (int i = 0; i < kPhaseCount; ++i) {
@@ -180,8 +182,10 @@ void WorkerMetrics::ddp_job_started(const std::string& job_id, int rank,
   job.steps = m.add(job, m.steps, {});
 }
 
-void WorkerMetrics::comm_job_started(const std::string& job_id, int rank) {
-  impl_->start("comm", {{"job_id", job_id}, {"rank", std::to_string(rank)}});
+void WorkerMetrics::comm_job_started(const std::string& job_id, int rank,
+                                     const std::string& transport) {
+  impl_->start("comm",
+               {{"job_id", job_id}, {"rank", std::to_string(rank)}, {"transport", transport}});
 }
 
 void WorkerMetrics::record_step(const StepMetrics& s) {

@@ -40,8 +40,10 @@ class WorkerMetrics {
   ~WorkerMetrics();
 
   // The job now running; series recorded until the next start carry its labels.
-  void ddp_job_started(const std::string& job_id, int rank, const std::string& strategy);
-  void comm_job_started(const std::string& job_id, int rank);
+  // `transport` (gloo, shm, nccl, none) labels every series of the job.
+  void ddp_job_started(const std::string& job_id, int rank, const std::string& strategy,
+                       const std::string& transport);
+  void comm_job_started(const std::string& job_id, int rank, const std::string& transport);
   void record_step(const StepMetrics& step);
   void record_memory(const MemoryProfile& memory, bool final_points);
   void record_comm(const CommBenchResult& result);

@@ -297,6 +297,8 @@ CommBenchResult run_comm_benchmark(const CommBenchOptions& options, Communicator
     }
   }
   // The transport's own ceiling, measured while the other ranks wait.
+  result.transport = comm.transport();
+  result.transport_note = comm.transport_note();
   if (comm.rank() == 0) result.loopback_bytes_per_s = measure_loopback_bytes_per_s(0.5);
   comm.barrier();
   return result;

@@ -10,6 +10,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "device.h"
+#include "shm/shm_process_group.h"
 
 namespace ddpd {
 
@@ -110,8 +111,10 @@ std::string describe_collective_failure(const std::string& collective,
     return head + "timed out after " + std::to_string(timeout.count()) +
            " ms: a rank did not join it in time [" + backend_message + "]";
   }
-  if (has("closed by peer") || has("connection reset") || has("broken pipe") ||
-      has("connection refused") || has("end of file")) {
+  // The shared-memory transport names the rank: "shm: rank 1 (pid 42) is gone (its process
+  // exited)".
+  if (has("its process exited") || has("closed by peer") || has("connection reset") ||
+      has("broken pipe") || has("connection refused") || has("end of file")) {
     return head + "failed: " + kPeerExitedText + " [" + backend_message + "]";
   }
   return head + "failed: " + backend_message;
@@ -156,6 +159,11 @@ Communicator::Communicator(c10::intrusive_ptr<compat::CollectiveBackend> group, 
       timeout_(options.timeout),
       device_(options.device),
       check_collectives_(options.check_collectives),
+      transport_(world_size == 1            ? "none"
+                 : options.device.is_cuda() ? "nccl"
+                                            : options.transport),
+      transport_note_(options.transport_note),
+      shm_(transport_ == "shm"),
       store_(std::move(store)),
       epoch_(std::chrono::steady_clock::now()),
       unix_epoch_s_(
@@ -285,11 +293,14 @@ std::vector<std::optional<std::string>> Communicator::exchange_failure_reports(
     store_->set(k, std::vector<uint8_t>(value.begin(), value.end()));
   };
   put(key("failure_report/", rank_), report);
+  // Ranks the shared-memory segment shows gone will never report: no wait for them.
+  std::vector<bool> gone(world_size_, false);
+  if (shm_) gone = static_cast<const shm::ShmProcessGroup*>(group_.get())->gone_ranks();
   const auto deadline = std::chrono::steady_clock::now() + wait;
   while (true) {
     bool all = true;
     for (int r = 0; r < world_size_; ++r) {
-      if (reports[r]) continue;
+      if (reports[r] || gone[r]) continue;
       if (store_->check({key("failure_report/", r)})) {
         const auto bytes = store_->get(key("failure_report/", r));
         reports[r] = std::string(bytes.begin(), bytes.end());
@@ -356,7 +367,7 @@ PendingCollective Communicator::all_reduce_sum(at::Tensor& tensor, const std::st
   options.timeout = timeout_;
   const auto launch = timeline_->mark();
   const int64_t seq = journal_launch("all_reduce", name, tensor);
-  if (tensor.scalar_type() == at::kBFloat16 && !device_.is_cuda()) {
+  if (tensor.scalar_type() == at::kBFloat16 && !device_.is_cuda() && !shm_) {
     ring_all_reduce_bf16(tensor, name, seq);
     journal_->complete(seq, now());
     PendingSpan span{name, launch, timeline_->mark(), static_cast<int64_t>(tensor.nbytes()), seq};
@@ -440,8 +451,8 @@ PendingCollective Communicator::all_gather(at::Tensor& output, const at::Tensor&
   options.timeout = timeout_;
   const auto launch = timeline_->mark();
   const int64_t seq = journal_launch("all_gather", name, flat_input);
-  if (device_.is_cuda()) {
-    // NCCL gathers straight into the flat output (the list form stages a copy).
+  if (device_.is_cuda() || shm_) {
+    // NCCL and shm gather straight into the flat output (the list form stages a copy).
     return track(group_->_allgather_base(output, flat_input, options), name, seq, output.nbytes(),
                  launch, {flat_input});
   }
@@ -483,7 +494,7 @@ PendingReduceScatter Communicator::reduce_scatter_sum_async(at::Tensor& output,
   const auto launch = timeline_->mark();
   at::Tensor flat_input = input.contiguous();
   const int64_t seq = journal_launch("reduce_scatter", name, flat_input);
-  if (device_.is_cuda()) {
+  if (device_.is_cuda() || shm_) {  // a real reduce-scatter (shm: split across the ranks)
     c10d::ReduceScatterOptions options;
     options.reduceOp = c10d::ReduceOp::SUM;
     options.timeout = timeout_;

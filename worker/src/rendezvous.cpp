@@ -13,7 +13,9 @@
 #include "ddpd/communicator.h"
 #include "ddpd/net.h"
 #include "device.h"
+#include "shm/shm_process_group.h"
 #include "slurm_environment.h"
+#include "transport.h"
 
 namespace ddpd {
 namespace {
@@ -60,6 +62,8 @@ void read_slurm_task(const EnvironmentLookup& lookup, RendezvousOptions& options
 
 void ignore_broken_pipes() { std::signal(SIGPIPE, SIG_IGN); }
 
+int remove_stale_shm_segments() { return shm::remove_stale_segments(); }
+
 RendezvousOptions rendezvous_from_environment() {
   return rendezvous_from_environment([](const std::string& name) -> std::optional<std::string> {
     const char* value = std::getenv(name.c_str());
@@ -103,6 +107,7 @@ void apply_job_options(RendezvousOptions& options, const DdpJobOptions& job) {
   options.backend = backend_for(job);
   options.journal_size = static_cast<size_t>(job.journal_size);
   options.check_collectives = job.check_collectives;
+  options.transport = job.transport;
 }
 
 RendezvousOptions rendezvous_for_job(const DdpJobOptions& job) {
@@ -149,6 +154,24 @@ std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
   }
 
   if (options.backend == "gloo") {
+    TransportChoice choice;
+    try {
+      choice = choose_transport(options.transport, *store, options.rank, options.world_size,
+                                shm::kDefaultSlotBytes);
+    } catch (const std::invalid_argument&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw std::runtime_error("rendezvous " + endpoint + ", rank " + std::to_string(options.rank) +
+                               ": " + e.what());
+    }
+    comm_options.transport = choice.transport;
+    comm_options.transport_note = choice.note;
+    if (choice.transport == "shm") {
+      auto group = c10::make_intrusive<shm::ShmProcessGroup>(
+          std::move(*choice.segment), options.rank, options.world_size, options.timeout);
+      return std::make_shared<Communicator>(group, options.rank, options.world_size, comm_options,
+                                            store);
+    }
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
     std::string bind = options.local_address;
     if (bind.empty() && is_loopback(options.master_addr)) bind = "127.0.0.1";

@@ -18,6 +18,7 @@
 
 int main(int argc, char** argv) {
   ddpd::ignore_broken_pipes();
+  ddpd::remove_stale_shm_segments();
   CLI::App app{"ddpd-train: one DDP job on the training core (torchrun-style environment)"};
   ddpd::DdpJobOptions options;
   ddpd::add_ddp_flags(app, options);

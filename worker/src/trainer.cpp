@@ -762,6 +762,8 @@ TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_st
   }
   impl_->enter(kIdle);
   result.synchronization = synchronization();
+  result.transport = impl_->comm->transport();
+  result.transport_note = impl_->comm->transport_note();
   result.optimizer_sharding = impl_->sharded && impl_->comm->world_size() > 1;
   result.micro_batches = impl_->options.grad_accum;
   result.gradient_wire_dtype = impl_->comm->world_size() == 1 ? "none"

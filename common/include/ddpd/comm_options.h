@@ -53,6 +53,8 @@ LatencyBandwidthFit fit_latency_bandwidth(const std::vector<int64_t>& sizes,
 
 struct CommBenchResult {
   int world_size = 1;
+  std::string transport = "none";  // gloo, shm, nccl; and why auto chose gloo, if it did
+  std::string transport_note;
   std::vector<CommRow> rows;
   std::vector<LatencyBandwidthFit> fits;
   double loopback_bytes_per_s = 0;  // full-duplex loopback TCP, each way (rank 0 measures)

@@ -97,6 +97,10 @@ struct DdpJobOptions {
   // Debug: every collective is preceded by an all-gather of its fingerprint, and a mismatch
   // fails the job naming both sides (CommunicatorOptions::check_collectives). Off.
   bool check_collectives = false;
+  // How CPU ranks exchange data (docs/shm-transport.md): gloo (TCP, the default) | shm (one
+  // shared-memory segment for ranks on one host; an error otherwise) | auto (shm when every rank
+  // is on this host and can map the segment, else gloo, with the reason in the result).
+  std::string transport = "gloo";
   // Checkpoints (docs/checkpoints.md): every K steps into DIR/step-NNNNNN, keeping the newest N
   // (0: all). Off while checkpoint_every is 0.
   std::string checkpoint_dir;

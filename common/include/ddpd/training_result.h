@@ -77,6 +77,10 @@ struct TrainingSummary {
 struct TrainingResult {
   // The synchronisation that ran: the strategy's name, or "none" at world size 1.
   std::string synchronization;
+  // The process group's transport: gloo, shm, nccl ("none" at world size 1), and why
+  // --transport auto chose gloo ("" otherwise).
+  std::string transport = "none";
+  std::string transport_note;
   bool optimizer_sharding = false;  // ZeRO-1 ran (asked for, and more than one rank)
   int64_t micro_batches = 1;        // per optimizer step and rank (--grad-accum)
   // The dtype gradients travelled in: fp32, or fp16/bf16 under --grad-compression ("none" at

@@ -19,6 +19,7 @@ DdpJobOptions from_proto(const v1::DdpSpec& spec);
 struct CommJob {
   CommBenchOptions bench;
   std::string backend = "gloo";
+  std::string transport = "gloo";  // gloo backend: gloo | shm | auto (DdpJobOptions::transport)
   double collective_timeout_s = 300;
 };
 v1::CommSpec to_proto(const CommJob& job);

@@ -124,6 +124,10 @@ struct CommunicatorOptions {
   // fingerprint (sequence number, op, element count, dtype) and fail with both sides named when
   // they differ. One small blocking all-gather per collective.
   bool check_collectives = false;
+  // The CPU group's transport ("gloo", "shm"; "nccl" on CUDA) and, when --transport auto fell
+  // back to Gloo, why. Reported in results and metrics.
+  std::string transport = "gloo";
+  std::string transport_note;
 };
 
 // Thread contract: collectives may be launched from the training thread and from autograd
@@ -145,6 +149,10 @@ class Communicator {
   std::chrono::milliseconds timeout() const { return timeout_; }
   at::Device device() const { return device_; }
   bool checks_collectives() const { return check_collectives_; }
+  // "gloo", "shm" or "nccl"; with world size 1, "none".
+  const std::string& transport() const { return transport_; }
+  // Why --transport auto chose Gloo ("" otherwise).
+  const std::string& transport_note() const { return transport_note_; }
   // The clock of the device's work queue (host clock on CPU, CUDA events on CUDA), on the
   // same axis as now(). Shared by the trainer and the benchmarks.
   detail::Timeline& timeline() { return *timeline_; }
@@ -229,6 +237,10 @@ class Communicator {
   std::chrono::milliseconds timeout_;
   at::Device device_;
   bool check_collectives_;
+  std::string transport_;
+  std::string transport_note_;
+  bool shm_ =
+      false;  // the group is the shared-memory one: native bf16, flat gathers, reduce-scatter
   c10::intrusive_ptr<c10d::Store> store_;
   std::atomic<bool> skip_next_{false};
   std::chrono::steady_clock::time_point epoch_;

@@ -30,6 +30,9 @@ struct RendezvousOptions {
   std::chrono::milliseconds timeout{300000};  // store connection and every collective
   size_t journal_size = 2000;                 // collectives the communicator's journal keeps
   bool check_collectives = false;             // --check-collectives (CommunicatorOptions)
+  // CPU groups: auto (shared memory when every rank is on this host and can map the segment,
+  // else Gloo) | gloo | shm (an error where shared memory cannot be used). docs/shm-transport.md.
+  std::string transport = "gloo";
 };
 
 // Makes a write to a connection a dead peer closed an error instead of a SIGPIPE that kills this
@@ -38,6 +41,12 @@ struct RendezvousOptions {
 // SIGPIPE, which is why PyTorch users never see it). Call once from main() of a program that
 // runs ranks, before connect().
 void ignore_broken_pipes();
+
+// Unlinks shared-memory segments (/dev/shm/ddpd-shm-*) that crashed groups left behind: their
+// creator's process is gone, or they are older than an hour. A group unlinks its segment as
+// soon as every rank has mapped it, so only a crash during rendezvous leaves one. Call once at
+// a program's start (ddpd-worker, ddpd-train). Returns how many were removed.
+int remove_stale_shm_segments();
 
 // Reads torchrun-style variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE). WORLD_SIZE unset means one process. Inside an srun step without RANK,

@@ -1,0 +1,427 @@
+#include "shm/shm_process_group.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+#include <immintrin.h>
+#include <sched.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+namespace ddpd::shm {
+namespace {
+
+int64_t monotonic_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+constexpr int64_t kHeartbeatIntervalNs = 100'000'000;  // 100 ms
+constexpr int64_t kHeartbeatStaleNs = 2'000'000'000;   // a peer silent this long is dead
+
+// A collective's handle: completed by the executor thread, first its future (running the
+// Communicator's span and journal callbacks, as Gloo's works do), then the Work itself.
+class ShmWork final : public c10d::Work {
+ public:
+  explicit ShmWork(std::vector<at::Tensor> outputs)
+      : outputs_(std::move(outputs)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(
+            c10::ListType::create(c10::TensorType::get()))) {}
+
+  void complete(std::exception_ptr error) {
+    if (error) {
+      future_->setError(error);
+      finish(error);
+    } else {
+      future_->markCompleted(c10::IValue(outputs_));
+      finish();
+    }
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  std::vector<at::Tensor> result() override { return outputs_; }
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+// [lo, hi) of `length` owned by `rank` of `world`: sizes that do not divide split unevenly.
+std::pair<int64_t, int64_t> share(int64_t length, int rank, int world) {
+  return {length * rank / world, length * (rank + 1) / world};
+}
+
+at::Tensor view_of(char* data, int64_t elements, at::ScalarType dtype) {
+  return at::from_blob(data, {elements}, at::TensorOptions().dtype(dtype));
+}
+
+void reduce_into(at::Tensor& accumulator, const at::Tensor& other, c10d::ReduceOp op) {
+  switch (op) {
+    case c10d::ReduceOp::SUM:
+      accumulator.add_(other);
+      break;
+    case c10d::ReduceOp::MAX:
+      at::maximum_out(accumulator, accumulator, other);
+      break;
+    case c10d::ReduceOp::MIN:
+      at::minimum_out(accumulator, accumulator, other);
+      break;
+    default:
+      TORCH_CHECK(false, "shm: reduce op ", static_cast<int>(op), " is not supported");
+  }
+}
+
+}  // namespace
+
+ShmProcessGroup::ShmProcessGroup(Segment segment, int rank, int world_size,
+                                 std::chrono::milliseconds timeout)
+    : compat::CollectiveBackend(rank, world_size), segment_(std::move(segment)), timeout_(timeout) {
+  RankControl& mine = segment_.control(rank);
+  mine.pid = static_cast<int32_t>(::getpid());
+  mine.pid_namespace = pid_namespace();
+  mine.heartbeat_ns.store(monotonic_ns(), std::memory_order_release);
+  mine.state.store(kJoined, std::memory_order_release);
+  executor_ = std::thread([this] { execute_loop(); });
+  heartbeat_ = std::thread([this] { heartbeat_loop(); });
+}
+
+ShmProcessGroup::~ShmProcessGroup() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  stop_requested_.store(true);
+  wake_.notify_all();
+  if (executor_.joinable()) executor_.join();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  segment_.control(rank_).state.store(kLeft, std::memory_order_release);
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::enqueue(std::vector<at::Tensor> outputs,
+                                                        std::function<void(Deadline)> run) {
+  auto work = c10::make_intrusive<ShmWork>(std::move(outputs));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    TORCH_CHECK(!stopping_, "shm: the process group is shut down");
+    queue_.push_back({work, std::move(run), std::chrono::steady_clock::now() + timeout_});
+  }
+  wake_.notify_all();
+  return work;
+}
+
+void ShmProcessGroup::execute_loop() {
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    std::exception_ptr error;
+    try {
+      if (!broken_.empty()) throw std::runtime_error(broken_);
+      if (stop_requested_.load()) throw std::runtime_error("shm: the process group is shut down");
+      task.run(task.deadline);
+    } catch (const std::exception& e) {
+      // The ranks' phase counters no longer agree: every later collective fails the same way.
+      if (broken_.empty()) broken_ = e.what();
+      error = std::current_exception();
+    }
+    static_cast<ShmWork*>(task.work.get())->complete(error);
+  }
+}
+
+void ShmProcessGroup::heartbeat_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    segment_.control(rank_).heartbeat_ns.store(monotonic_ns(), std::memory_order_release);
+    wake_.wait_for(lock, std::chrono::nanoseconds(kHeartbeatIntervalNs));
+  }
+}
+
+void ShmProcessGroup::finish_phase() {
+  segment_.control(rank_).phase.fetch_add(1, std::memory_order_acq_rel);
+}
+
+std::string ShmProcessGroup::peer_gone(int rank) const {
+  const RankControl& peer = segment_.control(rank);
+  const std::string who = "shm: rank " + std::to_string(rank) + " (pid " +
+                          std::to_string(peer.pid) + ") ";
+  const int32_t state = peer.state.load(std::memory_order_acquire);
+  if (state == kLeft) return who + "left the group (its process exited)";
+  if (state != kJoined) return "";  // still creating its group: the timeout covers it
+  if (peer.pid > 0 && peer.pid_namespace == pid_namespace() && ::kill(peer.pid, 0) != 0 &&
+      errno == ESRCH) {
+    return who + "is gone (its process exited)";
+  }
+  const int64_t silent_ns = monotonic_ns() - peer.heartbeat_ns.load(std::memory_order_acquire);
+  if (silent_ns > kHeartbeatStaleNs) {
+    return who + "stopped its heartbeat " + std::to_string(silent_ns / 1000000) +
+           " ms ago (its process exited)";
+  }
+  return "";
+}
+
+std::vector<bool> ShmProcessGroup::gone_ranks() const {
+  std::vector<bool> gone(size_, false);
+  for (int r = 0; r < size_; ++r) gone[r] = r != rank_ && !peer_gone(r).empty();
+  return gone;
+}
+
+void ShmProcessGroup::wait_for_phase(uint64_t phase, Deadline deadline, int only_rank) {
+  auto lagging = [&]() -> int {
+    if (only_rank >= 0) {
+      return segment_.control(only_rank).phase.load(std::memory_order_acquire) < phase
+                 ? only_rank
+                 : -1;
+    }
+    for (int r = 0; r < size_; ++r) {
+      if (segment_.control(r).phase.load(std::memory_order_acquire) < phase) return r;
+    }
+    return -1;
+  };
+  int64_t next_check_ns = 0;
+  for (uint64_t spin = 0;; ++spin) {
+    const int behind = lagging();
+    if (behind < 0) return;
+    if (spin < 4096) {
+      _mm_pause();
+      continue;
+    }
+    const int64_t now_ns = monotonic_ns();
+    if (now_ns >= next_check_ns) {  // every 10 ms: deadline, stop, peers' liveness
+      next_check_ns = now_ns + 10'000'000;
+      if (stop_requested_.load()) throw std::runtime_error("shm: the process group is shut down");
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_) continue;
+        if (std::string gone = peer_gone(r); !gone.empty()) throw std::runtime_error(gone);
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        throw std::runtime_error("shm: timed out after " + std::to_string(timeout_.count()) +
+                                 " ms waiting for rank " + std::to_string(behind));
+      }
+    }
+    if (spin < 65536) {
+      ::sched_yield();
+    } else {
+      const timespec pause{0, 50'000};  // 50 us: a peer that is computing, not communicating
+      ::nanosleep(&pause, nullptr);
+    }
+  }
+}
+
+void ShmProcessGroup::chunk(const std::function<void(int)>& write,
+                            const std::function<void(int)>& reduce,
+                            const std::function<void(int)>& read, Deadline deadline) {
+  const uint64_t g = chunks_done_;
+  const int buffer = static_cast<int>(g % 2);
+  if (g >= 2) wait_for_phase(3 * (g - 2) + 3, deadline);  // chunk g-2 (same buffer) was read
+  if (write) write(buffer);
+  finish_phase();
+  wait_for_phase(3 * g + 1, deadline);
+  if (reduce) reduce(buffer);
+  finish_phase();
+  wait_for_phase(3 * g + 2, deadline);
+  if (read) read(buffer);
+  finish_phase();
+  ++chunks_done_;
+}
+
+void ShmProcessGroup::all_reduce(const at::Tensor& tensor, c10d::ReduceOp op, Deadline deadline) {
+  const at::ScalarType dtype = tensor.scalar_type();
+  const int64_t element = tensor.element_size();
+  const int64_t total = tensor.numel();
+  const int64_t per_chunk = segment_.slot_bytes() / element;
+  char* data = static_cast<char*>(tensor.data_ptr());
+  for (int64_t offset = 0; offset < total || (total == 0 && offset == 0); offset += per_chunk) {
+    const int64_t length = std::min(per_chunk, total - offset);
+    char* chunk_data = data + offset * element;
+    const auto [lo, hi] = share(length, rank_, size_);
+    chunk(
+        // Only the sub-ranges other ranks reduce: this rank reads its own from its tensor.
+        [&](int buffer) {
+          char* slot = segment_.slot(rank_, buffer);
+          std::memcpy(slot, chunk_data, lo * element);
+          std::memcpy(slot + hi * element, chunk_data + hi * element, (length - hi) * element);
+        },
+        // This rank's sub-range, summed in rank order into its own slot (which others read next).
+        [&, lo = lo, hi = hi](int buffer) {
+          if (hi == lo) return;
+          auto term = [&](int r) {
+            return view_of(r == rank_ ? chunk_data + lo * element
+                                      : segment_.slot(r, buffer) + lo * element,
+                           hi - lo, dtype);
+          };
+          at::Tensor result = view_of(segment_.slot(rank_, buffer) + lo * element, hi - lo, dtype);
+          result.copy_(term(0));
+          for (int r = 1; r < size_; ++r) reduce_into(result, term(r), op);
+          std::memcpy(chunk_data + lo * element, result.data_ptr(), (hi - lo) * element);
+        },
+        // Every other rank's reduced sub-range, from its slot.
+        [&](int buffer) {
+          for (int r = 0; r < size_; ++r) {
+            if (r == rank_) continue;
+            const auto [r_lo, r_hi] = share(length, r, size_);
+            std::memcpy(chunk_data + r_lo * element, segment_.slot(r, buffer) + r_lo * element,
+                        (r_hi - r_lo) * element);
+          }
+        },
+        deadline);
+    if (total == 0) break;
+  }
+}
+
+void ShmProcessGroup::all_gather(const char* input, int64_t bytes,
+                                 const std::vector<char*>& outputs, Deadline deadline) {
+  const int64_t per_chunk = segment_.slot_bytes();
+  for (int64_t offset = 0; offset < bytes || (bytes == 0 && offset == 0); offset += per_chunk) {
+    const int64_t length = std::min(per_chunk, bytes - offset);
+    chunk([&](int buffer) { std::memcpy(segment_.slot(rank_, buffer), input + offset, length); },
+          nullptr,
+          [&](int buffer) {
+            for (int r = 0; r < size_; ++r) {
+              std::memcpy(outputs[r] + offset, segment_.slot(r, buffer), length);
+            }
+          },
+          deadline);
+    if (bytes == 0) break;
+  }
+}
+
+void ShmProcessGroup::broadcast_bytes(char* data, int64_t bytes, int root, Deadline deadline) {
+  const int64_t per_chunk = segment_.slot_bytes();
+  for (int64_t offset = 0; offset < bytes || (bytes == 0 && offset == 0); offset += per_chunk) {
+    const int64_t length = std::min(per_chunk, bytes - offset);
+    chunk(
+        [&](int buffer) {
+          if (rank_ == root) std::memcpy(segment_.slot(root, buffer), data + offset, length);
+        },
+        nullptr,
+        [&](int buffer) {
+          if (rank_ != root) std::memcpy(data + offset, segment_.slot(root, buffer), length);
+        },
+        deadline);
+    if (bytes == 0) break;
+  }
+}
+
+void ShmProcessGroup::reduce_scatter(const at::Tensor& output, const at::Tensor& input,
+                                     Deadline deadline) {
+  const at::ScalarType dtype = output.scalar_type();
+  const int64_t element = output.element_size();
+  const int64_t total = output.numel();  // this rank's chunk of the input, and of the result
+  // Each slot holds one piece per destination rank.
+  const int64_t per_piece = segment_.slot_bytes() / element / size_;
+  const char* in = static_cast<const char*>(input.data_ptr());
+  char* out = static_cast<char*>(output.data_ptr());
+  for (int64_t offset = 0; offset < total || (total == 0 && offset == 0); offset += per_piece) {
+    const int64_t length = std::min(per_piece, total - offset);
+    chunk(
+        [&](int buffer) {
+          char* slot = segment_.slot(rank_, buffer);
+          for (int r = 0; r < size_; ++r) {  // this rank's own piece is read from its input
+            if (r == rank_) continue;
+            std::memcpy(slot + r * length * element, in + (r * total + offset) * element,
+                        length * element);
+          }
+        },
+        [&](int buffer) {
+          if (length == 0) return;
+          auto term = [&](int r) {
+            return view_of(r == rank_ ? const_cast<char*>(in) + (r * total + offset) * element
+                                      : segment_.slot(r, buffer) + rank_ * length * element,
+                           length, dtype);
+          };
+          at::Tensor result = view_of(out + offset * element, length, dtype);
+          result.copy_(term(0));  // rank order: every rank sums its chunk the same way
+          for (int r = 1; r < size_; ++r) result.add_(term(r));
+        },
+        nullptr, deadline);
+    if (total == 0) break;
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::allreduce(std::vector<at::Tensor>& tensors,
+                                                          const c10d::AllreduceOptions& options) {
+  TORCH_CHECK(tensors.size() == 1, "shm: allreduce takes one tensor");
+  at::Tensor tensor = tensors[0];
+  TORCH_CHECK(tensor.device().is_cpu(), "shm: tensors must be on the CPU");
+  at::Tensor work_tensor = tensor.is_contiguous() ? tensor : tensor.contiguous();
+  const c10d::ReduceOp op = options.reduceOp;
+  return enqueue({tensor}, [this, tensor, work_tensor, op](Deadline deadline) mutable {
+    all_reduce(work_tensor, op, deadline);
+    if (!work_tensor.is_same(tensor)) tensor.copy_(work_tensor);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::broadcast(std::vector<at::Tensor>& tensors,
+                                                          const c10d::BroadcastOptions& options) {
+  TORCH_CHECK(tensors.size() == 1, "shm: broadcast takes one tensor");
+  at::Tensor tensor = tensors[0];
+  at::Tensor work_tensor = tensor.is_contiguous() ? tensor : tensor.contiguous();
+  const int root = static_cast<int>(options.rootRank);
+  TORCH_CHECK(root >= 0 && root < size_, "shm: broadcast root ", root, " out of range");
+  return enqueue({tensor}, [this, tensor, work_tensor, root](Deadline deadline) mutable {
+    broadcast_bytes(static_cast<char*>(work_tensor.data_ptr()),
+                    static_cast<int64_t>(work_tensor.nbytes()), root, deadline);
+    if (!work_tensor.is_same(tensor)) tensor.copy_(work_tensor);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
+  TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1 &&
+                  static_cast<int>(outputs[0].size()) == size_,
+              "shm: allgather takes one input and world_size outputs");
+  at::Tensor input = inputs[0].contiguous();
+  std::vector<at::Tensor> targets = outputs[0];
+  for (const auto& t : targets) {
+    TORCH_CHECK(t.is_contiguous() && t.nbytes() == input.nbytes(),
+                "shm: allgather outputs must be contiguous and the input's size");
+  }
+  return enqueue(targets, [this, input, targets](Deadline deadline) {
+    std::vector<char*> pointers;
+    for (const auto& t : targets) pointers.push_back(static_cast<char*>(t.data_ptr()));
+    all_gather(static_cast<const char*>(input.data_ptr()), static_cast<int64_t>(input.nbytes()),
+               pointers, deadline);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions&) {
+  at::Tensor in = input.contiguous();
+  TORCH_CHECK(output.is_contiguous() &&
+                  output.nbytes() == in.nbytes() * static_cast<size_t>(size_),
+              "shm: _allgather_base output must be contiguous, world_size times the input");
+  at::Tensor out = output;
+  return enqueue({out}, [this, in, out](Deadline deadline) {
+    const int64_t bytes = static_cast<int64_t>(in.nbytes());
+    std::vector<char*> pointers;
+    for (int r = 0; r < size_; ++r) pointers.push_back(static_cast<char*>(out.data_ptr()) + r * bytes);
+    all_gather(static_cast<const char*>(in.data_ptr()), bytes, pointers, deadline);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& options) {
+  TORCH_CHECK(options.reduceOp == c10d::ReduceOp::SUM, "shm: reduce_scatter sums only");
+  at::Tensor in = input.contiguous();
+  TORCH_CHECK(output.is_contiguous() && in.numel() == output.numel() * size_ &&
+                  in.scalar_type() == output.scalar_type(),
+              "shm: _reduce_scatter_base input must have world_size times the output's elements");
+  at::Tensor out = output;
+  return enqueue({out}, [this, in, out](Deadline deadline) { reduce_scatter(out, in, deadline); });
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::barrier(const c10d::BarrierOptions&) {
+  return enqueue({}, [this](Deadline deadline) { chunk(nullptr, nullptr, nullptr, deadline); });
+}
+
+}  // namespace ddpd::shm

@@ -1,0 +1,111 @@
+#pragma once
+// Collectives between the ranks of one host through a shared-memory segment, behind c10d's
+// process-group interface, so the Communicator, every strategy, the journal and the timeline use
+// it exactly as they use Gloo (docs/shm-transport.md).
+//
+// Protocol. Every collective moves its data in chunks of at most one slot, and every chunk is
+// three phases; a rank's `phase` counter in the segment counts the phases it has completed.
+// Ranks run the same collectives in the same order (c10d's contract), so chunk g of the group
+// (counted across collectives) is phases 3g+1..3g+3 on every rank and uses slot buffer g % 2:
+//   1. write: wait until every rank has finished chunk g-2 (it used this buffer), then copy
+//      into this rank's own slot what the others need of its input (all_reduce: every sub-range
+//      but its own); phase 3g+1.
+//   2. reduce (all_reduce, reduce_scatter): wait for every rank's phase 3g+1, then reduce the
+//      sub-range this rank owns over every rank's input, in rank order (its own read from its
+//      tensor), into its output and, for all_reduce, into that sub-range of its own slot,
+//      which no other rank touches in this phase; phase 3g+2.
+//   3. read: wait for every rank's phase 3g+2, copy the others' results out; phase 3g+3.
+// So the reduction work is split across ranks, and with two buffers a rank writes chunk g+1
+// while the others still read chunk g. Waits spin briefly, then yield; every wait has the
+// collective timeout and fails at once when a peer died (its pid is gone, its heartbeat
+// stopped for 2 s, or it left the group), naming the rank.
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "ddpd/c10d_compat.h"
+#include "shm/segment.h"
+
+namespace ddpd::shm {
+
+// Slot size: 4 MiB per rank and buffer (a 100 MB all-reduce is 25 chunks; world 6 maps 48 MiB).
+constexpr int64_t kDefaultSlotBytes = int64_t{2048} << 10;
+
+// Thread contract: collectives may be launched from any thread (the Communicator serialises
+// launches); one executor thread runs them in launch order, and a heartbeat thread refreshes
+// this rank's heartbeat. Works complete on the executor thread. The destructor stops both,
+// failing what is still queued, and marks this rank as having left.
+class ShmProcessGroup final : public compat::CollectiveBackend {
+ public:
+  ShmProcessGroup(Segment segment, int rank, int world_size, std::chrono::milliseconds timeout);
+  ~ShmProcessGroup() override;
+
+  const std::string getBackendName() const override { return "shm"; }
+  // By rank: whether the segment shows that rank's process gone (pid gone, heartbeat stopped,
+  // or it left the group). Any thread.
+  std::vector<bool> gone_ranks() const;
+
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& options) override;
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& options) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& options) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& options) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& options) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& options) override;
+
+ private:
+  using Deadline = std::chrono::steady_clock::time_point;
+  // Queues `run` for the executor; the returned work completes when it has run.
+  c10::intrusive_ptr<c10d::Work> enqueue(std::vector<at::Tensor> outputs,
+                                         std::function<void(Deadline)> run);
+  void execute_loop();
+  void heartbeat_loop();
+
+  // Phase bookkeeping (executor thread only).
+  void finish_phase();
+  // Waits until `ranks` (all when empty) have completed `phase`; throws on timeout or a dead
+  // peer, naming it.
+  void wait_for_phase(uint64_t phase, Deadline deadline, int only_rank = -1);
+  // Why peer `rank` can no longer take part ("" while it can).
+  std::string peer_gone(int rank) const;
+
+  // One chunk g's three phases around the caller's work (executor thread only).
+  void chunk(const std::function<void(int buffer)>& write,
+             const std::function<void(int buffer)>& reduce,
+             const std::function<void(int buffer)>& read, Deadline deadline);
+
+  void all_reduce(const at::Tensor& tensor, c10d::ReduceOp op, Deadline deadline);
+  void all_gather(const char* input, int64_t bytes, const std::vector<char*>& outputs,
+                  Deadline deadline);
+  void broadcast_bytes(char* data, int64_t bytes, int root, Deadline deadline);
+  void reduce_scatter(const at::Tensor& output, const at::Tensor& input, Deadline deadline);
+
+  Segment segment_;
+  const std::chrono::milliseconds timeout_;
+  uint64_t chunks_done_ = 0;  // chunks this rank has completed (executor thread only)
+  std::string broken_;        // set once a collective failed: later ones fail with it
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  struct Task {
+    c10::intrusive_ptr<c10d::Work> work;
+    std::function<void(Deadline)> run;
+    Deadline deadline;
+  };
+  std::deque<Task> queue_;  // guarded by mutex_
+  bool stopping_ = false;   // guarded by mutex_; read by waits through stop_requested_
+  std::atomic<bool> stop_requested_{false};
+  std::thread executor_;
+  std::thread heartbeat_;
+};
+
+}  // namespace ddpd::shm
