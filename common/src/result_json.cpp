@@ -66,10 +66,19 @@ nlohmann::json to_json(const TrainingResult& result) {
 }
 
 nlohmann::json to_json(const CommBenchResult& result) {
+  // A transport's busbw cannot pass its own ceiling: Gloo's loopback TCP, shm's memcpy. A row
+  // above the ceiling's best trial is flagged, not hidden: it means the ceiling was mismeasured.
+  auto fraction = [](double busbw, const Ceiling& c) {
+    return c.median > 0 ? busbw / c.median : 0;
+  };
+  auto memory_at = [&](int64_t size) {
+    auto found = result.memory_by_size.find(size);
+    return found == result.memory_by_size.end() ? MemoryCeilings{} : found->second;
+  };
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& r : result.rows) {
-    const double fraction =
-        result.loopback_bytes_per_s > 0 ? r.busbw_bytes_per_s / result.loopback_bytes_per_s : 0;
+    const MemoryCeilings memory = memory_at(r.size_bytes);
+    const Ceiling& own = result.transport == "shm" ? memory.in_place : result.loopback;
     rows.push_back({{"collective", r.collective},
                     {"size_bytes", r.size_bytes},
                     {"time_seconds", r.time_s},
@@ -79,7 +88,10 @@ nlohmann::json to_json(const CommBenchResult& result) {
                     {"rank_max_seconds", r.rank_max_s},
                     {"algbw_bytes_per_second", r.algbw_bytes_per_s},
                     {"busbw_bytes_per_second", r.busbw_bytes_per_s},
-                    {"fraction_of_loopback", fraction},
+                    {"fraction_of_loopback", fraction(r.busbw_bytes_per_s, result.loopback)},
+                    {"fraction_of_memcpy", fraction(r.busbw_bytes_per_s, memory.memcpy)},
+                    {"fraction_of_in_place", fraction(r.busbw_bytes_per_s, memory.in_place)},
+                    {"above_ceiling", own.max > 0 && r.busbw_bytes_per_s > own.max},
                     {"data_ok", r.data_ok}});
   }
   nlohmann::json fits = nlohmann::json::array();
@@ -89,12 +101,32 @@ nlohmann::json to_json(const CommBenchResult& result) {
                     {"beta_bytes_per_second", f.beta_bytes_per_s},
                     {"rms_relative_error", f.rms_relative_error}});
   }
-  nlohmann::json out = {{"state", "SUCCEEDED"},
-                        {"world_size", result.world_size},
-                        {"transport", result.transport},
-                        {"loopback_bytes_per_second", result.loopback_bytes_per_s},
-                        {"rows", rows},
-                        {"fits", fits}};
+  // The largest size's memory ceilings (DRAM-bound) stand for the host; every size's are listed.
+  const MemoryCeilings largest =
+      result.memory_by_size.empty() ? MemoryCeilings{} : result.memory_by_size.rbegin()->second;
+  auto ceiling_json = [](const Ceiling& c) {
+    return nlohmann::json{{"bytes_per_second", c.median},
+                          {"spread_bytes_per_second", {c.min, c.max}}};
+  };
+  nlohmann::json memory_by_size = nlohmann::json::array();
+  for (const auto& [size, c] : result.memory_by_size) {
+    memory_by_size.push_back({{"size_bytes", size},
+                              {"memcpy", ceiling_json(c.memcpy)},
+                              {"in_place", ceiling_json(c.in_place)}});
+  }
+  nlohmann::json out = {
+      {"state", "SUCCEEDED"},
+      {"world_size", result.world_size},
+      {"transport", result.transport},
+      {"loopback_bytes_per_second", result.loopback.median},
+      {"loopback_spread_bytes_per_second", {result.loopback.min, result.loopback.max}},
+      {"memcpy_bytes_per_second", largest.memcpy.median},
+      {"memcpy_spread_bytes_per_second", {largest.memcpy.min, largest.memcpy.max}},
+      {"in_place_bytes_per_second", largest.in_place.median},
+      {"in_place_spread_bytes_per_second", {largest.in_place.min, largest.in_place.max}},
+      {"memory_by_size", memory_by_size},
+      {"rows", rows},
+      {"fits", fits}};
   if (!result.transport_note.empty()) out["transport_note"] = result.transport_note;
   return out;
 }

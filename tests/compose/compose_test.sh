@@ -66,19 +66,27 @@ t_up=$(now)
 echo "images built in $(elapsed "$t0" "$t_images") s; stack up (coordinator, 2 workers, prometheus) with both workers registered in $(elapsed "$t_images" "$t_up") s"
 
 # On the text the image carries for the demo (docs/data.md): the workers must find it.
+# --transport auto: the workers' containers share the host's /dev/shm (ipc: host), so the
+# ranks use shared memory.
 ddp_job=$(ctl submit ddp --world-size 2 --model tiny --batch 4 --context 16 --steps 6 \
-  --data-text /usr/share/common-licenses/GPL-3 | head -n1)
+  --data-text /usr/share/common-licenses/GPL-3 --transport auto | head -n1)
 ctl watch "$ddp_job" >/dev/null || fail "DDP job $ddp_job: $(ctl show "$ddp_job")"
-comm_job=$(ctl submit comm --world-size 2 --sizes 64KB,1MB --warmup 1 --iters 3 | head -n1)
+comm_job=$(ctl submit comm --world-size 2 --sizes 64KB,1MB --warmup 1 --iters 3 --transport auto |
+  head -n1)
 ctl watch "$comm_job" >/dev/null || fail "comm job $comm_job: $(ctl show "$comm_job")"
-echo "jobs: $ddp_job (ddp) and $comm_job (comm) SUCCEEDED"
+for job in "$ddp_job" "$comm_job"; do
+  transport=$(ctl show "$job" --json | /usr/bin/python3 -c \
+    'import json,sys; d=json.load(sys.stdin); print(d.get("transport"), d.get("transport_note", ""))')
+  [ "$transport" = "shm " ] || fail "job $job ran over '$transport', not shm across containers"
+done
+echo "jobs: $ddp_job (ddp) and $comm_job (comm) SUCCEEDED, both over shared memory (ipc: host)"
 
 query() {  # PromQL → number of series
   curl -sf "http://127.0.0.1:$DDPD_PROMETHEUS_PORT/api/v1/query" --data-urlencode "query=$1" |
     /usr/bin/python3 -c "import json,sys; print(len(json.load(sys.stdin)['data']['result']))"
 }
 series_is() { [ "$(query "$1")" = "$2" ]; }
-q="ddpd_step_duration_seconds_count{job_id=\"$ddp_job\"} == 6"
+q="ddpd_step_duration_seconds_count{job_id=\"$ddp_job\",transport=\"shm\"} == 6"
 wait_for 60 "Prometheus: $q from both ranks" series_is "$q" 2
 q="ddpd_comm_busbw_bytes_per_second{job_id=\"$comm_job\",rank=\"0\",collective=\"all_reduce\"}"
 wait_for 60 "Prometheus: $q at 2 sizes" series_is "$q" 2

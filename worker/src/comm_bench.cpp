@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <thread>
 
 #include "ddpd/job_options.h"
@@ -185,7 +186,19 @@ bool values_equal(const at::Tensor& tensor, double expected) {
   return true;
 }
 
-double measure_loopback_bytes_per_s(double seconds) {
+namespace {
+
+// Per-trial rates of this rank → the slowest rank's per trial → median and spread.
+Ceiling slowest_over_ranks(Communicator& comm, std::vector<double> rates) {
+  at::Tensor t = at::tensor(rates, at::TensorOptions().dtype(at::kDouble));
+  comm.all_reduce_min(t);
+  std::vector<double> slowest(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+  std::sort(slowest.begin(), slowest.end());
+  return {slowest[slowest.size() / 2], slowest.front(), slowest.back()};
+}
+
+// A TCP connection from this process to itself on 127.0.0.1: {sending end, receiving end}.
+std::pair<int, int> loopback_pair() {
   int listener = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -193,50 +206,83 @@ double measure_loopback_bytes_per_s(double seconds) {
   if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
       listen(listener, 1) != 0) {
     close(listener);
-    throw std::runtime_error("loopback measurement: cannot listen on 127.0.0.1");
+    throw std::runtime_error("loopback ceiling: cannot listen on 127.0.0.1");
   }
   socklen_t len = sizeof(addr);
   getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
-  int a = socket(AF_INET, SOCK_STREAM, 0);
-  if (connect(a, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(a);
+  int sending = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(sending, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(sending);
     close(listener);
-    throw std::runtime_error("loopback measurement: cannot connect");
+    throw std::runtime_error("loopback ceiling: cannot connect");
   }
-  int b = accept(listener, nullptr, nullptr);
+  int receiving = accept(listener, nullptr, nullptr);
   close(listener);
+  return {sending, receiving};
+}
+
+}  // namespace
+
+Ceiling measure_loopback_ceiling(Communicator& comm, int trials) {
+  const auto [sending, receiving] = loopback_pair();
   std::atomic<bool> stop{false};
-  std::atomic<int64_t> received_a{0}, received_b{0};
-  auto sender = [&](int fd) {
+  std::atomic<int64_t> received{0};
+  std::thread sender([&, fd = sending] {
     std::vector<char> buf(1 << 20, 1);
-    while (!stop) {
-      if (send(fd, buf.data(), buf.size(), MSG_NOSIGNAL) <= 0) break;
+    while (!stop && send(fd, buf.data(), buf.size(), MSG_NOSIGNAL) > 0) {
     }
-  };
-  auto receiver = [&](int fd, std::atomic<int64_t>& count) {
+  });
+  std::thread receiver([&, fd = receiving] {
     std::vector<char> buf(1 << 20);
-    for (;;) {
-      const ssize_t got = recv(fd, buf.data(), buf.size(), 0);
-      if (got <= 0) break;
-      count += got;
+    for (ssize_t got; (got = recv(fd, buf.data(), buf.size(), 0)) > 0;) received += got;
+  });
+  comm.barrier();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // warm-up: TCP's window opens
+  std::vector<double> rates;
+  for (int t = 0; t < trials; ++t) {
+    const int64_t before = received.load();
+    const auto start = std::chrono::steady_clock::now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    rates.push_back((received.load() - before) / seconds_since(start));
+  }
+  stop = true;
+  shutdown(sending, SHUT_RDWR);
+  shutdown(receiving, SHUT_RDWR);
+  sender.join();
+  receiver.join();
+  close(sending);
+  close(receiving);
+  return slowest_over_ranks(comm, rates);
+}
+
+MemoryCeilings measure_memory_ceilings(Communicator& comm, int64_t bytes, int trials) {
+  // Past a few caches' size the figures no longer move: 256 MiB stands for anything larger.
+  const size_t size = static_cast<size_t>(std::clamp<int64_t>(bytes, 4096, int64_t{256} << 20));
+  // At least 64 MiB moved per trial, so small sizes are timed over many passes.
+  const int passes = static_cast<int>(std::max<size_t>(2, (size_t{64} << 20) / size));
+  std::vector<char> from(size, 1), to(size, 2);  // touched: no page faults in the timing
+  std::memcpy(to.data(), from.data(), size);
+  std::memcpy(to.data(), from.data(), size);
+  constexpr size_t kShift = 64;  // one cache line: every line is read and written back
+  auto in_place = [&](int pass) {
+    if (pass % 2) {
+      std::memmove(to.data(), to.data() + kShift, size - kShift);
+    } else {
+      std::memmove(to.data() + kShift, to.data(), size - kShift);
     }
   };
-  const auto start = std::chrono::steady_clock::now();
-  std::thread ta(sender, a), tb(sender, b), ra(receiver, a, std::ref(received_a)),
-      rb(receiver, b, std::ref(received_b));
-  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-  const int64_t each_way = std::min(received_a.load(), received_b.load());
-  const double elapsed = seconds_since(start);
-  stop = true;
-  shutdown(a, SHUT_RDWR);
-  shutdown(b, SHUT_RDWR);
-  ta.join();
-  tb.join();
-  ra.join();
-  rb.join();
-  close(a);
-  close(b);
-  return each_way / elapsed;
+  std::vector<double> copy_rates, in_place_rates;
+  for (int t = 0; t < trials; ++t) {
+    comm.barrier();  // every rank at once, as in a collective
+    auto start = std::chrono::steady_clock::now();
+    for (int p = 0; p < passes; ++p) std::memcpy(to.data(), from.data(), size);
+    copy_rates.push_back(passes * static_cast<double>(size) / seconds_since(start));
+    comm.barrier();
+    start = std::chrono::steady_clock::now();
+    for (int p = 0; p < passes; ++p) in_place(p);
+    in_place_rates.push_back(passes * static_cast<double>(size) / seconds_since(start));
+  }
+  return {slowest_over_ranks(comm, copy_rates), slowest_over_ranks(comm, in_place_rates)};
 }
 
 CommBenchResult run_comm_benchmark(const CommBenchOptions& options, Communicator& comm) {
@@ -296,10 +342,15 @@ CommBenchResult run_comm_benchmark(const CommBenchOptions& options, Communicator
       }
     }
   }
-  // The transport's own ceiling, measured while the other ranks wait.
+  // The ceilings, under the same concurrency as the collectives: every rank at once.
   result.transport = comm.transport();
   result.transport_note = comm.transport_note();
-  if (comm.rank() == 0) result.loopback_bytes_per_s = measure_loopback_bytes_per_s(0.5);
+  result.loopback = measure_loopback_ceiling(comm);
+  std::vector<int64_t> sizes;
+  for (const auto& row : result.rows) sizes.push_back(row.size_bytes);
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  for (int64_t size : sizes) result.memory_by_size[size] = measure_memory_ceilings(comm, size);
   comm.barrier();
   return result;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -51,13 +52,35 @@ struct LatencyBandwidthFit {
 LatencyBandwidthFit fit_latency_bandwidth(const std::vector<int64_t>& sizes,
                                           const std::vector<double>& times_s);
 
+// A physical ceiling in bytes/s per rank, measured by every rank at once over several trials
+// after a warm-up; each trial counts its slowest rank (docs/metrics.md#ceilings).
+struct Ceiling {
+  double median = 0;
+  double min = 0;  // the spread over trials
+  double max = 0;
+};
+
+struct MemoryCeilings {
+  // memcpy into another buffer: the host's copy bandwidth.
+  Ceiling memcpy;
+  // The buffer read and written back in place: the least memory traffic an in-place collective
+  // has per rank (it reads its buffer and writes its result), so the ceiling of shared-memory
+  // busbw. Faster than memcpy, which also fetches the destination's lines before writing them.
+  Ceiling in_place;
+};
+
 struct CommBenchResult {
   int world_size = 1;
   std::string transport = "none";  // gloo, shm, nccl; and why auto chose gloo, if it did
   std::string transport_note;
   std::vector<CommRow> rows;
   std::vector<LatencyBandwidthFit> fits;
-  double loopback_bytes_per_s = 0;  // full-duplex loopback TCP, each way (rank 0 measures)
+  // Loopback TCP: one stream per rank, all at once (as many as a ring's), bytes/s each. The
+  // ceiling of busbw over Gloo on one host.
+  Ceiling loopback;
+  // Memory by every rank at once, bytes/s each, by buffer size (each row's size; small buffers
+  // run from cache, so the figures depend on it).
+  std::map<int64_t, MemoryCeilings> memory_by_size;
 };
 
 }  // namespace ddpd

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Benchmark (not a test): the shared-memory transport against Gloo's TCP and the
+# torch.distributed Gloo peer, in one run (docs/shm-transport.md).
+#  1. Headline: all-reduce of 100 MB at world 2: busbw of ours over shm and over Gloo, the
+#     peer's, the ratio to the peer, and the fraction of this host's memcpy and loopback
+#     ceilings (measured by the comm job itself, every rank at once, with their spread).
+#  2. The table: all-reduce at world 2, 4 and 6 for 1 MB-1 GB over both transports, and the
+#     peer at 100 MB for each world size.
+#  3. DDP: tests/bench/bench_ddp.sh's config (2 ranks, bucketed 25 MB) over both transports
+#     against the PyTorch DDP peer: median step time and exposed communication.
+# Usage: tests/bench/bench_transport.sh [ITERS] [DDP_STEPS]   (run scripts/build.sh first)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+iters=${1:-10}
+ddp_steps=${2:-20}
+worker=build/bin/ddpd-worker
+allreduce_peer=../shared/peers/torch_allreduce_ref.py
+ddp_peer=../shared/peers/torch_ddp_ref.py
+export OPENBLAS_NUM_THREADS=1
+[ -x "$worker" ] || { echo "build first: bash scripts/build.sh" >&2; exit 1; }
+[ -f "$allreduce_peer" ] || { echo "peer script not found at $allreduce_peer" >&2; exit 1; }
+
+comm_json() {  # world transport sizes → the comm job's JSON (rank 0)
+  bash scripts/launch-local.sh "$1" -- "$worker" run comm --collective all_reduce --sizes "$3" \
+    --iters "$iters" --warmup 3 --transport "$2" --json | grep '^{'
+}
+peer_busbw() {  # world size_mb → GB/s
+  /usr/bin/python3 "$allreduce_peer" "$1" "$2" "$iters" 2>/dev/null |
+    sed -n 's/.*busbw \([0-9.]*\) GB\/s.*/\1/p' | tail -n1
+}
+field() {  # JSON python-expression → value (d: the result)
+  /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"
+}
+
+echo "host: $(nproc) cores; all-reduce float32, $iters timed iterations after 3 warm-up"
+echo
+echo "== 1. all-reduce 100 MB at world 2"
+shm=$(comm_json 2 shm 100MB)
+gloo=$(comm_json 2 gloo 100MB)
+peer=$(peer_busbw 2 100)
+row='d["rows"][0]'
+shm_bw=$(field "$row[\"busbw_bytes_per_second\"]/1e9" <<<"$shm")
+gloo_bw=$(field "$row[\"busbw_bytes_per_second\"]/1e9" <<<"$gloo")
+printf "%-28s %10s %12s %12s\n" run "busbw GB/s" "of memcpy" "of loopback"
+printf "%-28s %10.3f %11.1f%% %11.1f%%\n" "ours, shm" "$shm_bw" \
+  "$(field "100*$row[\"fraction_of_memcpy\"]" <<<"$shm")" \
+  "$(field "100*$row[\"fraction_of_loopback\"]" <<<"$shm")"
+printf "%-28s %10.3f %11.1f%% %11.1f%%\n" "ours, gloo" "$gloo_bw" \
+  "$(field "100*$row[\"fraction_of_memcpy\"]" <<<"$gloo")" \
+  "$(field "100*$row[\"fraction_of_loopback\"]" <<<"$gloo")"
+printf "%-28s %10.3f\n" "torch.distributed gloo (peer)" "$peer"
+echo "ceilings (shm run): $(field '"memcpy %.2f GB/s (%.2f-%.2f), loopback %.2f GB/s (%.2f-%.2f)" % (d["memcpy_bytes_per_second"]/1e9, *[x/1e9 for x in d["memcpy_spread_bytes_per_second"]], d["loopback_bytes_per_second"]/1e9, *[x/1e9 for x in d["loopback_spread_bytes_per_second"]])' <<<"$shm")"
+echo "shm / peer: $(/usr/bin/python3 -c "print(f'{$shm_bw/$peer:.2f}')")  (goal >= 3)   shm / memcpy: $(field "f'{$row[\"fraction_of_memcpy\"]:.2f}'" <<<"$shm")  (goal >= 0.40)"
+echo
+echo "== 2. all-reduce by world size and transport (busbw GB/s; peer at 100 MB)"
+printf "%-6s %-9s %10s %10s %10s %10s %12s\n" world transport 1MB 10MB 100MB 1GB "peer 100MB"
+for world in 2 4 6; do
+  peer=$(peer_busbw "$world" 100)
+  for transport in gloo shm; do
+    result=$(comm_json "$world" "$transport" 1MB,10MB,100MB,1GB)
+    printf "%-6s %-9s %s %12s\n" "$world" "$transport" \
+      "$(field "' '.join('%10.3f' % (r['busbw_bytes_per_second'] / 1e9) for r in d['rows'] if r['collective'] == 'all_reduce')" <<<"$result")" \
+      "$peer"
+  done
+done
+echo
+echo "== 3. DDP step on tests/bench/bench_ddp.sh's config, 2 ranks, bucketed 25 MB"
+D=256 FF=1024 L=4 H=4 V=10000 CTX=128 BATCH=8 BUCKET=25
+ddp=(run ddp --d-model $D --d-ff $FF --layers $L --heads $H --vocab $V --context $CTX
+     --batch $BATCH --steps "$ddp_steps" --warmup-steps 2 --threads 1 --spread-every 0 --json
+     --strategy bucketed --bucket-mb $BUCKET)
+printf "%-28s %10s %12s %10s %10s\n" run "step ms" "exposed ms" "comm ms" "ours/peer"
+peer_ms=$(/usr/bin/python3 "$ddp_peer" 2 $D $FF $L $H $V $CTX $BATCH "$ddp_steps" $BUCKET 2>/dev/null |
+  sed -n 's/.*median_step_ms=\([0-9.]*\).*/\1/p')
+for transport in gloo shm; do
+  read -r step exposed comm <<<"$(bash scripts/launch-local.sh 2 -- "$worker" "${ddp[@]}" \
+    --transport "$transport" | /usr/bin/python3 tests/bench/result_figures.py)"
+  printf "%-28s %10s %12s %10s %10s\n" "ours, $transport" "$step" "$exposed" "$comm" \
+    "$(/usr/bin/python3 -c "print(f'{$step/$peer_ms:.3f}')")"
+done
+printf "%-28s %10s\n" "PyTorch DDP (peer, gloo)" "$peer_ms"
