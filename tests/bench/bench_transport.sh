@@ -41,15 +41,17 @@ peer=$(peer_busbw 2 100)
 row='d["rows"][0]'
 shm_bw=$(field "$row[\"busbw_bytes_per_second\"]/1e9" <<<"$shm")
 gloo_bw=$(field "$row[\"busbw_bytes_per_second\"]/1e9" <<<"$gloo")
-printf "%-28s %10s %12s %12s\n" run "busbw GB/s" "of memcpy" "of loopback"
-printf "%-28s %10.3f %11.1f%% %11.1f%%\n" "ours, shm" "$shm_bw" \
-  "$(field "100*$row[\"fraction_of_memcpy\"]" <<<"$shm")" \
-  "$(field "100*$row[\"fraction_of_loopback\"]" <<<"$shm")"
-printf "%-28s %10.3f %11.1f%% %11.1f%%\n" "ours, gloo" "$gloo_bw" \
-  "$(field "100*$row[\"fraction_of_memcpy\"]" <<<"$gloo")" \
-  "$(field "100*$row[\"fraction_of_loopback\"]" <<<"$gloo")"
+printf "%-28s %10s %12s %12s %12s\n" run "busbw GB/s" "of memcpy" "of in place" "of loopback"
+for transport in shm gloo; do
+  result=$shm; [ "$transport" = gloo ] && result=$gloo
+  printf "%-28s %10.3f %11.1f%% %11.1f%% %11.1f%%\n" "ours, $transport" \
+    "$(field "$row[\"busbw_bytes_per_second\"]/1e9" <<<"$result")" \
+    "$(field "100*$row[\"fraction_of_memcpy\"]" <<<"$result")" \
+    "$(field "100*$row[\"fraction_of_in_place\"]" <<<"$result")" \
+    "$(field "100*$row[\"fraction_of_loopback\"]" <<<"$result")"
+done
 printf "%-28s %10.3f\n" "torch.distributed gloo (peer)" "$peer"
-echo "ceilings (shm run): $(field '"memcpy %.2f GB/s (%.2f-%.2f), loopback %.2f GB/s (%.2f-%.2f)" % (d["memcpy_bytes_per_second"]/1e9, *[x/1e9 for x in d["memcpy_spread_bytes_per_second"]], d["loopback_bytes_per_second"]/1e9, *[x/1e9 for x in d["loopback_spread_bytes_per_second"]])' <<<"$shm")"
+echo "ceilings (shm run, median and spread): $(field '"memcpy %.2f GB/s (%.2f-%.2f), in place %.2f GB/s (%.2f-%.2f), loopback %.2f GB/s (%.2f-%.2f)" % (d["memcpy_bytes_per_second"]/1e9, *[x/1e9 for x in d["memcpy_spread_bytes_per_second"]], d["in_place_bytes_per_second"]/1e9, *[x/1e9 for x in d["in_place_spread_bytes_per_second"]], d["loopback_bytes_per_second"]/1e9, *[x/1e9 for x in d["loopback_spread_bytes_per_second"]])' <<<"$shm")"
 echo "shm / peer: $(/usr/bin/python3 -c "print(f'{$shm_bw/$peer:.2f}')")  (goal >= 3)   shm / memcpy: $(field "f'{$row[\"fraction_of_memcpy\"]:.2f}'" <<<"$shm")  (goal >= 0.40)"
 echo
 echo "== 2. all-reduce by world size and transport (busbw GB/s; peer at 100 MB)"

@@ -79,7 +79,12 @@ void reduce_into(at::Tensor& accumulator, const at::Tensor& other, c10d::ReduceO
 
 ShmProcessGroup::ShmProcessGroup(Segment segment, int rank, int world_size,
                                  std::chrono::milliseconds timeout)
-    : compat::CollectiveBackend(rank, world_size), segment_(std::move(segment)), timeout_(timeout) {
+    : compat::CollectiveBackend(rank, world_size),
+      segment_(std::move(segment)),
+      timeout_(timeout),
+      // More ranks than cores: a spinning rank takes the core a peer needs to reach the phase
+      // it waits for, so yield almost at once.
+      spin_limit_(world_size > static_cast<int>(std::thread::hardware_concurrency()) ? 8 : 4096) {
   RankControl& mine = segment_.control(rank);
   mine.pid = static_cast<int32_t>(::getpid());
   mine.pid_namespace = pid_namespace();
@@ -151,8 +156,8 @@ void ShmProcessGroup::finish_phase() {
 
 std::string ShmProcessGroup::peer_gone(int rank) const {
   const RankControl& peer = segment_.control(rank);
-  const std::string who = "shm: rank " + std::to_string(rank) + " (pid " +
-                          std::to_string(peer.pid) + ") ";
+  const std::string who =
+      "shm: rank " + std::to_string(rank) + " (pid " + std::to_string(peer.pid) + ") ";
   const int32_t state = peer.state.load(std::memory_order_acquire);
   if (state == kLeft) return who + "left the group (its process exited)";
   if (state != kJoined) return "";  // still creating its group: the timeout covers it
@@ -177,9 +182,8 @@ std::vector<bool> ShmProcessGroup::gone_ranks() const {
 void ShmProcessGroup::wait_for_phase(uint64_t phase, Deadline deadline, int only_rank) {
   auto lagging = [&]() -> int {
     if (only_rank >= 0) {
-      return segment_.control(only_rank).phase.load(std::memory_order_acquire) < phase
-                 ? only_rank
-                 : -1;
+      return segment_.control(only_rank).phase.load(std::memory_order_acquire) < phase ? only_rank
+                                                                                       : -1;
     }
     for (int r = 0; r < size_; ++r) {
       if (segment_.control(r).phase.load(std::memory_order_acquire) < phase) return r;
@@ -190,7 +194,7 @@ void ShmProcessGroup::wait_for_phase(uint64_t phase, Deadline deadline, int only
   for (uint64_t spin = 0;; ++spin) {
     const int behind = lagging();
     if (behind < 0) return;
-    if (spin < 4096) {
+    if (spin < spin_limit_) {
       _mm_pause();
       continue;
     }
@@ -207,7 +211,7 @@ void ShmProcessGroup::wait_for_phase(uint64_t phase, Deadline deadline, int only
                                  " ms waiting for rank " + std::to_string(behind));
       }
     }
-    if (spin < 65536) {
+    if (spin < 16 * spin_limit_) {
       ::sched_yield();
     } else {
       const timespec pause{0, 50'000};  // 50 us: a peer that is computing, not communicating
@@ -254,9 +258,9 @@ void ShmProcessGroup::all_reduce(const at::Tensor& tensor, c10d::ReduceOp op, De
         [&, lo = lo, hi = hi](int buffer) {
           if (hi == lo) return;
           auto term = [&](int r) {
-            return view_of(r == rank_ ? chunk_data + lo * element
-                                      : segment_.slot(r, buffer) + lo * element,
-                           hi - lo, dtype);
+            return view_of(
+                r == rank_ ? chunk_data + lo * element : segment_.slot(r, buffer) + lo * element,
+                hi - lo, dtype);
           };
           at::Tensor result = view_of(segment_.slot(rank_, buffer) + lo * element, hi - lo, dtype);
           result.copy_(term(0));
@@ -377,9 +381,9 @@ c10::intrusive_ptr<c10d::Work> ShmProcessGroup::broadcast(std::vector<at::Tensor
 c10::intrusive_ptr<c10d::Work> ShmProcessGroup::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions&) {
-  TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1 &&
-                  static_cast<int>(outputs[0].size()) == size_,
-              "shm: allgather takes one input and world_size outputs");
+  TORCH_CHECK(
+      inputs.size() == 1 && outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
+      "shm: allgather takes one input and world_size outputs");
   at::Tensor input = inputs[0].contiguous();
   std::vector<at::Tensor> targets = outputs[0];
   for (const auto& t : targets) {
@@ -394,17 +398,18 @@ c10::intrusive_ptr<c10d::Work> ShmProcessGroup::allgather(
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ShmProcessGroup::_allgather_base(
-    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions&) {
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::_allgather_base(at::Tensor& output,
+                                                                at::Tensor& input,
+                                                                const c10d::AllgatherOptions&) {
   at::Tensor in = input.contiguous();
-  TORCH_CHECK(output.is_contiguous() &&
-                  output.nbytes() == in.nbytes() * static_cast<size_t>(size_),
+  TORCH_CHECK(output.is_contiguous() && output.nbytes() == in.nbytes() * static_cast<size_t>(size_),
               "shm: _allgather_base output must be contiguous, world_size times the input");
   at::Tensor out = output;
   return enqueue({out}, [this, in, out](Deadline deadline) {
     const int64_t bytes = static_cast<int64_t>(in.nbytes());
     std::vector<char*> pointers;
-    for (int r = 0; r < size_; ++r) pointers.push_back(static_cast<char*>(out.data_ptr()) + r * bytes);
+    for (int r = 0; r < size_; ++r)
+      pointers.push_back(static_cast<char*>(out.data_ptr()) + r * bytes);
     all_gather(static_cast<const char*>(in.data_ptr()), bytes, pointers, deadline);
   });
 }

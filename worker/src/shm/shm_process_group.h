@@ -91,8 +91,9 @@ class ShmProcessGroup final : public compat::CollectiveBackend {
 
   Segment segment_;
   const std::chrono::milliseconds timeout_;
-  uint64_t chunks_done_ = 0;  // chunks this rank has completed (executor thread only)
-  std::string broken_;        // set once a collective failed: later ones fail with it
+  const uint64_t spin_limit_;  // pause-spins before a wait yields (16× that before it sleeps)
+  uint64_t chunks_done_ = 0;   // chunks this rank has completed (executor thread only)
+  std::string broken_;         // set once a collective failed: later ones fail with it
 
   std::mutex mutex_;
   std::condition_variable wake_;
