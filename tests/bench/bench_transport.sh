@@ -25,7 +25,7 @@ comm_json() {  # world transport sizes → the comm job's JSON (rank 0)
     --iters "$iters" --warmup 3 --transport "$2" --json | grep '^{'
 }
 peer_busbw() {  # world size_mb → GB/s
-  /usr/bin/python3 "$allreduce_peer" "$1" "$2" "$iters" 2>/dev/null |
+  timeout 600 /usr/bin/python3 "$allreduce_peer" "$1" "$2" "$iters" 2>/dev/null |
     sed -n 's/.*busbw \([0-9.]*\) GB\/s.*/\1/p' | tail -n1
 }
 field() {  # JSON python-expression → value (d: the result)
@@ -72,7 +72,7 @@ ddp=(run ddp --d-model $D --d-ff $FF --layers $L --heads $H --vocab $V --context
      --batch $BATCH --steps "$ddp_steps" --warmup-steps 2 --threads 1 --spread-every 0 --json
      --strategy bucketed --bucket-mb $BUCKET)
 printf "%-28s %10s %12s %10s %10s\n" run "step ms" "exposed ms" "comm ms" "ours/peer"
-peer_ms=$(/usr/bin/python3 "$ddp_peer" 2 $D $FF $L $H $V $CTX $BATCH "$ddp_steps" $BUCKET 2>/dev/null |
+peer_ms=$(timeout 600 /usr/bin/python3 "$ddp_peer" 2 $D $FF $L $H $V $CTX $BATCH "$ddp_steps" $BUCKET 2>/dev/null |
   sed -n 's/.*median_step_ms=\([0-9.]*\).*/\1/p')
 for transport in gloo shm; do
   read -r step exposed comm <<<"$(bash scripts/launch-local.sh 2 -- "$worker" "${ddp[@]}" \
