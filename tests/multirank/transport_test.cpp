@@ -66,3 +66,45 @@ TEST(ShmSegments, StaleOnesAreRemovedAtWorkerStart) {
 
 }  // namespace
 }  // namespace ddpd::testing
+
+namespace ddpd::testing {
+namespace {
+
+// Ranks that do not share /dev/shm (as containers without ipc: host): rank 1 runs in its own
+// mount namespace with a private tmpfs on /dev/shm. auto falls back to Gloo, says why, and
+// trains; shm refuses, naming the rank that could not open the segment.
+TEST(ShmSegments, AutoFallsBackToGlooWhenARankCannotOpenTheSegment) {
+  if (geteuid() != 0) GTEST_SKIP() << "a private /dev/shm needs root (unshare --mount)";
+  if (system("unshare --mount true 2>/dev/null") != 0) GTEST_SKIP() << "unshare --mount fails here";
+  const std::string wrapper = temp_dir() + "/private-shm.sh";
+  std::ofstream(wrapper)
+      << "#!/bin/sh\n"
+         "[ \"$RANK\" = 1 ] || exec \"$@\"\n"
+         "exec unshare --mount sh -c 'mount -t tmpfs none /dev/shm && exec \"$0\" \"$@\"' \"$@\"\n";
+  chmod(wrapper.c_str(), 0755);
+  for (const std::string transport : {"auto", "shm"}) {
+    const std::string prefix = temp_dir() + "/private-shm-" + transport;
+    const auto outcomes = run_ranks(
+        {wrapper, rank_helper(), "train", "--out", prefix, "--model", "tiny", "--context", "16",
+         "--threads", "1", "--batch", "2", "--steps", "2", "--transport", transport},
+        2, std::chrono::seconds(120));
+    if (transport == "auto") {
+      for (int r = 0; r < 2; ++r) {
+        ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r << ":\n" << outcomes[r].err;
+        const auto result = load_json(prefix + ".rank" + std::to_string(r) + ".json")["result"];
+        EXPECT_EQ(result["transport"], "gloo");
+        EXPECT_NE(result.value("transport_note", "").find("rank 1 cannot open the segment"),
+                  std::string::npos)
+            << result.dump();
+      }
+    } else {
+      EXPECT_NE(outcomes[0].exit_code, 0);
+      EXPECT_NE(outcomes[0].err.find("transport shm: rank 1 cannot open the segment"),
+                std::string::npos)
+          << outcomes[0].err;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ddpd::testing

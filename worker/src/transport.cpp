@@ -85,7 +85,7 @@ TransportChoice choose_transport(const std::string& requested, c10d::Store& stor
   const std::string decision = take(store, "transport/decision");
   if (decision != "shm") {
     choice.segment.reset();
-    return give_up(decision.rfind("rank 0 cannot", 0) == 0 || opened == "ok" ? decision : opened);
+    return give_up(decision);  // rank 0's verdict, naming the rank: every rank reports the same
   }
   choice.transport = "shm";
   return std::move(choice);
