@@ -131,23 +131,26 @@ reference=$(json_losses "$work/reference.json")
 reference=${reference#SUCCEEDED }
 echo "one process: losses $reference"
 
-# sbatch_wait OUTPUT SCRIPT SBATCH_ARGS...: submits from the controller's host and waits.
+# sbatch_wait NAME SCRIPT SBATCH_ARGS...: submits from the controller's host and waits; stdout
+# (the JSON result) goes to $work/NAME.out, stderr (every task's log) to $work/NAME.log, as the
+# scripts' own #SBATCH lines do.
 sbatch_wait() {
-  local out=$1 script=$2; shift 2
+  local name=$1 script=$2; shift 2
   on ctl env DDPD_BIN="$bin" DDPD_JOB_ARGS="$job_args" DDPD_CHECKPOINTS="$work/checkpoints" \
-    DDPD_STATE="$work/ddpd-state" sbatch --wait --chdir="$work" --output="$out" "$@" "$script"
+    DDPD_STATE="$work/ddpd-state" sbatch --wait --chdir="$work" --output="$work/$name.out" \
+    --error="$work/$name.log" "$@" "$script"
 }
 
 # 1. Standalone: 2 nodes x 2 tasks.
 start=$(now)
-sbatch_wait "$work/standalone.out" "$deploy/ddpd-train.sbatch" --nodes=2 --ntasks-per-node=2 \
-  --cpus-per-task=1 || fail "standalone sbatch job failed: $(tail -n 20 "$work/standalone.out")"
+sbatch_wait standalone "$deploy/ddpd-train.sbatch" --nodes=2 --ntasks-per-node=2 \
+  --cpus-per-task=1 || fail "standalone sbatch job failed: $(tail -n 20 "$work/standalone.log")"
 echo "standalone: sbatch --wait returned after $(elapsed "$start" "$(now)") s"
-grep -E "rank=[0-9]+ world=" "$work/standalone.out" | sed 's/.*\] //' | sort
+grep -E "rank=[0-9]+ world=" "$work/standalone.log" | sed 's/.*\] //' | sort
 for r in 0 1 2 3; do
   host=n1; [ "$r" -ge 2 ] && host=n2  # srun's block distribution: tasks 0,1 on n1, 2,3 on n2
   grep -qE "rank=$r world=4 local_rank=$((r % 2)) host=$host rendezvous at n1:" \
-    "$work/standalone.out" || fail "rank $r did not rendezvous as rank $r of 4 on $host at n1"
+    "$work/standalone.log" || fail "rank $r did not rendezvous as rank $r of 4 on $host at n1"
 done
 result=$(json_losses "$work/standalone.out")
 echo "standalone: $result"
@@ -160,12 +163,12 @@ bytes=$(grep -m1 '^{' "$work/standalone.out" | /usr/bin/python3 -c \
 
 # 2. Daemon mode: a coordinator on the batch host, one worker per node.
 start=$(now)
-sbatch_wait "$work/daemon.out" "$deploy/ddpd-daemon.sbatch" --nodes=2 --ntasks-per-node=1 \
-  --cpus-per-task=1 || fail "daemon-mode sbatch job failed: $(tail -n 20 "$work/daemon.out")"
+sbatch_wait daemon "$deploy/ddpd-daemon.sbatch" --nodes=2 --ntasks-per-node=1 \
+  --cpus-per-task=1 || fail "daemon-mode sbatch job failed: $(tail -n 20 "$work/daemon.log")"
 echo "daemon mode: sbatch --wait returned after $(elapsed "$start" "$(now)") s"
-grep -E "^\[.*(registered|placed on)" "$work/daemon.out" | sed 's/.*\] //'
+grep -E "^\[.*(registered|placed on)" "$work/daemon.log" | sed 's/.*\] //'
 for n in n1 n2; do
-  grep -q "worker=slurm-[0-9]*-$n registered ($n:" "$work/daemon.out" ||
+  grep -q "worker=slurm-[0-9]*-$n registered ($n:" "$work/daemon.log" ||
     fail "no worker daemon registered from $n"
 done
 result=$(json_losses "$work/daemon.out")
