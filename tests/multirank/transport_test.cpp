@@ -70,20 +70,33 @@ TEST(ShmSegments, StaleOnesAreRemovedAtWorkerStart) {
 namespace ddpd::testing {
 namespace {
 
-// Ranks that do not share /dev/shm (as containers without ipc: host): rank 1 runs in its own
-// mount namespace with a private tmpfs on /dev/shm. auto falls back to Gloo, says why, and
-// trains; shm refuses, naming the rank that could not open the segment.
-TEST(ShmSegments, AutoFallsBackToGlooWhenARankCannotOpenTheSegment) {
+// A /dev/shm the segment cannot use, made with a private tmpfs in a mount namespace of its own
+// for the ranks that `private_ranks` matches (a sh pattern), mounted with `mount_options`.
+struct UnusableShm {
+  std::string name;
+  std::string private_ranks;
+  std::string mount_options;
+  std::string reason;  // what the transport note and shm's refusal must say
+};
+
+void PrintTo(const UnusableShm& c, std::ostream* os) { *os << c.name; }
+
+class ShmUnusable : public ::testing::TestWithParam<UnusableShm> {};
+
+// auto falls back to Gloo on every rank, says why, and trains; shm refuses with the same reason.
+TEST_P(ShmUnusable, AutoFallsBackToGlooAndShmRefusesNamingTheRank) {
+  const UnusableShm c = GetParam();
   if (geteuid() != 0) GTEST_SKIP() << "a private /dev/shm needs root (unshare --mount)";
   if (system("unshare --mount true 2>/dev/null") != 0) GTEST_SKIP() << "unshare --mount fails here";
-  const std::string wrapper = temp_dir() + "/private-shm.sh";
-  std::ofstream(wrapper)
-      << "#!/bin/sh\n"
-         "[ \"$RANK\" = 1 ] || exec \"$@\"\n"
-         "exec unshare --mount sh -c 'mount -t tmpfs none /dev/shm && exec \"$0\" \"$@\"' \"$@\"\n";
+  const std::string wrapper = temp_dir() + "/private-shm-" + c.name + ".sh";
+  std::ofstream(wrapper) << "#!/bin/sh\n"
+                         << "case \"$RANK\" in " << c.private_ranks
+                         << ") ;; *) exec \"$@\" ;; esac\n"
+                         << "exec unshare --mount sh -c 'mount -t tmpfs -o " << c.mount_options
+                         << " none /dev/shm && exec \"$0\" \"$@\"' \"$@\"\n";
   chmod(wrapper.c_str(), 0755);
   for (const std::string transport : {"auto", "shm"}) {
-    const std::string prefix = temp_dir() + "/private-shm-" + transport;
+    const std::string prefix = temp_dir() + "/private-shm-" + c.name + "-" + transport;
     const auto outcomes = run_ranks(
         {wrapper, rank_helper(), "train", "--out", prefix, "--model", "tiny", "--context", "16",
          "--threads", "1", "--batch", "2", "--steps", "2", "--transport", transport},
@@ -93,18 +106,28 @@ TEST(ShmSegments, AutoFallsBackToGlooWhenARankCannotOpenTheSegment) {
         ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r << ":\n" << outcomes[r].err;
         const auto result = load_json(prefix + ".rank" + std::to_string(r) + ".json")["result"];
         EXPECT_EQ(result["transport"], "gloo");
-        EXPECT_NE(result.value("transport_note", "").find("rank 1 cannot open the segment"),
-                  std::string::npos)
+        EXPECT_NE(result.value("transport_note", "").find(c.reason), std::string::npos)
             << result.dump();
       }
     } else {
       EXPECT_NE(outcomes[0].exit_code, 0);
-      EXPECT_NE(outcomes[0].err.find("transport shm: rank 1 cannot open the segment"),
-                std::string::npos)
+      EXPECT_NE(outcomes[0].err.find("transport shm: " + c.reason), std::string::npos)
           << outcomes[0].err;
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ShmUnusable,
+    ::testing::Values(
+        // Ranks that do not share /dev/shm (a container without ipc: host): rank 1's own.
+        UnusableShm{"NotShared", "1", "size=64m", "rank 1 cannot open the segment"},
+        // A /dev/shm too small for the segment (4 MiB per rank), on every rank: refused when
+        // rank 0 reserves it, not a SIGBUS at the first collective that touches a missing page.
+        UnusableShm{"TooSmall", "*", "size=1m",
+                    "rank 0 cannot create the segment: reserving 8396800 bytes in /dev/shm: No "
+                    "space left on device"}),
+    [](const auto& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace ddpd::testing

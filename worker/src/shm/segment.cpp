@@ -59,11 +59,16 @@ Segment Segment::create(int world_size, int64_t slot_bytes) {
   segment.size_ = size_for(world_size, slot_bytes);
   const int fd = ::shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) throw std::runtime_error(errno_text(std::string("shm_open ") + name));
-  if (::ftruncate(fd, static_cast<off_t>(segment.size_)) != 0) {
-    const std::string error = errno_text("ftruncate " + std::to_string(segment.size_) + " bytes");
+  // ftruncate alone only sets the size: tmpfs backs pages when first touched, so a /dev/shm too
+  // small for the segment (Docker's default 64 MiB) would kill a rank with SIGBUS mid-collective.
+  // posix_fallocate reserves every page now and fails here instead, where auto falls back.
+  int error_number = ::ftruncate(fd, static_cast<off_t>(segment.size_)) == 0 ? 0 : errno;
+  if (error_number == 0) error_number = ::posix_fallocate(fd, 0, static_cast<off_t>(segment.size_));
+  if (error_number != 0) {
     ::close(fd);
     ::shm_unlink(name);
-    throw std::runtime_error(error + " (is /dev/shm large enough?)");
+    throw std::runtime_error("reserving " + std::to_string(segment.size_) + " bytes in /dev/shm: " +
+                             std::strerror(error_number) + " (is /dev/shm large enough?)");
   }
   segment.base_ = ::mmap(nullptr, segment.size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
@@ -82,8 +87,7 @@ Segment Segment::create(int world_size, int64_t slot_bytes) {
   return segment;
 }
 
-Segment Segment::open(const std::string& name, uint64_t nonce, int world_size,
-                      int64_t slot_bytes) {
+Segment Segment::open(const std::string& name, uint64_t nonce, int world_size, int64_t slot_bytes) {
   Segment segment;
   segment.name_ = name;
   segment.world_size_ = world_size;
@@ -115,7 +119,7 @@ Segment::Segment(Segment&& other) noexcept { *this = std::move(other); }
 
 Segment& Segment::operator=(Segment&& other) noexcept {
   if (this == &other) return *this;
-  this->~Segment();
+  release();
   base_ = other.base_;
   size_ = other.size_;
   world_size_ = other.world_size_;
@@ -127,7 +131,9 @@ Segment& Segment::operator=(Segment&& other) noexcept {
   return *this;
 }
 
-Segment::~Segment() {
+Segment::~Segment() { release(); }
+
+void Segment::release() {
   unlink();
   if (base_) ::munmap(base_, size_);
   base_ = nullptr;
@@ -144,8 +150,8 @@ RankControl& Segment::control(int rank) const {
 }
 
 char* Segment::slot(int rank, int buffer) const {
-  char* data = static_cast<char*>(base_) + kHeaderBytes +
-               round_up(sizeof(RankControl) * world_size_, 4096);
+  char* data =
+      static_cast<char*>(base_) + kHeaderBytes + round_up(sizeof(RankControl) * world_size_, 4096);
   return data + (static_cast<size_t>(rank) * 2 + buffer) * static_cast<size_t>(slot_bytes_);
 }
 

@@ -13,11 +13,11 @@ namespace ddpd::shm {
 
 // A rank's control block, one cache line of its own (ranks spin on each other's).
 struct alignas(64) RankControl {
-  std::atomic<uint64_t> phase;         // phases this rank has completed (see ShmProcessGroup)
-  std::atomic<int64_t> heartbeat_ns;   // CLOCK_MONOTONIC, updated every 100 ms
-  std::atomic<int32_t> state;          // kJoined, kLeft
-  int32_t pid;                         // in the pid namespace below
-  uint64_t pid_namespace;              // inode of /proc/self/ns/pid
+  std::atomic<uint64_t> phase;        // phases this rank has completed (see ShmProcessGroup)
+  std::atomic<int64_t> heartbeat_ns;  // CLOCK_MONOTONIC, updated every 100 ms
+  std::atomic<int32_t> state;         // kJoined, kLeft
+  int32_t pid;                        // in the pid namespace below
+  uint64_t pid_namespace;             // inode of /proc/self/ns/pid
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
 constexpr int32_t kJoined = 1;
@@ -55,6 +55,7 @@ class Segment {
 
  private:
   static size_t size_for(int world_size, int64_t slot_bytes);
+  void release();  // unlink and unmap: the destructor, and move-assignment's old segment
   void* base_ = nullptr;
   size_t size_ = 0;
   int world_size_ = 0;

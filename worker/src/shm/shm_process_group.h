@@ -32,7 +32,8 @@
 
 namespace ddpd::shm {
 
-// Slot size: 4 MiB per rank and buffer (a 100 MB all-reduce is 25 chunks; world 6 maps 48 MiB).
+// Slot size: 2 MiB per rank and buffer, 4 MiB per rank (a 100 MB all-reduce is 50 chunks; world 6
+// maps 24 MiB).
 constexpr int64_t kDefaultSlotBytes = int64_t{2048} << 10;
 
 // Thread contract: collectives may be launched from any thread (the Communicator serialises
