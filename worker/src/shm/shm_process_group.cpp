@@ -202,8 +202,11 @@ void ShmProcessGroup::wait_for_phase(uint64_t phase, Deadline deadline, int only
     if (now_ns >= next_check_ns) {  // every 10 ms: deadline, stop, peers' liveness
       next_check_ns = now_ns + 10'000'000;
       if (stop_requested_.load()) throw std::runtime_error("shm: the process group is shut down");
+      // Only a peer still short of the phase can hold this wait: one that got there and then
+      // left (the job's last collective) is not a failure.
       for (int r = 0; r < size_; ++r) {
-        if (r == rank_) continue;
+        if (r == rank_ || (only_rank >= 0 && r != only_rank)) continue;
+        if (segment_.control(r).phase.load(std::memory_order_acquire) >= phase) continue;
         if (std::string gone = peer_gone(r); !gone.empty()) throw std::runtime_error(gone);
       }
       if (std::chrono::steady_clock::now() >= deadline) {
