@@ -180,13 +180,14 @@ std::vector<bool> ShmProcessGroup::gone_ranks() const {
 }
 
 void ShmProcessGroup::wait_for_phase(uint64_t phase, Deadline deadline, int only_rank) {
+  // A rank this wait still needs: the one named (or any), short of the phase.
+  auto holds_the_wait = [&](int r) {
+    return (only_rank < 0 || r == only_rank) &&
+           segment_.control(r).phase.load(std::memory_order_acquire) < phase;
+  };
   auto lagging = [&]() -> int {
-    if (only_rank >= 0) {
-      return segment_.control(only_rank).phase.load(std::memory_order_acquire) < phase ? only_rank
-                                                                                       : -1;
-    }
     for (int r = 0; r < size_; ++r) {
-      if (segment_.control(r).phase.load(std::memory_order_acquire) < phase) return r;
+      if (holds_the_wait(r)) return r;
     }
     return -1;
   };
@@ -205,8 +206,7 @@ void ShmProcessGroup::wait_for_phase(uint64_t phase, Deadline deadline, int only
       // Only a peer still short of the phase can hold this wait: one that got there and then
       // left (the job's last collective) is not a failure.
       for (int r = 0; r < size_; ++r) {
-        if (r == rank_ || (only_rank >= 0 && r != only_rank)) continue;
-        if (segment_.control(r).phase.load(std::memory_order_acquire) >= phase) continue;
+        if (r == rank_ || !holds_the_wait(r)) continue;
         if (std::string gone = peer_gone(r); !gone.empty()) throw std::runtime_error(gone);
       }
       if (std::chrono::steady_clock::now() >= deadline) {
