@@ -1,28 +1,33 @@
 #!/usr/bin/env bash
-# Installs every build, test and peer-benchmark dependency from Debian bookworm packages.
-# Idempotent: packages already present are skipped, so re-running costs one dpkg query.
-#
-# Usage: scripts/setup.sh [--with-cuda-toolkit]
-#   --with-cuda-toolkit  also Debian's nvidia-cuda-toolkit (nvcc 11.8, ~1.6 GB) and g++-11, its
-#                        host compiler, from bookworm's contrib and non-free components (added to
-#                        apt's sources when missing), unless an nvcc is already installed. The test
-#                        command (scripts/test.sh) passes it: CI compiles kernels/cuda with it.
+# Installs every build, test and peer-benchmark dependency:
+#  - from Debian bookworm's packages: the toolchain, gRPC and Protocol Buffers, spdlog,
+#    prometheus-cpp, SQLite, CLI11, yaml-cpp, GoogleTest and the servers the tests start
+#    (Prometheus, Slurm, munge);
+#  - from PyPI, into .venv/ at the project root (git-ignored): requirements.txt, pinned. Its
+#    torch 2.11.0 is LibTorch for the C++ build, the PyTorch peers and torchrun.
+# The CUDA 13.0 toolkit (nvcc, NCCL) is the machine's own (/usr/local/cuda); nothing here installs
+# it. Idempotent: packages already present are skipped (one dpkg query), and .venv/ is left alone
+# while it matches requirements.txt (a hash kept in .venv/). Prints what it downloaded and how
+# long it took.
+# Usage: scripts/setup.sh
 set -euo pipefail
-with_cuda_toolkit=0
-for arg in "$@"; do
-  case $arg in
-    --with-cuda-toolkit) with_cuda_toolkit=1 ;;
-    *) echo "setup: unknown argument '$arg' (expected --with-cuda-toolkit)" >&2; exit 2 ;;
-  esac
-done
+cd "$(dirname "$0")/.."
+[ $# -eq 0 ] || { echo "setup: unexpected argument '$1' (setup.sh takes none)" >&2; exit 2; }
+
+sudo_cmd=()
+[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+
+# Bytes received on every interface but loopback: what this script downloads.
+received_bytes() {
+  awk -F'[: ]+' 'NR > 2 && $2 != "lo" { sum += $3 } END { printf "%.0f\n", sum }' /proc/net/dev
+}
+start_bytes=$(received_bytes)
+start_seconds=$SECONDS
 
 packages=(
   build-essential cmake ninja-build pkg-config git clang-format
-  libtorch-dev python3-torch                     # training core; Python peer benchmarks
-  libopenblas0-pthread                           # fast BLAS for LibTorch (else netlib reference BLAS)
-  libgloo-dev                                    # c10d Gloo backend headers
+  libopenblas0-pthread                           # fast BLAS for the peers' numpy
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  python3-grpcio python3-protobuf                # the Python API example and its test
   libspdlog-dev libfmt-dev prometheus-cpp-dev libsqlite3-dev libcli11-dev
   nlohmann-json3-dev libgtest-dev libgmock-dev
   libyaml-cpp-dev                                # ddpctl job files (-f job.yaml)
@@ -32,40 +37,44 @@ packages=(
   iproute2                                       # ip netns: the multi-host test's own hosts
   curl docker.io docker-compose                  # the compose stack and its test (dockerd)
   slurmctld slurmd slurm-client munge            # the Slurm cluster the Slurm test starts
+  binutils                                       # readelf: the linkage tests
 )
-
-# Debian's nvcc 11.8 needs a host g++ no newer than 11 (bookworm's default is 12).
-cuda_sources=/etc/apt/sources.list.d/ddpd-cuda-toolkit.sources
-if [ "$with_cuda_toolkit" = 1 ] && ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
-  packages+=(nvidia-cuda-toolkit g++-11)
-fi
-
-# node and npm run the Kubernetes manifest validator (scripts/check-kubernetes.sh), whose
-# packages come from npm. Any node >= 14 will do: Debian's unless one is already on the PATH.
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  packages+=(nodejs npm)
+# The venv's interpreter: python3 on the PATH when it can make one, else Debian's with its venv
+# module.
+python=python3
+if ! command -v python3 >/dev/null || ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+  python=/usr/bin/python3
+  packages+=(python3 python3-venv)
 fi
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-
 if ((${#missing[@]})); then
-  sudo_cmd=()
-  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
   echo "setup: installing ${missing[*]}"
-  if [[ " ${missing[*]} " == *" nvidia-cuda-toolkit "* ]] && [ ! -e "$cuda_sources" ] &&
-    ! apt-cache show nvidia-cuda-toolkit >/dev/null 2>&1; then
-    # nvidia-cuda-toolkit is in non-free; its libcuda1 needs nvidia-support from contrib.
-    printf '%s\n' "Types: deb" "URIs: http://deb.debian.org/debian" \
-      "Suites: bookworm bookworm-updates" "Components: contrib non-free non-free-firmware" \
-      "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" |
-      "${sudo_cmd[@]}" tee "$cuda_sources" >/dev/null
-  fi
   export DEBIAN_FRONTEND=noninteractive
   "${sudo_cmd[@]}" apt-get update -qq
   "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
-  echo "setup: all dependencies present"
+  echo "setup: Debian packages present"
 fi
+
+# .venv/: made once, refreshed when requirements.txt changes.
+stamp=.venv/.requirements.sha256
+want=$(sha256sum requirements.txt | cut -d' ' -f1)
+if [ -x .venv/bin/python ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+  echo "setup: .venv matches requirements.txt"
+else
+  echo "setup: installing requirements.txt into .venv (torch 2.11.0 with its CUDA wheels)"
+  [ -x .venv/bin/python ] || "$python" -m venv .venv
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --progress-bar off \
+    -r requirements.txt
+  echo "$want" >"$stamp"
+fi
+
+if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "setup: no nvcc (the CUDA 13.0 toolkit at /usr/local/cuda): build-cuda/ will not build"
+fi
+downloaded=$(($(received_bytes) - start_bytes))
+echo "setup: done in $((SECONDS - start_seconds)) s, downloaded $((downloaded / 1000000)) MB"
