@@ -1,6 +1,21 @@
 #!/usr/bin/env bash
-# Configures and builds ddpd into build/ (Release, Ninja, -j2 by default: BUILD_JOBS overrides).
+# Configures and builds ddpd (Release, Ninja, -j2 by default: BUILD_JOBS overrides).
+#   scripts/build.sh        the CPU build into build/ (what the demo, the tests and images use)
+#   scripts/build.sh cuda   the CUDA build into build-cuda/: the core, ddpd-train, ddpd-worker,
+#                           the kernels and the CUDA tests, linked against the wheel's torch_cuda,
+#                           c10_cuda and NCCL with nvcc for sm_80 and sm_90 (no GPU needed)
+# LibTorch is the torch 2.11.0 that scripts/setup.sh installs into .venv/ (cmake/torch.cmake).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j "${BUILD_JOBS:-2}"
+targets=()
+case ${1:-cpu} in
+  cpu) dir=build flags=() ;;
+  cuda)
+    dir=build-cuda flags=(-DDDPD_WITH_CUDA=ON)
+    targets=(ddpd-train ddpd-worker ddpd_cuda_core_tests ddpd_cuda_kernel_tests
+             ddpd_cuda_emulated_tests)
+    ;;
+  *) echo "build: unknown variant '$1' (expected cpu or cuda)" >&2; exit 2 ;;
+esac
+cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${flags[@]}" >/dev/null
+cmake --build "$dir" -j "${BUILD_JOBS:-2}" ${targets[@]+--target "${targets[@]}"}

@@ -33,8 +33,7 @@ std::shared_ptr<Communicator> single(at::Device device) {
   CommunicatorOptions options;
   options.timeout = std::chrono::milliseconds(60000);
   options.device = device;
-  return std::make_shared<Communicator>(c10::intrusive_ptr<compat::CollectiveBackend>(), 0, 1,
-                                        options);
+  return std::make_shared<Communicator>(c10::intrusive_ptr<c10d::Backend>(), 0, 1, options);
 }
 
 DdpJobOptions tiny_job(const std::string& device) {

@@ -56,7 +56,7 @@ TEST(Model, ParameterCountEqualsThePythonPeer) {
   }
   // d_model 96, d_ff 160, 3 layers, 4 heads, vocab 500: a shape no preset has.
   auto outcome = testing::run_process(
-      {"/usr/bin/python3", peer, "1", "96", "160", "3", "4", "500", "8", "2", "1"}, {},
+      {DDPD_PEER_PYTHON, peer, "1", "96", "160", "3", "4", "500", "8", "2", "1"}, {},
       std::chrono::seconds(120));
   ASSERT_EQ(outcome.exit_code, 0) << outcome.err;
   std::smatch match;

@@ -104,3 +104,21 @@ TEST(SlurmEnvironment, MalformedVariablesNameThemselves) {
 }
 
 }  // namespace
+
+// torchrun (2.x) serves the store from its agent and says so: rank 0 must connect, not serve.
+TEST(TorchrunEnvironment, AgentStoreMakesEveryRankAClient) {
+  std::map<std::string, std::string> variables = {{"RANK", "0"},
+                                                  {"WORLD_SIZE", "2"},
+                                                  {"LOCAL_RANK", "0"},
+                                                  {"MASTER_ADDR", "127.0.0.1"},
+                                                  {"MASTER_PORT", "29400"},
+                                                  {"LOCAL_WORLD_SIZE", "2"}};
+  EXPECT_FALSE(ddpd::rendezvous_from_environment(environment(variables)).use_agent_store);
+  variables["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  ddpd::RendezvousOptions options = ddpd::rendezvous_from_environment(environment(variables));
+  EXPECT_TRUE(options.use_agent_store);
+  EXPECT_EQ(options.rank, 0);
+  EXPECT_EQ(options.master_port, 29400);
+  variables["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  EXPECT_FALSE(ddpd::rendezvous_from_environment(environment(variables)).use_agent_store);
+}

@@ -19,7 +19,7 @@ void fused_adamw_step(torch::optim::AdamW& optimizer, const std::vector<torch::T
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       if (!chosen.empty() && !chosen.count(p.unsafeGetTensorImpl())) continue;
-      const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+      void* const key = p.unsafeGetTensorImpl();  // torch::optim keys its state by TensorImpl
       auto it = state.find(key);
       if (it == state.end()) {
         auto fresh = std::make_unique<torch::optim::AdamWParamState>();

@@ -150,9 +150,8 @@ void PendingCollective::wait() {
   }
 }
 
-Communicator::Communicator(c10::intrusive_ptr<compat::CollectiveBackend> group, int rank,
-                           int world_size, CommunicatorOptions options,
-                           c10::intrusive_ptr<c10d::Store> store)
+Communicator::Communicator(c10::intrusive_ptr<c10d::Backend> group, int rank, int world_size,
+                           CommunicatorOptions options, c10::intrusive_ptr<c10d::Store> store)
     : group_(std::move(group)),
       rank_(rank),
       world_size_(world_size),
@@ -367,35 +366,7 @@ PendingCollective Communicator::all_reduce_sum(at::Tensor& tensor, const std::st
   options.timeout = timeout_;
   const auto launch = timeline_->mark();
   const int64_t seq = journal_launch("all_reduce", name, tensor);
-  if (tensor.scalar_type() == at::kBFloat16 && !device_.is_cuda() && !shm_) {
-    ring_all_reduce_bf16(tensor, name, seq);
-    journal_->complete(seq, now());
-    PendingSpan span{name, launch, timeline_->mark(), static_cast<int64_t>(tensor.nbytes()), seq};
-    std::lock_guard<std::mutex> span_lock(spans_->mutex);
-    spans_->spans.push_back(std::move(span));
-    return {};
-  }
   return track(group_->allreduce(tensors, options), name, seq, tensor.nbytes(), launch);
-}
-
-void Communicator::ring_all_reduce_bf16(at::Tensor& tensor, const std::string& name, int64_t seq) {
-  // Padded to a multiple of N so every rank owns an equal chunk.
-  const int64_t chunk = (tensor.numel() + world_size_ - 1) / world_size_;
-  at::Tensor padded = at::zeros({chunk * world_size_}, tensor.options());
-  padded.narrow(0, 0, tensor.numel()).copy_(tensor.reshape(-1));
-  at::Tensor mine = at::empty({chunk}, tensor.options());
-  ring_reduce_scatter(mine, padded, name, seq);
-  // Gloo's all-gather only copies bytes, so the bf16 chunks travel viewed as fp16.
-  std::vector<std::vector<at::Tensor>> outputs(1);
-  at::Tensor gathered = padded.view(at::kHalf);
-  for (int r = 0; r < world_size_; ++r) outputs[0].push_back(gathered.narrow(0, r * chunk, chunk));
-  std::vector<at::Tensor> inputs{mine.view(at::kHalf)};
-  c10d::AllgatherOptions options;
-  options.timeout = timeout_;
-  PendingCollective(group_->allgather(outputs, inputs, options), name + "/all_gather", timeout_,
-                    false, {}, ticket(seq))
-      .wait();
-  tensor.copy_(padded.narrow(0, 0, tensor.numel()).view(tensor.sizes()));
 }
 
 void Communicator::blocking_all_reduce(at::Tensor& tensor, c10d::ReduceOp op,
@@ -512,32 +483,6 @@ PendingReduceScatter Communicator::reduce_scatter_sum_async(at::Tensor& output,
       track(group_->alltoall_base(received_flat, flat_input, equal_splits, equal_splits, options),
             name, seq, flat_input.nbytes(), launch, {flat_input}),
       received, output);
-}
-
-void Communicator::ring_reduce_scatter(at::Tensor& output, const at::Tensor& input,
-                                       const std::string& name, int64_t seq) {
-  // Gloo (CPU) only: a ring. In step s, rank r sends its running sum of chunk (r - s - 1) to
-  // rank r + 1 and adds the chunk (r - s - 2) received from rank r - 1. After N - 1 steps rank
-  // r holds the full sum of chunk r.
-  const int64_t chunk = output.numel();
-  at::Tensor accum = input.clone();
-  at::Tensor incoming = at::empty({chunk}, input.options());
-  const int n = world_size_;
-  const int next = (rank_ + 1) % n;
-  const int prev = (rank_ + n - 1) % n;
-  auto chunk_of = [&](int index) { return accum.narrow(0, ((index % n + n) % n) * chunk, chunk); };
-  for (int s = 0; s < n - 1; ++s) {
-    std::vector<at::Tensor> recv_tensors{incoming};
-    std::vector<at::Tensor> send_tensors{chunk_of(rank_ - s - 1).contiguous()};
-    auto recv = PendingCollective(group_->recv(recv_tensors, prev, s), name + "/recv", timeout_,
-                                  false, {}, ticket(seq));
-    auto send = PendingCollective(group_->send(send_tensors, next, s), name + "/send", timeout_,
-                                  false, {}, ticket(seq));
-    send.wait();
-    recv.wait();
-    chunk_of(rank_ - s - 2).add_(incoming);
-  }
-  output.copy_(chunk_of(rank_));
 }
 
 void Communicator::barrier() {

@@ -10,7 +10,8 @@
 #include <functional>
 #include <memory>
 
-#include "ddpd/c10d_compat.h"
+#include <ATen/autocast_mode.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 
 namespace c10d {
 class Store;
@@ -30,9 +31,9 @@ at::Device bind_cuda_device(int local_rank);
 
 // ProcessGroupNCCL over `store` on the current device, every collective bounded by `timeout`.
 // Throws std::invalid_argument in a CPU build.
-c10::intrusive_ptr<compat::CollectiveBackend> make_nccl_group(
-    const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
-    std::chrono::milliseconds timeout);
+c10::intrusive_ptr<c10d::Backend> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store,
+                                                  int rank, int world_size,
+                                                  std::chrono::milliseconds timeout);
 
 // A point in time on `device`'s work queue. On CPU it is the host clock when taken; on CUDA an
 // event recorded on a stream, read back once the device has passed it.
@@ -87,10 +88,14 @@ void write_cuda_memory_snapshot(const std::string& path, int rank, int world_siz
 class AutocastScope {
  public:
   AutocastScope(at::Device device, bool enabled) : type_(device.type()), enabled_(enabled) {
-    if (enabled_) compat::set_autocast(type_, true, at::kBFloat16);
+    if (!enabled_) return;
+    at::autocast::set_autocast_enabled(type_, true);
+    at::autocast::set_autocast_dtype(type_, at::kBFloat16);
   }
   ~AutocastScope() {
-    if (enabled_) compat::set_autocast(type_, false, at::kBFloat16);
+    if (!enabled_) return;
+    at::autocast::set_autocast_enabled(type_, false);
+    at::autocast::clear_cache();
   }
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;

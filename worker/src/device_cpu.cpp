@@ -18,8 +18,8 @@ at::Device bind_cuda_device(int) {
   throw std::invalid_argument(std::string("backend: nccl ") + kNeedsCuda);
 }
 
-c10::intrusive_ptr<compat::CollectiveBackend> make_nccl_group(
-    const c10::intrusive_ptr<c10d::Store>&, int, int, std::chrono::milliseconds) {
+c10::intrusive_ptr<c10d::Backend> make_nccl_group(const c10::intrusive_ptr<c10d::Store>&, int, int,
+                                                  std::chrono::milliseconds) {
   throw std::invalid_argument(std::string("backend: nccl ") + kNeedsCuda);
 }
 

@@ -1,7 +1,6 @@
 #include "ddpd/rendezvous.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <csignal>
@@ -13,6 +12,7 @@
 #include "ddpd/communicator.h"
 #include "ddpd/net.h"
 #include "device.h"
+#include "gloo_backend.h"
 #include "shm/shm_process_group.h"
 #include "slurm_environment.h"
 #include "transport.h"
@@ -87,6 +87,7 @@ RendezvousOptions rendezvous_from_environment(const EnvironmentLookup& lookup) {
     options.local_rank = int_variable(lookup, "LOCAL_RANK", options.rank);
     options.local_world_size = int_variable(
         lookup, "LOCAL_WORLD_SIZE", is_loopback(options.master_addr) ? options.world_size : 1);
+    options.use_agent_store = lookup("TORCHELASTIC_USE_AGENT_STORE") == std::string("True");
   }
   if (options.world_size < 1) throw std::invalid_argument("WORLD_SIZE: must be >= 1");
   if (options.rank >= options.world_size) {
@@ -131,18 +132,18 @@ std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
   comm_options.journal_size = options.journal_size;
   comm_options.check_collectives = options.check_collectives;
   if (options.world_size == 1) {
-    return std::make_shared<Communicator>(c10::intrusive_ptr<compat::CollectiveBackend>(), 0, 1,
-                                          comm_options);
+    return std::make_shared<Communicator>(c10::intrusive_ptr<c10d::Backend>(), 0, 1, comm_options);
   }
   const std::string endpoint = options.master_addr + ":" + std::to_string(options.master_port);
   c10::intrusive_ptr<c10d::Store> store;
   // c10d's client retries a refused connection only once a second; polling for rank 0's store
   // first saves that second on every job start. A store that never comes up fails below.
-  if (options.rank != 0) wait_for_port(options.master_addr, options.master_port, options.timeout);
+  const bool serves_store = options.rank == 0 && !options.use_agent_store;
+  if (!serves_store) wait_for_port(options.master_addr, options.master_port, options.timeout);
   try {
     c10d::TCPStoreOptions store_options;
     store_options.port = static_cast<std::uint16_t>(options.master_port);
-    store_options.isServer = options.rank == 0;
+    store_options.isServer = serves_store;
     store_options.numWorkers = options.world_size;
     store_options.waitWorkers = true;
     store_options.timeout = options.timeout;
@@ -172,16 +173,11 @@ std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
       return std::make_shared<Communicator>(group, options.rank, options.world_size, comm_options,
                                             store);
     }
-    auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
     std::string bind = options.local_address;
     if (bind.empty() && is_loopback(options.master_addr)) bind = "127.0.0.1";
-    gloo_options->devices.push_back(bind.empty()
-                                        ? c10d::ProcessGroupGloo::createDefaultDevice()
-                                        : c10d::ProcessGroupGloo::createDeviceForHostname(bind));
-    gloo_options->threads = 2;  // one for backward-overlapped buckets, one for the rest
     try {
-      auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, options.rank,
-                                                               options.world_size, gloo_options);
+      auto group =
+          make_gloo_backend(store, options.rank, options.world_size, options.timeout, bind);
       return std::make_shared<Communicator>(group, options.rank, options.world_size, comm_options,
                                             store);
     } catch (const std::exception& e) {

@@ -414,7 +414,7 @@ void Trainer::Impl::load_optimizer_state(detail::CheckpointReader& reader) {
     adam->step(reader.adam_step("exp_avg/" + name));
     adam->exp_avg(load("exp_avg"));
     adam->exp_avg_sq(load("exp_avg_sq"));
-    state[c10::guts::to_string(held.unsafeGetTensorImpl())] = std::move(adam);
+    state[held.unsafeGetTensorImpl()] = std::move(adam);
   }
 }
 
@@ -460,7 +460,7 @@ double Trainer::Impl::save_checkpoint(int64_t steps_done) {
       writer.add("param/" + pname, shape, full, 0);
     }
     if (!shard) continue;
-    auto it = state.find(c10::guts::to_string(shard->unsafeGetTensorImpl()));
+    auto it = state.find(shard->unsafeGetTensorImpl());
     if (it == state.end() || !holds_state_of(*shard)) continue;
     // ZeRO-1 state is written by its owner; fsdp's by every rank (its shard); plain AdamW's once.
     if (!sharded && !sharded_params && !my_turn) continue;

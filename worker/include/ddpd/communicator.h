@@ -3,7 +3,7 @@
 
 #include <ATen/ATen.h>
 
-#include "ddpd/c10d_compat.h"
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include "ddpd/collective_journal.h"
 
 #include <atomic>
@@ -140,7 +140,7 @@ class Communicator {
  public:
   // `store` is the rendezvous store the group was built over (null for world size 1); after a
   // failed collective the ranks exchange their positions through it.
-  Communicator(c10::intrusive_ptr<compat::CollectiveBackend> group, int rank, int world_size,
+  Communicator(c10::intrusive_ptr<c10d::Backend> group, int rank, int world_size,
                CommunicatorOptions options = {}, c10::intrusive_ptr<c10d::Store> store = {});
   ~Communicator();
 
@@ -157,9 +157,7 @@ class Communicator {
   // same axis as now(). Shared by the trainer and the benchmarks.
   detail::Timeline& timeline() { return *timeline_; }
 
-  // In-place sum across ranks. bf16 on Gloo (which has no bf16 reduction in LibTorch 1.13) runs
-  // as a blocking ring: reduce-scatter by send/recv, summing in bf16, then an all-gather of the
-  // bf16 chunks; the returned handle is already complete.
+  // In-place sum across ranks (fp32, bf16 and fp16 on every transport).
   PendingCollective all_reduce_sum(at::Tensor& tensor, const std::string& name);
   // In-place element-wise max / min (used for the param spread).
   void all_reduce_max(at::Tensor& tensor);
@@ -170,10 +168,12 @@ class Communicator {
   PendingCollective all_gather(at::Tensor& output, const at::Tensor& input,
                                const std::string& name);
   // input is 1-D with world_size * output.numel() elements; output gets the sum over ranks of
-  // this rank's chunk. NCCL runs its reduce-scatter. Gloo in LibTorch 1.13 has none, so there it
-  // runs as an all-to-all of the chunks (each rank sends (N-1)/N of the input, as a ring would,
-  // but asynchronously on Gloo's own threads, so backward goes on while it travels) and the
-  // sum of the N received chunks at wait(). `input` and `output` must stay alive until then.
+  // this rank's chunk. NCCL and shm run their reduce-scatter. On Gloo it runs as an all-to-all
+  // of the chunks (each rank sends (N-1)/N of the input, as a ring would, but asynchronously on
+  // Gloo's own threads, so backward goes on while it travels) and the sum of the N received
+  // chunks at wait(). Not Gloo's _reduce_scatter_base: in LibTorch 2.11 it clones the whole
+  // input and all-reduces the clone, moving twice the bytes through a buffer of the same
+  // full size as our receive buffer. `input` and `output` must stay alive until then.
   PendingReduceScatter reduce_scatter_sum_async(at::Tensor& output, const at::Tensor& input,
                                                 const std::string& name);
   // The same, waited for.
@@ -218,12 +218,6 @@ class Communicator {
   // --check-collectives: all-gathers (seq, op, numel, dtype) and throws CollectiveError naming
   // the ranks that differ from the majority. Called with launch_mutex_ held.
   void check_fingerprint(int64_t seq, const std::string& op, int64_t numel, at::ScalarType dtype);
-  // A reduce-scatter ring of send/recv on Gloo, journalled as `seq`, blocking: the bf16
-  // all-reduce's first half (Gloo's all-to-all has no bf16). Call with launch_mutex_ held.
-  void ring_reduce_scatter(at::Tensor& output, const at::Tensor& input, const std::string& name,
-                           int64_t seq);
-  // The bf16 all-reduce on Gloo (see all_reduce_sum). Call with launch_mutex_ held.
-  void ring_all_reduce_bf16(at::Tensor& tensor, const std::string& name, int64_t seq);
   // Consumes an armed skip_next_collective() (call with launch_mutex_ held).
   bool skip_injected(const std::string& name);
   JournalTicket ticket(int64_t seq) const { return {journal_, seq, epoch_}; }
@@ -231,7 +225,7 @@ class Communicator {
                           int64_t bytes, const detail::TimePoint& launch,
                           std::vector<at::Tensor> keep_alive = {});
 
-  c10::intrusive_ptr<compat::CollectiveBackend> group_;
+  c10::intrusive_ptr<c10d::Backend> group_;
   int rank_;
   int world_size_;
   std::chrono::milliseconds timeout_;

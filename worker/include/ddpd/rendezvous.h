@@ -17,6 +17,9 @@ class Communicator;
 struct RendezvousOptions {
   std::string master_addr = "127.0.0.1";  // host of the c10d TCPStore (rank 0 serves it)
   int master_port = 29500;                // torchrun's default port
+  // torchrun's agent already serves the store at MASTER_ADDR:MASTER_PORT
+  // (TORCHELASTIC_USE_AGENT_STORE=True): every rank, rank 0 too, connects to it as a client.
+  bool use_agent_store = false;
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;  // selects the GPU under NCCL

@@ -1,6 +1,6 @@
 // The CUDA build's side of device.h: one GPU per local rank, ProcessGroupNCCL, CUDA-event
 // timelines and the caching allocator's statistics. Compiled only with a CUDA LibTorch
-// (DDPD_WITH_CUDA); CI compiles it against Debian's LibTorch 1.13 headers as a check.
+// (DDPD_WITH_CUDA); CI compiles and links it in build-cuda/ (no GPU needed).
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -105,7 +105,8 @@ at::Device bind_cuda_device(int local_rank) {
   const int count = cuda_device_count();
   if (count == 0) {
     throw std::invalid_argument(
-        "backend: nccl needs a GPU, and this process sees none (check CUDA_VISIBLE_DEVICES)");
+        "device: cuda: no CUDA device is available to this process (no GPU, no driver, or "
+        "CUDA_VISIBLE_DEVICES hides them)");
   }
   if (local_rank >= count) {
     throw std::invalid_argument("LOCAL_RANK: " + std::to_string(local_rank) + " needs GPU " +
@@ -116,9 +117,9 @@ at::Device bind_cuda_device(int local_rank) {
   return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
 }
 
-c10::intrusive_ptr<compat::CollectiveBackend> make_nccl_group(
-    const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
-    std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<c10d::Backend> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store,
+                                                  int rank, int world_size,
+                                                  std::chrono::milliseconds timeout) {
   auto options = c10d::ProcessGroupNCCL::Options::create();
   // The NCCL watchdog aborts a collective that runs past it (every collective has a
   // timeout); waits in this process also stop at it.
@@ -134,8 +135,9 @@ std::unique_ptr<Timeline> make_timeline(at::Device device, std::function<double(
 AllocatorStats cuda_allocator_stats(at::Device device) {
   if (!device.is_cuda()) throw std::logic_error("cuda_allocator_stats: not a CUDA device");
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-  const auto& allocated = compat::aggregate(stats.allocated_bytes);
-  const auto& reserved = compat::aggregate(stats.reserved_bytes);
+  constexpr auto kAggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  const auto& allocated = stats.allocated_bytes[kAggregate];
+  const auto& reserved = stats.reserved_bytes[kAggregate];
   return {allocated.current, allocated.peak, reserved.current, reserved.peak};
 }
 
@@ -146,14 +148,13 @@ void reset_cuda_peak_stats(at::Device device) {
 
 nlohmann::json cuda_memory_snapshot() {
   nlohmann::json segments = nlohmann::json::array();
-  for (const auto& segment : compat::allocator_segments()) {
+  for (const auto& segment : c10::cuda::CUDACachingAllocator::snapshot().segments) {
     nlohmann::json blocks = nlohmann::json::array();
     for (const auto& block : segment.blocks) {
       blocks.push_back({{"size", static_cast<int64_t>(block.size)},
                         {"allocated", block.allocated},
                         {"active", block.active}});
     }
-    // Field types vary across versions (int64_t in 1.13, size_t / DeviceIndex later).
     segments.push_back({{"device", static_cast<int64_t>(segment.device)},
                         {"address", static_cast<int64_t>(segment.address)},
                         {"total_size", static_cast<int64_t>(segment.total_size)},

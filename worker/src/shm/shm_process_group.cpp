@@ -79,7 +79,7 @@ void reduce_into(at::Tensor& accumulator, const at::Tensor& other, c10d::ReduceO
 
 ShmProcessGroup::ShmProcessGroup(Segment segment, int rank, int world_size,
                                  std::chrono::milliseconds timeout)
-    : compat::CollectiveBackend(rank, world_size),
+    : c10d::Backend(rank, world_size),
       segment_(std::move(segment)),
       timeout_(timeout),
       // More ranks than cores: a spinning rank takes the core a peer needs to reach the phase

@@ -27,7 +27,7 @@
 #include <string>
 #include <thread>
 
-#include "ddpd/c10d_compat.h"
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include "shm/segment.h"
 
 namespace ddpd::shm {
@@ -40,7 +40,7 @@ constexpr int64_t kDefaultSlotBytes = int64_t{2048} << 10;
 // launches); one executor thread runs them in launch order, and a heartbeat thread refreshes
 // this rank's heartbeat. Works complete on the executor thread. The destructor stops both,
 // failing what is still queued, and marks this rank as having left.
-class ShmProcessGroup final : public compat::CollectiveBackend {
+class ShmProcessGroup final : public c10d::Backend {
  public:
   ShmProcessGroup(Segment segment, int rank, int world_size, std::chrono::milliseconds timeout);
   ~ShmProcessGroup() override;

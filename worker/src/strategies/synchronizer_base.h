@@ -68,8 +68,10 @@ class ReplicatedSynchronizer : public GradientSynchronizer {
 
 // Registers a callback on each parameter's gradient accumulator: it runs right after the
 // parameter's gradient for this backward has been accumulated into .grad (how c10d's Reducer
-// detects readiness; LibTorch 1.13 has no post-accumulate-grad hook). Removes the hooks on
-// destruction. Thread contract: callbacks run on autograd's thread.
+// detects readiness). Not register_post_accumulate_grad_hook: in LibTorch 2.11's C++ API that is
+// one slot per tensor, meant for Python's hooks (autograd/variable.h, set_post_acc_grad_hooks),
+// where accumulator post-hooks stack and come off by key. Removes the hooks on destruction. Thread
+// contract: callbacks run on autograd's thread.
 class GradReadyHooks {
  public:
   GradReadyHooks(const std::vector<torch::Tensor>& params, std::function<void(size_t)> on_ready);
