@@ -1,11 +1,12 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Submit a DDP job to a ddpd coordinator, watch it to the end and print its result.
 
 The API from Python, as a user would script it: stubs generated from proto/ddpd/v1/ddpd.proto
-by generate_stubs.sh (Debian's protoc + grpc_python_plugin), python3-grpcio to call them.
+by generate_stubs.sh (grpcio-tools' protoc in the repo's .venv), grpcio from the same .venv to
+call them (scripts/setup.sh installs both from requirements.txt).
 
     examples/python/generate_stubs.sh /tmp/ddpd-stubs
-    DDPD_TOKEN=... /usr/bin/python3 examples/python/ddpd_client.py \
+    DDPD_TOKEN=... .venv/bin/python examples/python/ddpd_client.py \
         --stubs /tmp/ddpd-stubs --coordinator 127.0.0.1:50051 --world-size 2 --steps 5
 
 Progress goes to stderr; the result to stdout (a JSON document with --json).
@@ -46,7 +47,7 @@ def parse_args():
 def main():
     args = parse_args()
     sys.path.insert(0, args.stubs)
-    import grpc  # python3-grpcio
+    import grpc  # grpcio, in .venv
     from ddpd.v1 import ddpd_pb2 as pb, ddpd_pb2_grpc as pb_grpc  # generated
 
     def log(*what):

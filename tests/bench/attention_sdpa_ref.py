@@ -3,7 +3,7 @@ and shapes. torch.nn.functional.scaled_dot_product_attention (PyTorch picks its 
 FlashAttention for bf16, memory-efficient attention for fp32) and the same naive attention
 in PyTorch ops, forward+backward per call, causal. Prints one JSON object per point with the
 fields the C++ benchmark prints: {"seq","head_dim","sdpa":{ms,extra_mb}|{oom},"torch_naive":...}.
-Usage: /usr/bin/python3 attention_sdpa_ref.py [--max-seq 4096] [--head-dims 32,64] [--dtype fp32|bf16]
+Usage: $PYTHON attention_sdpa_ref.py [--max-seq 4096] [--head-dims 32,64] [--dtype fp32|bf16]
        [--batch 1] [--heads 4] [--reps 3]"""
 import argparse, json, math, torch
 import torch.nn.functional as F

@@ -11,7 +11,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 steps=${1:-12}
 bin=build/bin
+python=$PWD/.venv/bin/python  # the checkout's venv, created by scripts/setup.sh
 export OPENBLAS_NUM_THREADS=1
+[ -x "$python" ] || { echo "no $python: run scripts/setup.sh (it creates .venv)" >&2; exit 1; }
 # ~44M parameters (176 MB of FP32 gradients): big enough for 1, 10, 100 and 1000 MB buckets.
 shape=(--d-model 512 --d-ff 2048 --layers 8 --vocab 10000)
 comm=$(mktemp)
@@ -23,7 +25,7 @@ plan=($bin/ddpctl plan bucket --from-result "$comm" --model tiny "${shape[@]}")
 # tail alone (the other rank's also holds its wait for the slower rank, which is load imbalance,
 # not communication), and its backward is the one the simulation needs. Medians after warm-up.
 figures() {
-  /usr/bin/python3 -c "
+  "$python" -c "
 import json, statistics, sys
 ranks = {}
 for s in json.load(sys.stdin)['rank_steps']:
@@ -39,11 +41,11 @@ for mb in 1 10 100 1000; do
     --strategy bucketed --bucket-mb $mb --batch 4 --context 64 --steps "$steps" \
     --warmup-steps 2 --threads 1 --spread-every 0 --json 2>/dev/null | figures)"
   read -r formula simulated <<<"$("${plan[@]}" --backward-ms "$backward" --json |
-    /usr/bin/python3 -c "
+    "$python" -c "
 import json, sys
 p = [c for c in json.load(sys.stdin)['curve'] if c['bucket_mb'] == float(sys.argv[1])][0]
 print(f\"{p['overhead_seconds'] * 1e3:.1f} {p['simulated_exposed_seconds'] * 1e3:.1f}\")" $mb)"
   printf "%10s %10s %12s %13s %12s %14s %12s\n" $mb "$step" "$backward" "$exposed" "$formula" \
-    "$simulated" "$(/usr/bin/python3 -c "print(f'{$simulated / max($exposed, 1e-9):.2f}')")"
+    "$simulated" "$("$python" -c "print(f'{$simulated / max($exposed, 1e-9):.2f}')")"
 done
 rm -f "$comm"

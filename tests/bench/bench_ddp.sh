@@ -7,6 +7,9 @@
 # ours and the peer's, so drift on this shared host hits both; the scaling efficiency is
 # 1-process step / (N × N-rank step) at the same global batch. Compressed gradients run against
 # the peer's DDP with fp16_compress_hook / bf16_compress_hook (tests/bench/torch_ddp_hook_ref.py).
+# The peer runs on the checkout's .venv/bin/python (PyTorch 2.11, scripts/setup.sh) twice at 2
+# ranks: DDP as an expert configures it (DDP_EXPERT=1: gradient_as_bucket_view=True,
+# static_graph=True), the headline and the other rows' reference, and DDP's defaults, its own row.
 # Usage: tests/bench/bench_ddp.sh [STEPS] [ROUNDS]   (run scripts/build.sh first)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -15,7 +18,9 @@ rounds=${2:-3}
 D=256 FF=1024 L=4 H=4 V=10000 CTX=128 BATCH=8 BUCKET=25
 peer=../shared/peers/torch_ddp_ref.py
 worker=build/bin/ddpd-worker
+python=$PWD/.venv/bin/python  # PyTorch 2.11 for the peer, installed by scripts/setup.sh
 export OPENBLAS_NUM_THREADS=1
+[ -x "$python" ] || { echo "no $python: run scripts/setup.sh (it creates .venv with PyTorch)" >&2; exit 1; }
 [ -x "$worker" ] || { echo "build first: bash scripts/build.sh" >&2; exit 1; }
 [ -f "$peer" ] || { echo "peer script not found at $peer" >&2; exit 1; }
 
@@ -23,18 +28,20 @@ common=(run ddp --d-model $D --d-ff $FF --layers $L --heads $H --vocab $V --cont
         --batch $BATCH --steps "$steps" --warmup-steps 2 --threads 1 --spread-every 0 --json)
 shape=($D $FF $L $H $V $CTX $BATCH "$steps" $BUCKET)
 
-peer_ms() {  # world → ms; one retry: the peer's rendezvous port can be taken between pick and bind
-  local ms
+# peer_ms world [expert: 0 DDP defaults | 1 DDP_EXPERT] → ms; one retry: the peer's rendezvous
+# port can be taken between pick and bind
+peer_ms() {
+  local ms expert=${2:-0}
   for _ in 1 2; do
-    ms=$(timeout 300 /usr/bin/python3 "$peer" "$1" "${shape[@]}" 2>/dev/null |
+    ms=$(DDP_EXPERT=$expert timeout 300 "$python" "$peer" "$1" "${shape[@]}" 2>/dev/null |
          sed -n 's/.*median_step_ms=\([0-9.]*\).*/\1/p') || true
     [ -n "$ms" ] && { echo "$ms"; return; }
   done
-  echo "peer failed twice: /usr/bin/python3 $peer $1 ${shape[*]}" >&2; exit 1
+  echo "peer failed twice: DDP_EXPERT=$expert $python $peer $1 ${shape[*]}" >&2; exit 1
 }
 peer_hook() {  # hook world → "ms" or "error: …"
   local out
-  out=$(timeout 300 /usr/bin/python3 tests/bench/torch_ddp_hook_ref.py "$1" "$2" "${shape[@]}" 2>&1) || true
+  out=$(timeout 300 "$python" tests/bench/torch_ddp_hook_ref.py "$1" "$2" "${shape[@]}" 2>&1) || true
   if grep -q HOOK_ERROR <<<"$out"; then sed -n 's/.*HOOK_ERROR \(.*\)/error: \1/p' <<<"$out" | head -n1
   else sed -n 's/.*median_step_ms=\([0-9.]*\).*/\1/p' <<<"$out"; fi
 }
@@ -43,24 +50,31 @@ ours() {  # world, extra flags... → "median_step_ms exposed_ms comm_ms"
   local out
   if [ "$world" = 1 ]; then out=$("$worker" "${common[@]}" "$@")
   else out=$(bash scripts/launch-local.sh "$world" -- "$worker" "${common[@]}" "$@"); fi
-  /usr/bin/python3 tests/bench/result_figures.py <<<"$out"
+  "$python" tests/bench/result_figures.py <<<"$out"
 }
-median() { /usr/bin/python3 -c "import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))" "$@"; }
-ratio() { /usr/bin/python3 -c "print(f'{$1/$2:.3f}')"; }
+median() { "$python" -c "import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))" "$@"; }
+ratio() { "$python" -c "print(f'{$1/$2:.3f}')"; }
 
+torch_version=$("$python" -c 'import torch; print(torch.__version__)')
 echo "config: d_model $D, d_ff $FF, layers $L, heads $H, vocab $V, context $CTX, global batch $BATCH, $steps steps (2 warm-up), $(nproc) cores"
-declare -a o1 p1 o2 p2 e2 c2
+echo "peer: PyTorch $torch_version ($python) DistributedDataParallel, backend gloo, threads 1, bucket_cap_mb $BUCKET;" \
+  "expert: gradient_as_bucket_view=True static_graph=True (DDP_EXPERT=1); default: both False"
+declare -a o1 p1 o2 p2 d2 e2 c2
 for r in $(seq "$rounds"); do
   read -r t _ _ <<<"$(ours 1)"; o1+=("$t"); p1+=("$(peer_ms 1)")
   read -r t e c <<<"$(ours 2 --strategy bucketed --bucket-mb $BUCKET)"; o2+=("$t"); e2+=("$e"); c2+=("$c")
-  p2+=("$(peer_ms 2)")
-  echo "round $r: 1 process ours ${o1[-1]} peer ${p1[-1]}; 2 ranks bucketed ours ${o2[-1]} peer ${p2[-1]} ms"
+  p2+=("$(peer_ms 2 1)")
+  d2+=("$(peer_ms 2 0)")
+  echo "round $r: 1 process ours ${o1[-1]} peer ${p1[-1]}; 2 ranks bucketed ours ${o2[-1]} peer expert ${p2[-1]} default ${d2[-1]} ms"
 done
 ours1=$(median "${o1[@]}") peer1=$(median "${p1[@]}") ours2=$(median "${o2[@]}") peer2=$(median "${p2[@]}")
-printf "%-30s %10s %12s %10s %10s %12s\n" run "step ms" "exposed ms" "comm ms" "peer ms" "ours/peer"
-row() { printf "%-30s %10s %12s %10s %10s %12s\n" "$1" "$2" "$3" "$4" "$5" "$(ratio "$2" "$5")"; }
+peer2_default=$(median "${d2[@]}")
+echo "peer ms below: PyTorch DDP expert (gradient_as_bucket_view, static_graph) unless the row says otherwise"
+printf "%-34s %10s %12s %10s %10s %12s\n" run "step ms" "exposed ms" "comm ms" "peer ms" "ours/peer"
+row() { printf "%-34s %10s %12s %10s %10s %12s\n" "$1" "$2" "$3" "$4" "$5" "$(ratio "$2" "$5")"; }
 row "1 process (median of $rounds)" "$ours1" "0" "0" "$peer1"
 row "2 ranks bucketed (median)" "$ours2" "$(median "${e2[@]}")" "$(median "${c2[@]}")" "$peer2"
+row "2 ranks bucketed vs DDP default" "$ours2" "$(median "${e2[@]}")" "$(median "${c2[@]}")" "$peer2_default"
 for s in naive flat overlap fsdp; do
   read -r t e c <<<"$(ours 2 --strategy $s --bucket-mb $BUCKET)"; row "2 ranks $s" "$t" "$e" "$c" "$peer2"
 done
@@ -70,11 +84,13 @@ for wire in fp16 bf16; do
   read -r t e c <<<"$(ours 2 --strategy bucketed --bucket-mb $BUCKET --grad-compression $wire)"
   theirs=$(peer_hook $wire 2)
   if [[ "$theirs" == error:* ]]; then
-    echo "peer ${wire}_compress_hook: $theirs; compared with the peer without a hook"
+    echo "peer ${wire}_compress_hook: $theirs; compared with the expert peer without a hook"
     row "2 ranks bucketed $wire" "$t" "$e" "$c" "$peer2"
   else
     row "2 ranks bucketed $wire (peer hook)" "$t" "$e" "$c" "$theirs"
   fi
 done
-echo "scaling efficiency at N=2 (1-process step / (2 x 2-rank step)): ours $(/usr/bin/python3 -c "print(f'{$ours1/(2*$ours2):.3f}')"), peer $(/usr/bin/python3 -c "print(f'{$peer1/(2*$peer2):.3f}')")"
-echo "peer: PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)') DistributedDataParallel (bucket_cap_mb $BUCKET) over gloo; 1 process: plain training"
+echo "scaling efficiency at N=2 (1-process step / (2 x 2-rank step)): ours $("$python" -c "print(f'{$ours1/(2*$ours2):.3f}')"), peer expert $("$python" -c "print(f'{$peer1/(2*$peer2):.3f}')"), peer default $("$python" -c "print(f'{$peer1/(2*$peer2_default):.3f}')")"
+echo "peer: PyTorch $torch_version DistributedDataParallel (bucket_cap_mb $BUCKET, backend gloo, threads 1;" \
+  "expert rows gradient_as_bucket_view=True static_graph=True, default row both False);" \
+  "peer hook rows: DDP defaults + the hook; 1 process: plain training"

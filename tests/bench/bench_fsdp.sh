@@ -5,7 +5,11 @@
 # (--fsdp-units whole), fsdp per block, and fsdp per block with --reshard-after-forward false.
 # Columns, rank 0: peak full parameters and gradients alive during the last step (the strategy's
 # own byte accounting), optimizer state, peak RSS, median step time; then `ddpctl plan memory`'s
-# prediction for the same model.
+# prediction for the same model. Beside them, the PyTorch FSDP2 peer (tests/bench/torch_fsdp2_ref.py:
+# fully_shard per block, then the root, on the DDP peer's model of the same shape, CPU, gloo, one
+# thread; on the checkout's .venv/bin/python, PyTorch 2.11) with reshard_after_forward 1 and 0:
+# its step time, peak RSS and peak of full parameters alive, and ours/peer against fsdp per block
+# and fsdp per block --reshard-after-forward false.
 # Part 2, the performance goal: fsdp per block against bucketed on tests/bench/bench_ddp.sh's
 # config at world 2, the median of ROUNDS alternating rounds.
 # Usage: tests/bench/bench_fsdp.sh [STEPS] [ROUNDS]   (run scripts/build.sh first)
@@ -15,7 +19,10 @@ steps=${1:-8}
 rounds=${2:-3}
 worker=build/bin/ddpd-worker
 ddpctl=build/bin/ddpctl
+python=$PWD/.venv/bin/python  # PyTorch 2.11 for the FSDP2 peer, installed by scripts/setup.sh
+fsdp2_peer=tests/bench/torch_fsdp2_ref.py
 export OPENBLAS_NUM_THREADS=1
+[ -x "$python" ] || { echo "no $python: run scripts/setup.sh (it creates .venv with PyTorch)" >&2; exit 1; }
 [ -x "$worker" ] || { echo "build first: bash scripts/build.sh" >&2; exit 1; }
 
 run_json() {  # world, flags... → the rank-0 result JSON on one line
@@ -24,7 +31,7 @@ run_json() {  # world, flags... → the rank-0 result JSON on one line
     --warmup-steps 2 --json "$@"
 }
 figures() {  # result JSON → "peak_unsharded peak_params optimizer rss step_ms"
-  /usr/bin/python3 -c '
+  "$python" -c '
 import json, sys
 r = json.loads(sys.stdin.read().strip().splitlines()[-1])
 m = r["memory"]
@@ -32,7 +39,27 @@ print(m["step_peak_unsharded_bytes"], m["step_peak_unsharded_parameter_bytes"],
       m["after_step"]["optimizer_state_bytes"], m["after_step"]["peak_bytes"],
       r["summary"]["median_step_seconds"] * 1e3)'
 }
-mib() { /usr/bin/python3 -c "print(f'{$1 / 2**20:.1f}')"; }
+mib() { "$python" -c "print(f'{$1 / 2**20:.1f}')"; }
+ratio() { "$python" -c "print(f'{$1 / $2:.2f}')"; }
+# peer_line world reshard_after_forward(0|1) → the FSDP2 peer's result line (settings and
+# figures); one retry: its rendezvous port can be taken between pick and bind.
+peer_line() {
+  local line
+  for _ in 1 2; do
+    line=$(FSDP_RESHARD_AFTER_FORWARD=$2 timeout 600 "$python" "$fsdp2_peer" "$1" 256 1024 8 4 \
+           10000 128 8 "$steps" 2>/dev/null | grep 'median_step_ms=') || true
+    [ -n "$line" ] && { echo "$line"; return; }
+  done
+  echo "FSDP2 peer failed twice: FSDP_RESHARD_AFTER_FORWARD=$2 $python $fsdp2_peer $1 256 1024 8 4" \
+    "10000 128 8 $steps" >&2
+  exit 1
+}
+peer_figures() {  # peer line → "peak_unsharded_param_bytes peak_rss_mib step_ms"
+  "$python" -c '
+import sys
+f = dict(kv.split("=", 1) for kv in sys.stdin.read().split() if "=" in kv)
+print(f["peak_unsharded_param_bytes"], f["peak_rss_mb"], f["median_step_ms"])'
+}
 
 model=(--d-model 256 --d-ff 1024 --layers 8 --heads 4 --vocab 10000 --context 128 --batch 8
        --steps "$steps")
@@ -49,11 +76,26 @@ for world in 2 4; do
   echo
   echo "world $world (rank 0; MiB; peak unsharded = full parameters + full gradients alive at once)"
   printf "%-18s %14s %14s %12s %12s %10s\n" row "peak unsharded" "of it params" "optimizer" "peak RSS" "step ms"
+  declare -A our_params=() our_rss=() our_ms=()
   for row in "${order[@]}"; do
     # shellcheck disable=SC2086
     read -r unsharded params optimizer rss ms <<<"$(run_json "$world" "${model[@]}" ${rows[$row]} | figures)"
     printf "%-18s %14s %14s %12s %12s %10.1f\n" "$row" "$(mib "$unsharded")" "$(mib "$params")" \
       "$(mib "$optimizer")" "$(mib "$rss")" "$ms"
+    our_params[$row]=$params our_rss[$row]=$(mib "$rss") our_ms[$row]=$ms
+  done
+  echo "PyTorch FSDP2 peer, same model and steps (MiB; peak params = full parameters alive at once," \
+    "max over ranks and timed steps; peak RSS max over ranks; ours above: rank 0)"
+  printf "%-18s %14s %12s %10s   %-18s %s\n" row "peak params" "peak RSS" "step ms" "ours" \
+    "ours/peer: params RSS step"
+  for raf in 1 0; do
+    line=$(peer_line "$world" "$raf")
+    read -r p_params p_rss p_ms <<<"$(peer_figures <<<"$line")"
+    ours_row=fsdp-block; [ "$raf" = 0 ] && ours_row=fsdp-block-keep
+    printf "%-18s %14s %12s %10s   %-18s %s %s %s\n" "fsdp2-peer-raf$raf" "$(mib "$p_params")" \
+      "$p_rss" "$p_ms" "$ours_row" "$(ratio "${our_params[$ours_row]}" "$p_params")" \
+      "$(ratio "${our_rss[$ours_row]}" "$p_rss")" "$(ratio "${our_ms[$ours_row]}" "$p_ms")"
+    echo "  peer: $line"
   done
   echo "ddpctl plan memory's prediction:"
   "$ddpctl" plan memory --d-model 256 --d-ff 1024 --layers 8 --vocab 10000 --world "$world"
@@ -70,7 +112,7 @@ for r in $(seq "$rounds"); do
   read -r _ p _ _ t <<<"$(run_json 2 "${config[@]}" --strategy fsdp | figures)"; block+=("$t")
   echo "round $r: bucketed ${bucketed[-1]} ms, fsdp per block ${block[-1]} ms"
 done
-/usr/bin/python3 - "${bucketed[@]}" -- "${block[@]}" <<'EOF'
+"$python" - "${bucketed[@]}" -- "${block[@]}" <<'EOF'
 import statistics, sys
 args = sys.argv[1:]
 cut = args.index("--")
@@ -79,4 +121,4 @@ print(f"bucketed {b:.1f} ms, fsdp per block {f:.1f} ms: fsdp / bucketed = {f / b
 EOF
 read -r _ p _ _ _ <<<"$(run_json 2 "${config[@]}" --strategy fsdp | figures)"
 read -r _ full _ _ _ <<<"$(run_json 2 "${config[@]}" --strategy bucketed | figures)"
-echo "fsdp per block's peak full parameters: $(mib "$p") MiB of the model's $(mib "$full") MiB ($(/usr/bin/python3 -c "print(f'{100 * $p / $full:.0f}')") %; goal <= 40 %)"
+echo "fsdp per block's peak full parameters: $(mib "$p") MiB of the model's $(mib "$full") MiB ($("$python" -c "print(f'{100 * $p / $full:.0f}')") %; goal <= 40 %)"

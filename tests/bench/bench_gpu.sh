@@ -5,15 +5,24 @@
 #     ddpd naive vs ddpd flash (CUDA kernels) vs PyTorch SDPA and PyTorch naive on the same GPU;
 #  3. model step time on one GPU for the presets: ddpd-train (naive and flash attention, fp32
 #     and bf16) beside the peer's model in plain PyTorch on the same GPU.
-# Usage: tests/bench/bench_gpu.sh [BUILD_DIR (build-cuda)] [OUT_DIR (.)]
+# The PyTorch peers run on $PYTHON when set; else on the checkout's .venv/bin/python
+# (scripts/setup.sh) when there is one; else on python3 (a GPU machine's system Python, which
+# holds its CUDA PyTorch, as for scripts/device-build.sh).
+# Usage: [PYTHON=...] tests/bench/bench_gpu.sh [BUILD_DIR (build-cuda)] [OUT_DIR (.)]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 dir=${1:-build-cuda}
 out=${2:-.}
-python=${PYTHON:-python3}
+if [ -n "${PYTHON:-}" ]; then python=$PYTHON
+elif [ -x .venv/bin/python ]; then python=$PWD/.venv/bin/python
+else python=python3; fi
+command -v "$python" >/dev/null ||
+  { echo "no Python at $python: set PYTHON, or run scripts/setup.sh (it creates .venv)" >&2; exit 1; }
 peer=${DDPD_PEER:-../shared/peers/torch_ddp_ref.py}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
+echo "peer: $python, PyTorch $("$python" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)' 2>&1 | tail -n1)" |
+  tee "$out/peer.txt"
 
 echo "== CUDA tests"
 (cd "$dir" && ctest -R "Cuda|FlashCuda" --output-on-failure) 2>&1 | tee "$out/cuda_tests.txt" | tail -20

@@ -8,6 +8,7 @@
 #     peer at 100 MB for each world size.
 #  3. DDP: tests/bench/bench_ddp.sh's config (2 ranks, bucketed 25 MB) over both transports
 #     against the PyTorch DDP peer: median step time and exposed communication.
+# The peers run on the checkout's .venv/bin/python (PyTorch 2.11, scripts/setup.sh).
 # Usage: tests/bench/bench_transport.sh [ITERS] [DDP_STEPS]   (run scripts/build.sh first)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,7 +17,9 @@ ddp_steps=${2:-20}
 worker=build/bin/ddpd-worker
 allreduce_peer=../shared/peers/torch_allreduce_ref.py
 ddp_peer=../shared/peers/torch_ddp_ref.py
+python=$PWD/.venv/bin/python  # PyTorch 2.11 for the peers, installed by scripts/setup.sh
 export OPENBLAS_NUM_THREADS=1
+[ -x "$python" ] || { echo "no $python: run scripts/setup.sh (it creates .venv with PyTorch)" >&2; exit 1; }
 [ -x "$worker" ] || { echo "build first: bash scripts/build.sh" >&2; exit 1; }
 [ -f "$allreduce_peer" ] || { echo "peer script not found at $allreduce_peer" >&2; exit 1; }
 
@@ -25,14 +28,17 @@ comm_json() {  # world transport sizes → the comm job's JSON (rank 0)
     --iters "$iters" --warmup 3 --transport "$2" --json | grep '^{'
 }
 peer_busbw() {  # world size_mb → GB/s
-  timeout 600 /usr/bin/python3 "$allreduce_peer" "$1" "$2" "$iters" 2>/dev/null |
+  timeout 600 "$python" "$allreduce_peer" "$1" "$2" "$iters" 2>/dev/null |
     sed -n 's/.*busbw \([0-9.]*\) GB\/s.*/\1/p' | tail -n1
 }
 field() {  # JSON python-expression → value (d: the result)
-  /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"
+  "$python" -c "import json,sys; d=json.load(sys.stdin); print($1)"
 }
 
 echo "host: $(nproc) cores; all-reduce float32, $iters timed iterations after 3 warm-up"
+torch_version=$("$python" -c 'import torch; print(torch.__version__)')
+echo "peer: PyTorch $torch_version ($python)," \
+  "torch.distributed backend gloo, 1 thread per rank ($allreduce_peer; DDP: $ddp_peer)"
 echo
 echo "== 1. all-reduce 100 MB at world 2"
 shm=$(comm_json 2 shm 100MB)
@@ -52,7 +58,7 @@ for transport in shm gloo; do
 done
 printf "%-28s %10.3f\n" "torch.distributed gloo (peer)" "$peer"
 echo "ceilings (shm run, median and spread): $(field '"memcpy %.2f GB/s (%.2f-%.2f), in place %.2f GB/s (%.2f-%.2f), loopback %.2f GB/s (%.2f-%.2f)" % (d["memcpy_bytes_per_second"]/1e9, *[x/1e9 for x in d["memcpy_spread_bytes_per_second"]], d["in_place_bytes_per_second"]/1e9, *[x/1e9 for x in d["in_place_spread_bytes_per_second"]], d["loopback_bytes_per_second"]/1e9, *[x/1e9 for x in d["loopback_spread_bytes_per_second"]])' <<<"$shm")"
-echo "shm / peer: $(/usr/bin/python3 -c "print(f'{$shm_bw/$peer:.2f}')")  (goal >= 3)   shm / memcpy: $(field "f'{$row[\"fraction_of_memcpy\"]:.2f}'" <<<"$shm")  (goal >= 0.40)"
+echo "shm / peer: $("$python" -c "print(f'{$shm_bw/$peer:.2f}')")  (goal >= 3)   shm / memcpy: $(field "f'{$row[\"fraction_of_memcpy\"]:.2f}'" <<<"$shm")  (goal >= 0.40)"
 echo
 echo "== 2. all-reduce by world size and transport (busbw GB/s; peer at 100 MB)"
 printf "%-6s %-9s %10s %10s %10s %10s %12s\n" world transport 1MB 10MB 100MB 1GB "peer 100MB"
@@ -72,12 +78,14 @@ ddp=(run ddp --d-model $D --d-ff $FF --layers $L --heads $H --vocab $V --context
      --batch $BATCH --steps "$ddp_steps" --warmup-steps 2 --threads 1 --spread-every 0 --json
      --strategy bucketed --bucket-mb $BUCKET)
 printf "%-28s %10s %12s %10s %10s\n" run "step ms" "exposed ms" "comm ms" "ours/peer"
-peer_ms=$(timeout 600 /usr/bin/python3 "$ddp_peer" 2 $D $FF $L $H $V $CTX $BATCH "$ddp_steps" $BUCKET 2>/dev/null |
+peer_ms=$(DDP_EXPERT=0 timeout 600 "$python" "$ddp_peer" 2 $D $FF $L $H $V $CTX $BATCH "$ddp_steps" $BUCKET 2>/dev/null |
   sed -n 's/.*median_step_ms=\([0-9.]*\).*/\1/p')
 for transport in gloo shm; do
   read -r step exposed comm <<<"$(bash scripts/launch-local.sh 2 -- "$worker" "${ddp[@]}" \
-    --transport "$transport" | /usr/bin/python3 tests/bench/result_figures.py)"
+    --transport "$transport" | "$python" tests/bench/result_figures.py)"
   printf "%-28s %10s %12s %10s %10s\n" "ours, $transport" "$step" "$exposed" "$comm" \
-    "$(/usr/bin/python3 -c "print(f'{$step/$peer_ms:.3f}')")"
+    "$("$python" -c "print(f'{$step/$peer_ms:.3f}')")"
 done
 printf "%-28s %10s\n" "PyTorch DDP (peer, gloo)" "$peer_ms"
+echo "DDP peer: PyTorch $torch_version DistributedDataParallel, backend gloo," \
+  "threads 1, bucket_cap_mb $BUCKET, DDP defaults (DDP_EXPERT=0)"

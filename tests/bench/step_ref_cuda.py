@@ -2,7 +2,7 @@
 (imported from there, unchanged: it uses scaled_dot_product_attention when PyTorch has it)
 trained by plain PyTorch on CUDA with AdamW(lr 1e-3) on random tokens, timed with CUDA
 synchronisation around each step. Prints median_step_ms=... peak_mb=... params=...
-Usage: /usr/bin/python3 step_ref_cuda.py PEER_SCRIPT D_MODEL D_FF LAYERS HEADS VOCAB CTX BATCH STEPS WARMUP [bf16]"""
+Usage: $PYTHON step_ref_cuda.py PEER_SCRIPT D_MODEL D_FF LAYERS HEADS VOCAB CTX BATCH STEPS WARMUP [bf16]"""
 import importlib.util, statistics, sys, time, torch
 import torch.nn.functional as F
 

@@ -1,7 +1,7 @@
 """Peer reference with a DDP communication hook: the peer script's model and loop
 (../shared/peers/torch_ddp_ref.py), with torch.distributed.algorithms.ddp_comm_hooks'
 fp16_compress_hook or bf16_compress_hook registered on DistributedDataParallel.
-Usage: /usr/bin/python3 torch_ddp_hook_ref.py HOOK WORLD D_MODEL D_FF LAYERS HEADS VOCAB CTX
+Usage: .venv/bin/python torch_ddp_hook_ref.py HOOK WORLD D_MODEL D_FF LAYERS HEADS VOCAB CTX
        GLOBAL_BATCH STEPS [bucket_mb]      (HOOK: fp16 | bf16)
 Prints median step ms (max over ranks), or HOOK_ERROR <message> when the hook cannot run."""
 import importlib.util, os, statistics, sys, time
