@@ -58,6 +58,7 @@ t0=$(now)
 DDPD_BIN_DIR="$bin" "$repo/deploy/docker/build-images.sh" >"$work/images.log" 2>&1 ||
   fail "building images: $(tail -n 5 "$work/images.log")"
 t_images=$(now)
+echo "image sizes: $(grep -E '^ddpd(-prometheus)?:latest ' "$work/images.log" | tr '\n' ';')"
 stack_up=1
 "${compose[@]}" up -d --scale worker=2 >"$work/up.log" 2>&1 || fail "up: $(tail -n 5 "$work/up.log")"
 idle_workers() { [ "$(ctl workers | grep -c ' IDLE ')" = 2 ]; }
