@@ -92,19 +92,33 @@ check_cuda() {
   for name in ddpd-train ddpd-worker ddpd_cuda_core_tests; do
     exe=$bin/$name
     [ -x "$exe" ] || continue
+    # Outputs are read whole before matching: `grep -q` ending a pipe early would fail it
+    # under pipefail.
+    local direct loaded
+    direct=$(needed "$exe")
+    loaded=$(closure "$exe")
     for lib in libtorch_cuda.so libc10_cuda.so; do
-      needed "$exe" | grep -qx "$lib" || fail "$name does not NEED $lib"
+      grep -qx "$lib" <<<"$direct" || fail "$name does not NEED $lib"
     done
-    closure "$exe" | grep -q '^libnccl\.so' || fail "$name does not load NCCL"
+    grep -q '^libnccl\.so' <<<"$loaded" || fail "$name does not load NCCL"
   done
   exe=$bin/ddpd-train
   [ -x "$exe" ] || return
   echo "ddpd-train loads: $(closure "$exe" | grep -E "$cuda_libraries" | awk '{print $1 " (" $2 ")"}' | tr '\n' ' ')"
-  nm -DC --undefined-only "$exe" | grep -q 'c10d::ProcessGroupNCCL::ProcessGroupNCCL(' ||
+  local imports symbols kernels
+  imports=$(nm -DC --undefined-only "$exe")
+  symbols=$(nm -C "$exe")
+  grep -q 'c10d::ProcessGroupNCCL::ProcessGroupNCCL(' <<<"$imports" ||
     fail "ddpd-train does not call ProcessGroupNCCL's constructor"
-  nm -C "$exe" | grep -qE ' [Tt] .*flash_attention.*(forward|backward)_kernel' ||
-    fail "ddpd-train holds no FlashAttention-2 CUDA kernel"
-  echo "ddpd-train: ProcessGroupNCCL linked from libtorch_cuda.so; kernels: $(nm -C "$exe" | grep -cE ' [Tt] .*_kernel') CUDA kernel entry points"
+  # The FlashAttention-2 kernels' launch stubs (nvcc's __device_stub__ for each __global__
+  # instantiation), and the autograd op that launches them.
+  kernels=$(grep -E '__device_stub__.*ddpd7kernels4cuda.*(14forward|15backward)_kernel' <<<"$symbols" |
+            grep -v '\[clone')
+  [ -n "$kernels" ] || fail "ddpd-train holds no FlashAttention-2 CUDA kernel"
+  grep -q 'ddpd::kernels::flash_attention_cuda(' <<<"$symbols" ||
+    fail "ddpd-train holds no FlashAttention-2 CUDA op"
+  echo "ddpd-train: ProcessGroupNCCL's constructor imported from libtorch_cuda.so;" \
+    "$(wc -l <<<"$kernels") FlashAttention-2 kernel entry points"
 }
 
 case $mode in
