@@ -13,6 +13,7 @@
 #include "coordinator_service.h"
 #include "ddpd/job_options.h"
 #include "ddpd/service/logging.h"
+#include "store_lock.h"
 
 namespace {
 
@@ -121,6 +122,8 @@ int main(int argc, char** argv) {
         std::chrono::milliseconds(static_cast<int64_t>(worker_timeout_s * 1000));
     options.pending_timeout =
         std::chrono::milliseconds(static_cast<int64_t>(pending_timeout_s * 1000));
+    // Before the store opens: a second coordinator must not touch it (store_lock.h).
+    ddpd::coordinator::StoreLock store_lock(db_path);
     auto store = std::make_unique<ddpd::coordinator::JobStore>(db_path);
     ddpd::coordinator::CoordinatorService service(options, std::move(store));
     ddpd::coordinator::CoordinatorMetrics metrics(metrics_options,
@@ -139,6 +142,9 @@ int main(int argc, char** argv) {
     grpc::ServerBuilder builder;
     int bound_port = 0;
     builder.AddListeningPort(listen, credentials, &bound_port);
+    // gRPC sets SO_REUSEPORT by default: a second coordinator on a busy --listen would start and
+    // take half of the connections. Off, it fails below naming the address.
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     builder.SetMaxReceiveMessageSize(options.max_message_bytes);
     builder.RegisterService(&service);
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> counters;
@@ -146,7 +152,8 @@ int main(int argc, char** argv) {
     builder.experimental().SetInterceptorCreators(std::move(counters));
     auto server = builder.BuildAndStart();
     if (!server || bound_port == 0) {
-      spdlog::error("cannot listen on {}", listen);
+      spdlog::error("--listen: cannot listen on {} (in use, or not an address of this host)",
+                    listen);
       return 1;
     }
     spdlog::info("coordinator listening on {} (db {}, tls {}, metrics {})", listen, db_path,

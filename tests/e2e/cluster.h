@@ -49,6 +49,8 @@ class Cluster {
   }
 
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  const std::string& db() const { return db_; }
+  int coordinator_pid() const { return coordinator_->pid(); }
 
   void start_coordinator() {
     std::vector<std::string> argv{bin("ddpd-coordinator"), "--listen", address(), "--db", db_,

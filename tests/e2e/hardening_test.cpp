@@ -2,7 +2,10 @@
 // coordinator refuse a job whose estimated per-rank memory exceeds the limit, naming the
 // estimate and the limit), an allocation failure inside a job ends it with one line, and the
 // coordinator's limits refuse what exceeds them, naming the limit.
+#include <unistd.h>
+
 #include <csignal>
+#include <filesystem>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -190,6 +193,92 @@ TEST(Hardening, ASessionThatNeverReadsIsDroppedAndTheCoordinatorKeepsServing) {
   const auto listed = cluster.ctl({"list"});
   EXPECT_EQ(listed.exit_code, 0) << listed.err;
   session_context.TryCancel();
+}
+
+// One coordinator per store and per port: a second coordinator on the first's --db refuses to
+// start, naming the first's pid, and leaves the store alone (the first's job history and its
+// next job id are untouched); one on the first's --listen refuses naming the address, where
+// gRPC's SO_REUSEPORT used to let it start and take half of the clients.
+// serve --heartbeat 0 or -1 used to send heartbeats in a busy loop; now refused naming the flag.
+TEST(BadInput, HeartbeatOutsideItsBoundsIsRefusedNamingTheFlag) {
+  for (const std::string value : {"0", "-1", "61"}) {
+    const auto o = run_process(
+        {bin("ddpd-worker"), "serve", "--heartbeat", value, "--coordinator", "127.0.0.1:1"}, {},
+        std::chrono::seconds(30));
+    EXPECT_EQ(o.exit_code, 2) << value << ": " << o.err;
+    EXPECT_NE(o.err.find("--heartbeat"), std::string::npos) << value << ": " << o.err;
+    EXPECT_NE(o.err.find("0.05"), std::string::npos) << value << ": " << o.err;
+  }
+}
+
+// A checkpoint write that runs out of space fails the job and closes what it opened: the worker
+// daemon, which outlives the job, holds no file on the full tmpfs, and the tmpfs unmounts. A
+// failed write used to leave the rank's file open (deleted, its space in use) until the daemon
+// exited.
+TEST(Checkpoints, AWriteThatRunsOutOfSpaceClosesItsFiles) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
+  const std::string dir = temp_dir() + "/full-tmpfs";
+  std::filesystem::create_directories(dir);
+  // 256 KiB: the tiny model's parameters alone are 5.6 MB.
+  const auto mounted =
+      run_process({"/usr/bin/mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", dir}, {},
+                  std::chrono::seconds(30));
+  if (mounted.exit_code != 0) GTEST_SKIP() << "cannot mount a tmpfs here: " << mounted.err;
+  {
+    Cluster cluster(1, "enospc");
+    const auto submitted =
+        cluster.ctl({"submit", "ddp", "--world-size", "1", "--model", "tiny", "--steps", "3",
+                     "--checkpoint-dir", dir, "--checkpoint-every", "1"});
+    ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
+    const auto job = cluster.wait_for_end(first_line(submitted.out));
+    EXPECT_EQ(job["state"], "FAILED");
+    const std::string reason = job["history"].back()["reason"];
+    EXPECT_NE(reason.find("No space left on device"), std::string::npos) << reason;
+    std::vector<std::string> held;
+    const std::string fds = "/proc/" + std::to_string(cluster.worker(0).pid()) + "/fd";
+    for (const auto& entry : std::filesystem::directory_iterator(fds)) {
+      std::error_code error;
+      const std::string target = std::filesystem::read_symlink(entry.path(), error).string();
+      if (!error && target.rfind(dir, 0) == 0) held.push_back(target);
+    }
+    EXPECT_TRUE(held.empty()) << "the worker daemon still holds " << held.size() << " file(s), "
+                              << (held.empty() ? "" : held.front());
+  }
+  const auto unmounted = run_process({"/usr/bin/umount", dir}, {}, std::chrono::seconds(30));
+  EXPECT_EQ(unmounted.exit_code, 0) << unmounted.err;
+}
+
+TEST(Exclusive, ASecondCoordinatorOnTheSameStoreOrPortRefusesToStart) {
+  Cluster cluster(0, "exclusive");
+  const std::string first_job = cluster.submit({});
+  const std::map<std::string, std::string> env{{"DDPD_TOKEN", kToken}};
+
+  const auto same_db =
+      run_process({bin("ddpd-coordinator"), "--listen", "127.0.0.1:" + std::to_string(free_port()),
+                   "--db", cluster.db(), "--metrics-port", "0"},
+                  env, std::chrono::seconds(30));
+  EXPECT_EQ(same_db.exit_code, 1) << same_db.err;
+  const std::string holder = "(pid " + std::to_string(cluster.coordinator_pid()) + ",";
+  EXPECT_NE(
+      same_db.err.find("--db: " + cluster.db() + " is in use by another coordinator " + holder),
+      std::string::npos)
+      << same_db.err;
+
+  const auto same_port =
+      run_process({bin("ddpd-coordinator"), "--listen", cluster.address(), "--db",
+                   temp_dir() + "/exclusive-other.db", "--metrics-port", "0"},
+                  env, std::chrono::seconds(30));
+  EXPECT_EQ(same_port.exit_code, 1) << same_port.err;
+  EXPECT_NE(same_port.err.find("--listen: cannot listen on " + cluster.address()),
+            std::string::npos)
+      << same_port.err;
+
+  // The first coordinator still owns its store: its job is where it was, and the next id follows.
+  const auto shown = cluster.ctl({"show", first_job, "--json"});
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_EQ(shown.out.find("coordinator restarted"), std::string::npos) << shown.out;
+  const std::string second_job = cluster.submit({});
+  EXPECT_NE(second_job, first_job);
 }
 
 }  // namespace
