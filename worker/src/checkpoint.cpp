@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +15,9 @@
 namespace ddpd::detail {
 namespace fs = std::filesystem;
 namespace {
+
+// Beside metadata.json: the FNV-1a of its bytes, in hex.
+constexpr const char* kMetadataChecksumFile = "metadata.json.fnv1a64";
 
 // FNV-1a, 64 bit: a checksum that catches flipped and truncated bytes (not an adversary).
 struct Fnv1a {
@@ -35,14 +39,26 @@ struct Fnv1a {
   throw std::runtime_error("checkpoint: " + what + " '" + path + "': " + std::strerror(errno));
 }
 
-void fsync_path(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0) io_error("cannot open for fsync", path);
-  if (::fsync(fd) != 0) {
-    ::close(fd);
-    io_error("fsync failed for", path);
+// An open file that every path out of its scope closes, the throwing ones too: a write that
+// failed (ENOSPC) used to leave the rank's file open, deleted, its space still in use.
+class OpenFile {
+ public:
+  OpenFile(const std::string& path, int flags, const char* what)
+      : fd_(::open(path.c_str(), flags, 0644)) {
+    if (fd_ < 0) io_error(what, path);
   }
-  ::close(fd);
+  ~OpenFile() { ::close(fd_); }
+  OpenFile(const OpenFile&) = delete;
+  OpenFile& operator=(const OpenFile&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+void fsync_path(const std::string& path, bool directory) {
+  OpenFile file(path, directory ? O_RDONLY | O_DIRECTORY : O_RDONLY, "cannot open for fsync");
+  if (::fsync(file.fd()) != 0) io_error("fsync failed for", path);
 }
 
 void write_all(int fd, const char* data, size_t n, const std::string& path) {
@@ -59,11 +75,36 @@ void write_all(int fd, const char* data, size_t n, const std::string& path) {
 
 // Writes `text` to `path` and fsyncs it.
 void write_text_durably(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) io_error("cannot create", path);
-  write_all(fd, text.data(), text.size(), path);
-  if (::fsync(fd) != 0) io_error("fsync failed for", path);
-  ::close(fd);
+  OpenFile file(path, O_WRONLY | O_CREAT | O_TRUNC, "cannot create");
+  write_all(file.fd(), text.data(), text.size(), path);
+  if (::fsync(file.fd()) != 0) io_error("fsync failed for", path);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("checkpoint: missing file '" + path + "'");
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// metadata.json, parsed once its bytes match the checksum written beside it.
+nlohmann::json read_checked_metadata(const std::string& dir) {
+  const std::string path = dir + "/metadata.json";
+  const std::string text = read_text(path);
+  std::string expected = read_text(dir + "/" + kMetadataChecksumFile);
+  while (!expected.empty() && std::isspace(static_cast<unsigned char>(expected.back()))) {
+    expected.pop_back();
+  }
+  Fnv1a checksum;
+  checksum.add(text.data(), text.size());
+  if (checksum.hex() != expected) {
+    throw std::runtime_error("checkpoint: corrupted file '" + path + "': checksum " +
+                             checksum.hex() + ", " + kMetadataChecksumFile + " says " + expected);
+  }
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("checkpoint: corrupted file '" + path + "': " + e.what());
+  }
 }
 
 nlohmann::json read_json(const std::string& path) {
@@ -107,8 +148,8 @@ void CheckpointShardWriter::add(const std::string& name, const std::vector<int64
 
 void CheckpointShardWriter::finish(int64_t crash_after_bytes) {
   const std::string path = dir_ + "/" + file_;
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) io_error("cannot create", path);
+  OpenFile file(path, O_WRONLY | O_CREAT | O_TRUNC, "cannot create");
+  const int fd = file.fd();
   Fnv1a checksum;
   int64_t written = 0;
   for (const auto& t : pending_) {
@@ -126,7 +167,6 @@ void CheckpointShardWriter::finish(int64_t crash_after_bytes) {
     written += static_cast<int64_t>(n);
   }
   if (::fsync(fd) != 0) io_error("fsync failed for", path);
-  ::close(fd);
   index_["file"] = {{"name", file_}, {"bytes", bytes_}, {"fnv1a64", checksum.hex()}};
   write_text_durably(dir_ + "/" + fs::path(file_).stem().string() + ".index.json", index_.dump());
   pending_.clear();
@@ -154,7 +194,13 @@ void commit_checkpoint(const std::string& tmp_dir, const std::string& final_dir,
     }
     fs::remove(index_path);
   }
-  write_text_durably(tmp_dir + "/metadata.json", header.dump(1));
+  // The checksum covers metadata.json byte for byte: a shifted byte_offset or an edited
+  // adam_step used to resume with wrong state, since nothing else checks the metadata.
+  const std::string metadata = header.dump(1);
+  Fnv1a checksum;
+  checksum.add(metadata.data(), metadata.size());
+  write_text_durably(tmp_dir + "/metadata.json", metadata);
+  write_text_durably(tmp_dir + "/" + kMetadataChecksumFile, checksum.hex() + "\n");
   fsync_path(tmp_dir, true);
   const fs::path parent = fs::path(final_dir).parent_path();
   if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a re-run of the same step
@@ -202,7 +248,7 @@ std::string resolve_resume(const std::string& resume, const std::string& checkpo
 }
 
 CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
-  metadata_ = read_json(dir + "/metadata.json");
+  metadata_ = read_checked_metadata(dir);
   if (metadata_.value("format_version", 0) != kCheckpointFormatVersion) {
     throw std::runtime_error("checkpoint: '" + dir + "/metadata.json' has format version " +
                              std::to_string(metadata_.value("format_version", 0)) +
