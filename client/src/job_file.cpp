@@ -1,5 +1,7 @@
 #include "job_file.h"
 
+#include <filesystem>
+
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
 #include <yaml-cpp/yaml.h>
@@ -129,13 +131,21 @@ void add_comm_job_flags(CLI::App& app, CommJob& job) {
 }
 
 void apply_job_file(const std::string& path, CLI::App& command) {
+  // yaml-cpp reads a directory or an unreadable special file (/proc/self/mem) by throwing
+  // std::ios_failure, which used to end ddpctl with an abort.
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    throw OptionError("-f", path + ": is a directory, not a job file");
+  }
   YAML::Node root;
   try {
     root = YAML::LoadFile(path);
   } catch (const YAML::BadFile&) {
-    throw OptionError("-f", "cannot read '" + path + "'");
+    throw OptionError("-f", path + ": cannot read it");
   } catch (const YAML::Exception& e) {
     throw OptionError("-f", path + ": not YAML or JSON: " + e.what());
+  } catch (const std::exception& e) {
+    throw OptionError("-f", path + ": cannot read it: " + e.what());
   }
   if (!root.IsMap()) throw OptionError("-f", path + ": expected a mapping of flag names to values");
   for (const auto& entry : root) {

@@ -142,7 +142,13 @@ void validate(const DdpJobOptions& o, int world_size) {
   require(o.spread_every >= 0, "--spread-every", "must be >= 0");
   require(o.max_param_spread >= 0, "--max-param-spread", "must be >= 0");
   require(o.threads >= 0, "--threads", "must be >= 0");
-  require(o.collective_timeout_s > 0, "--timeout", "must be > 0 seconds");
+  // Bounded above: a timeout past ~9.2e9 s overflowed the milliseconds it becomes (the
+  // rendezvous then "timed out after -9223372036854775s"), and inf passed as a number.
+  require(o.collective_timeout_s > 0 && o.collective_timeout_s <= kMaxCollectiveTimeoutSeconds,
+          "--timeout",
+          "must be > 0 and at most " +
+              std::to_string(static_cast<int64_t>(kMaxCollectiveTimeoutSeconds)) +
+              " seconds (30 days)");
   require(o.stall_seconds >= 0, "--stall-seconds", "must be >= 0 (0: never)");
   require(o.on_stall == "fail" || o.on_stall == "warn", "--on-stall",
           "unknown action '" + o.on_stall + "' (expected fail or warn)");

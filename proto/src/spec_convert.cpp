@@ -203,6 +203,7 @@ std::string proto_field(const std::string& flag) {
       {"--vocab", "vocab_size"},
       {"--context", "context_length"},
       {"--batch", "batch_size"},
+      {"--data", "data_path"},
       {"--bucket-mb", "bucket_size_mb"},
       {"--timeout", "collective_timeout_s"},
       {"--journal-size", "journal_size"},
@@ -255,7 +256,10 @@ void validate_spec_flags(const v1::JobSpec& spec) {
       if (job.transport != "gloo" && job.backend != "gloo") {
         throw OptionError("--transport", "shm and auto are for the gloo backend (CPU ranks)");
       }
-      if (job.collective_timeout_s <= 0) throw OptionError("--timeout", "must be > 0 seconds");
+      if (!(job.collective_timeout_s > 0 &&
+            job.collective_timeout_s <= kMaxCollectiveTimeoutSeconds)) {
+        throw OptionError("--timeout", "must be > 0 and at most 2592000 seconds (30 days)");
+      }
       return;
     }
     case v1::JobSpec::KIND_NOT_SET:

@@ -40,8 +40,9 @@ TEST(JobFile, SubmitTakesTheFileFlagsWinAndShowSpecResubmitsUnchanged) {
        {"kind: ddp", "world-size: 3", "strategy: \"flat\"", "bucket-mb: 5", "steps: 9", "batch: 12",
         "grad-accum: 2", "shard-optimizer: true", "lr: 0.003", "lr-schedule: \"cosine\"",
         "data-text: \"/usr/share/common-licenses/GPL-3\""}) {
-    EXPECT_NE(("\n" + spec.out).find(std::string("\n") + line + "\n"), std::string::npos) << line << " in\n"
-                                                                                 << spec.out;
+    EXPECT_NE(("\n" + spec.out).find(std::string("\n") + line + "\n"), std::string::npos)
+        << line << " in\n"
+        << spec.out;
   }
   // The printed spec resubmits unchanged.
   const std::string again = write_file("again.yaml", spec.out);
@@ -72,6 +73,16 @@ TEST(JobFile, UnknownKeysWrongTypesAndKindsAreRefusedNamingTheKey) {
       {"kind: comm\n", "key 'kind': the file describes a comm job, the command runs ddp"},
       {"- steps\n", "expected a mapping"},
   };
+  // Not files: each refused in one line naming -f and the path (they used to abort ddpctl).
+  for (const auto& [path, message] : std::vector<std::pair<std::string, std::string>>{
+           {temp_dir(), "is a directory"},
+           {"/proc/self/mem", "cannot read it"},
+           {temp_dir() + "/absent.yaml", "cannot read it"}}) {
+    const auto o =
+        run_process({bin("ddpctl"), "local", "ddp", "-f", path}, {}, std::chrono::seconds(30));
+    EXPECT_EQ(o.exit_code, 2) << path << ": " << o.err;
+    EXPECT_NE(o.err.find("error: -f: " + path + ": " + message), std::string::npos) << o.err;
+  }
   int i = 0;
   for (const auto& [text, message] : cases) {
     const std::string path = write_file("bad" + std::to_string(i++) + ".yaml", text);

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "ddpd/fault_injection.h"
 #include "ddpd/job_options.h"
 #include "ddpd/memory_estimate.h"
@@ -70,6 +72,15 @@ TEST(JobOptions, BadValuesNameTheirFlag) {
   EXPECT_EQ(flag_of_error(o, 2), "--fsdp-prefetch");
   o.fsdp_prefetch = -1;
   EXPECT_EQ(flag_of_error(o, 2), "--fsdp-prefetch");
+  // A timeout beyond 30 days, or infinite, overflowed into a negative one at rendezvous.
+  for (double timeout : {0.0, -1.0, 1e10, std::numeric_limits<double>::infinity(),
+                         std::numeric_limits<double>::quiet_NaN()}) {
+    o = {};
+    o.collective_timeout_s = timeout;
+    EXPECT_EQ(flag_of_error(o, 2), "--timeout") << timeout;
+  }
+  o.collective_timeout_s = kMaxCollectiveTimeoutSeconds;
+  EXPECT_EQ(flag_of_error(o, 2), "");
 }
 
 // Warm-up from lr / W, then the schedule from lr to --min-lr, reached at the last step.

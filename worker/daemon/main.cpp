@@ -204,8 +204,12 @@ int main(int argc, char** argv) {
                    "GPU index for cuda/nccl jobs (CUDA builds; one daemon per GPU)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  serve_cmd->add_option("--heartbeat", daemon_options.heartbeat_seconds, "Heartbeat seconds")
-      ->capture_default_str();
+  // Bounded: 0 or less sent heartbeats in a busy loop (9 s of CPU in 8 s).
+  serve_cmd
+      ->add_option("--heartbeat", daemon_options.heartbeat_seconds,
+                   "Heartbeat seconds (0.05 to 60)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 60.0));
   serve_cmd
       ->add_option("--metrics-port", daemon_options.metrics.port,
                    "Serve Prometheus /metrics on this port (0: off)")

@@ -34,6 +34,9 @@ ModelConfig model_preset(const std::string& name);
 // Parameter count of the LM for `config` (equals the Python peer's for the same shape).
 int64_t count_parameters(const ModelConfig& config);
 
+// The largest --timeout accepted: 30 days, in seconds.
+constexpr double kMaxCollectiveTimeoutSeconds = 30.0 * 24 * 3600;
+
 enum class Strategy { kNaive, kFlat, kOverlap, kBucketed, kFsdp };
 const std::vector<std::string>& strategy_names();
 Strategy parse_strategy(const std::string& name);  // throws OptionError(--strategy)
