@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <future>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 
@@ -274,8 +276,11 @@ bool Communicator::skip_injected(const std::string& name) {
   return true;
 }
 
-std::vector<std::optional<std::string>> Communicator::exchange_failure_reports(
-    const std::string& report, std::chrono::milliseconds wait) {
+namespace {
+
+std::vector<std::optional<std::string>> exchange_reports_on(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
+    const std::vector<bool>& gone, const std::string& report, std::chrono::milliseconds wait) {
   // Protocol (every failing rank runs it once; a rank stuck in compute may never join):
   //  1. write failure_report/<rank>;
   //  2. read the others' reports until all are there or `wait` has passed;
@@ -284,24 +289,20 @@ std::vector<std::optional<std::string>> Communicator::exchange_failure_reports(
   //     with it) it waits, briefly, until every rank that reported has also finished reading.
   //     Without step 4 a rank whose deadline falls a moment after rank 0's loses the store in
   //     the middle of step 2.
-  std::vector<std::optional<std::string>> reports(world_size_);
-  reports[rank_] = report;
-  if (!store_) return reports;
+  std::vector<std::optional<std::string>> reports(world_size);
+  reports[rank] = report;
   auto key = [](const char* what, int rank) { return std::string(what) + std::to_string(rank); };
   auto put = [&](const std::string& k, const std::string& value) {
-    store_->set(k, std::vector<uint8_t>(value.begin(), value.end()));
+    store->set(k, std::vector<uint8_t>(value.begin(), value.end()));
   };
-  put(key("failure_report/", rank_), report);
-  // Ranks the shared-memory segment shows gone will never report: no wait for them.
-  std::vector<bool> gone(world_size_, false);
-  if (shm_) gone = static_cast<const shm::ShmProcessGroup*>(group_.get())->gone_ranks();
+  put(key("failure_report/", rank), report);
   const auto deadline = std::chrono::steady_clock::now() + wait;
   while (true) {
     bool all = true;
-    for (int r = 0; r < world_size_; ++r) {
+    for (int r = 0; r < world_size; ++r) {
       if (reports[r] || gone[r]) continue;
-      if (store_->check({key("failure_report/", r)})) {
-        const auto bytes = store_->get(key("failure_report/", r));
+      if (store->check({key("failure_report/", r)})) {
+        const auto bytes = store->get(key("failure_report/", r));
         reports[r] = std::string(bytes.begin(), bytes.end());
       } else {
         all = false;
@@ -310,20 +311,54 @@ std::vector<std::optional<std::string>> Communicator::exchange_failure_reports(
     if (all || std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  put(key("failure_report_read/", rank_), "1");
-  if (rank_ != 0) return reports;
+  put(key("failure_report_read/", rank), "1");
+  if (rank != 0) return reports;
   // The readers' deadlines differ from ours by their collective's start: allow one more `wait`
   // plus a little, and never for a rank that did not report (it may never come).
   const auto readers_deadline =
       std::chrono::steady_clock::now() + wait + std::chrono::milliseconds(500);
-  for (int r = 0; r < world_size_; ++r) {
+  for (int r = 0; r < world_size; ++r) {
     if (!reports[r]) continue;
-    while (!store_->check({key("failure_report_read/", r)}) &&
+    while (!store->check({key("failure_report_read/", r)}) &&
            std::chrono::steady_clock::now() < readers_deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
   return reports;
+}
+
+}  // namespace
+
+std::vector<std::optional<std::string>> Communicator::exchange_failure_reports(
+    const std::string& report, std::chrono::milliseconds wait) {
+  std::vector<std::optional<std::string>> own(world_size_);
+  own[rank_] = report;
+  if (!store_) return own;
+  // Ranks the shared-memory segment shows gone will never report: no wait for them.
+  std::vector<bool> gone(world_size_, false);
+  if (shm_) gone = static_cast<const shm::ShmProcessGroup*>(group_.get())->gone_ranks();
+  // On its own thread, so that the rank never waits on it past its deadline: LibTorch 2.x's
+  // TCPStore client reads check()'s answer with no socket timeout, and with the store's host
+  // cut off (a partition) the read never returned, holding the rank past cancel and every
+  // deadline. The thread holds only copies (the store, the inputs, the result's state); a
+  // thread left blocked on a dead connection ends with the process.
+  struct Exchange {
+    std::promise<std::vector<std::optional<std::string>>> result;
+  };
+  auto exchange = std::make_shared<Exchange>();
+  auto future = exchange->result.get_future();
+  std::thread([exchange, store = store_, rank = rank_, world = world_size_, gone, report, wait] {
+    try {
+      exchange->result.set_value(exchange_reports_on(store, rank, world, gone, report, wait));
+    } catch (...) {
+      exchange->result.set_exception(std::current_exception());
+    }
+  }).detach();
+  // Rank 0 may wait up to twice `wait` (its step 4), plus a margin for the store's round trips.
+  if (future.wait_for(2 * wait + std::chrono::seconds(2)) != std::future_status::ready) {
+    return own;
+  }
+  return future.get();
 }
 
 PendingCollective Communicator::track(c10::intrusive_ptr<c10d::Work> work, const std::string& name,
