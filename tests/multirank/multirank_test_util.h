@@ -16,6 +16,19 @@ namespace ddpd::testing {
 
 inline std::string rank_helper() { return binary_dir() + "/ddpd-test-rank"; }
 
+// The equivalence suites verify in float64 (ddpd-test-rank --float64, as PyTorch's DDP tests use
+// model.double()): N ranks and one process sum the same terms in different orders, and in float32
+// that noise, amplified by AdamW's normalised update in near-zero gradient components, reached
+// 1.2e-5 relative in gradients and 1.24e-4 in parameters on one AMD EPYC, past bounds tuned on
+// another CPU. float64's unit roundoff is 2^-29 (1.9e-9) of float32's, so the same runs move by
+// about 2.3e-14 and 2.3e-13. The bounds below keep a margin of over 4000 for other CPUs'
+// kernels, and stay 10^7 below what a real fault moves: a sum not divided by N is off by a factor
+// of N, a lost bucket or a skipped step moves a parameter by about one step of lr (1e-2).
+inline const std::string kFloat64Flag = "--float64";
+constexpr int64_t kFloat64Bytes = 8;
+constexpr double kGradientRelativeBound = 1e-10;  // relative to the largest gradient
+constexpr double kParameterBound = 1e-9;          // absolute, after several AdamW steps
+
 // The transport multi-rank runs use: DDPD_TEST_TRANSPORT (CTest sets it to shm for the suites
 // registered a second time under the Shm. prefix), else the product's default.
 inline const std::string& test_transport() {

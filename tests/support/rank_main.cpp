@@ -12,6 +12,12 @@
 //     A fault makes rank R exit (die) or stop responding (hang) at the start of step S, after
 //     printing "FAULT <unix seconds>" to stderr so the test can time the survivors from it.
 //
+//   --float64 (train, readiness, zero1) makes float64 torch's default dtype before the model is
+//     built, as PyTorch's own DDP tests call model.double(): the model, its gradients, buckets and
+//     optimizer state are then float64, so a different summation order (another world size,
+//     another bucket split, another CPU's kernels) moves results by ~1e-16 relative instead of
+//     ~6e-8, and the equivalence suites can hold tight bounds on any x86-64 CPU.
+//
 //   ddpd-test-rank readiness --out PREFIX --strategy overlap|bucketed [--with-unused] ...
 //     The hook-driven strategies on a two-layer net whose forward order differs from its
 //     registration order (and, with --with-unused, a parameter the forward never uses), through
@@ -364,7 +370,12 @@ int main(int argc, char** argv) {
       app.add_subcommand("collectives", "Every collective on odd sizes, both dtypes, checked");
   ddpd::add_ddp_flags(*collectives_cmd, options);
   collectives_cmd->add_option("--out", out)->required();
+  bool float64 = false;
+  for (auto* command : {train_cmd, readiness_cmd, zero1_cmd}) {
+    command->add_flag("--float64", float64, "Build the model in float64 (verification runs)");
+  }
   CLI11_PARSE(app, argc, argv);
+  if (float64) torch::set_default_dtype(caffe2::TypeMeta::Make<double>());
 
   try {
     if (train_cmd->parsed()) return train(options, out, tie_embeddings, freeze_embedding, fault);

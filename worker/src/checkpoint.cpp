@@ -133,16 +133,19 @@ CheckpointShardWriter::CheckpointShardWriter(const std::string& dir, int rank)
 void CheckpointShardWriter::add(const std::string& name, const std::vector<int64_t>& shape,
                                 const torch::Tensor& values, int64_t element_offset,
                                 int64_t adam_step) {
-  torch::Tensor flat = values.detach().to(torch::kCPU, torch::kFloat32).contiguous().reshape(-1);
+  // float32 on disk, or float64 for a float64 model (the equivalence tests' verification runs):
+  // a resume then continues at the precision it left off with.
+  const auto dtype = values.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat32;
+  torch::Tensor flat = values.detach().to(torch::kCPU, dtype).contiguous().reshape(-1);
   auto& entry = index_["tensors"][name];
   entry["shape"] = shape;
-  entry["dtype"] = "float32";
+  entry["dtype"] = dtype == torch::kDouble ? "float64" : "float32";
   if (adam_step >= 0) entry["adam_step"] = adam_step;
   entry["chunks"].push_back({{"file", file_},
                              {"byte_offset", bytes_},
                              {"element_offset", element_offset},
                              {"numel", flat.numel()}});
-  bytes_ += flat.numel() * static_cast<int64_t>(sizeof(float));
+  bytes_ += static_cast<int64_t>(flat.nbytes());
   pending_.push_back(std::move(flat));
 }
 
@@ -154,7 +157,7 @@ void CheckpointShardWriter::finish(int64_t crash_after_bytes) {
   int64_t written = 0;
   for (const auto& t : pending_) {
     const char* data = static_cast<const char*>(t.data_ptr());
-    const size_t n = t.numel() * sizeof(float);
+    const size_t n = t.nbytes();
     if (crash_after_bytes > 0 && written + static_cast<int64_t>(n) >= crash_after_bytes) {
       write_all(fd, data, static_cast<size_t>(crash_after_bytes - written), path);
       std::fprintf(stderr, "ddpd: inject crash-during-checkpoint: exiting after %lld bytes of %s\n",
@@ -303,7 +306,15 @@ torch::Tensor CheckpointReader::read(const std::string& name, int64_t begin, int
     throw std::runtime_error("checkpoint: '" + dir_ + "/metadata.json' has no tensor '" + name +
                              "'");
   }
-  torch::Tensor out = torch::zeros({std::max<int64_t>(end - begin, 0)}, torch::kFloat32);
+  const std::string dtype = metadata_["tensors"][name].value("dtype", "float32");
+  if (dtype != "float32" && dtype != "float64") {
+    throw std::runtime_error("checkpoint: tensor '" + name + "' has dtype '" + dtype + "' (" +
+                             dir_ + "/metadata.json; expected float32 or float64)");
+  }
+  torch::Tensor out = torch::zeros({std::max<int64_t>(end - begin, 0)},
+                                   dtype == "float64" ? torch::kDouble : torch::kFloat32);
+  const int64_t element = static_cast<int64_t>(out.element_size());
+  char* data = static_cast<char*>(out.data_ptr());
   int64_t covered = 0;
   for (const auto& c : metadata_["tensors"][name]["chunks"]) {
     const int64_t c_begin = c.at("element_offset"), c_end = c_begin + c.at("numel").get<int64_t>();
@@ -313,8 +324,8 @@ torch::Tensor CheckpointReader::read(const std::string& name, int64_t begin, int
     verify(file);
     const std::string path = dir_ + "/" + file;
     std::ifstream in(path, std::ios::binary);
-    in.seekg(c.at("byte_offset").get<int64_t>() + (lo - c_begin) * 4);
-    in.read(reinterpret_cast<char*>(out.data_ptr<float>() + (lo - begin)), (hi - lo) * 4);
+    in.seekg(c.at("byte_offset").get<int64_t>() + (lo - c_begin) * element);
+    in.read(data + (lo - begin) * element, (hi - lo) * element);
     if (!in) throw std::runtime_error("checkpoint: truncated file '" + path + "'");
     covered += hi - lo;
   }

@@ -191,9 +191,12 @@ std::vector<ModelUnit> TransformerLMImpl::units() {
   return out;
 }
 
+// The softmax runs in at least float32: bf16 logits (autocast) are upcast, float64 ones (the
+// equivalence tests' verification runs) keep their precision.
 torch::Tensor language_model_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
-  return torch::nn::functional::cross_entropy(
-      logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32), targets.reshape({-1}));
+  const auto dtype = at::promote_types(logits.scalar_type(), torch::kFloat32);
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(dtype),
+                                              targets.reshape({-1}));
 }
 
 std::vector<torch::Tensor> unique_tensors(const std::vector<torch::Tensor>& tensors) {
