@@ -120,8 +120,8 @@ struct CoordinatorMetrics::Impl {
       prometheus::BuildGauge()
           .Name("ddpd_rank_compute_score")
           .Help(
-              "Straggler score per rank: the fastest rank's median compute time over the last "
-              "10 steps divided by this rank's (1: as fast as the fastest)")
+              "Straggler score per rank: 1 / the median over the last 10 steps of this rank's "
+              "compute time relative to the step's median rank (1: as fast or faster)")
           .Register(*registry);
   std::map<std::pair<std::string, int>, prometheus::Gauge*> score_gauges;
   std::shared_ptr<RefreshOnScrape> collectable;

@@ -55,6 +55,9 @@ struct CoordinatorService::WorkerEntry {
   std::shared_ptr<Session> session;
   std::optional<v1::RankProgress> progress;  // the last heartbeat's, for job_id
   int attempt = 0;                           // of job_id that this worker runs
+  // Set by the reaper when it ends a silent session, so the loss names the silence rather than
+  // the cancellation it caused (a killed process also reads as a cancelled session).
+  std::string silence;
 };
 
 namespace {
@@ -184,6 +187,9 @@ void CoordinatorService::transition(JobEntry& entry, v1::JobState to, const std:
   t.set_unix_time(unix_now());
   t.set_reason(reason);
   job.set_state(to);
+  // "waiting for…" describes a pending job only: a job cancelled while pending kept it in list
+  // and show.
+  if (to != v1::PENDING) job.clear_pending_reason();
   *job.add_history() = t;
   *entry.events.emplace_back().mutable_transition() = t;
   store_->save_job(job, entry.sequence);
@@ -245,12 +251,14 @@ void CoordinatorService::schedule() {
       if (resumable)
         ddp->set_resume("auto");  // the latest checkpoint, if the last attempt made one
       ddp->clear_inject();        // fault injection fires only in the first attempt
-      const std::string from = resumable && entry.last_checkpoint_step > 0
-                                   ? "resuming step-" + std::to_string(entry.last_checkpoint_step) +
-                                         " (" + ddp->checkpoint_dir() + ")"
-                               : resumable
-                                   ? "resuming the latest checkpoint under " + ddp->checkpoint_dir()
-                                   : "from the start (no --checkpoint-dir)";
+      const std::string from =
+          resumable && entry.last_checkpoint_step > 0
+              ? "resuming step-" + std::to_string(entry.last_checkpoint_step) + " (" +
+                    ddp->checkpoint_dir() + ")"
+          : resumable ? "resuming the latest checkpoint under " + ddp->checkpoint_dir() +
+                            " if there is one (this job has reported none), else "
+                            "from the start"
+                      : "from the start (no --checkpoint-dir)";
       restart_text = "restart " + std::to_string(attempt) + " of " +
                      std::to_string(from_proto(entry.job.spec().ddp()).max_restarts) +
                      " after: " + entry.restart_reason + "; world size " +
@@ -402,6 +410,12 @@ void CoordinatorService::record_step(JobEntry& entry, const v1::StepReport& step
     return;
   }
   store_->add_step(entry.job.job_id(), step);
+  // A rank's step in diagnose is the later of its last heartbeat's and its last report's: step
+  // reports outrun heartbeats, and an ended job showed the last heartbeat's (21 of 42).
+  if (step.rank() >= 0 && step.rank() < entry.job.ranks_size()) {
+    auto* progress = entry.job.mutable_ranks(step.rank())->mutable_progress();
+    progress->set_step(std::max(progress->step(), step.step()));
+  }
   auto& ranks = entry.partial_steps[step.step()];
   ranks.push_back(step);
   if (static_cast<int>(ranks.size()) == entry.job.worker_ids_size()) {
@@ -544,7 +558,15 @@ void CoordinatorService::reap() {
     store_->flush_steps_older_than(std::chrono::milliseconds(250));
     const auto now = std::chrono::steady_clock::now();
     for (auto& [id, worker] : workers_) {
-      if (worker->session && now - worker->last_heartbeat > options_.worker_timeout) {
+      if (worker->session && worker->silence.empty() &&
+          now - worker->last_heartbeat > options_.worker_timeout) {
+        char text[120];
+        std::snprintf(text, sizeof(text),
+                      "no heartbeat for %.1f s (--worker-timeout %.1f s): the worker is stopped, "
+                      "hung or cut off",
+                      std::chrono::duration<double>(now - worker->last_heartbeat).count(),
+                      std::chrono::duration<double>(options_.worker_timeout).count());
+        worker->silence = text;
         worker->session->context->TryCancel();  // its reader then reports it lost
       }
     }
@@ -602,6 +624,7 @@ grpc::Status CoordinatorService::WorkerSession(
     entry->state = v1::IDLE;
     entry->job_id.clear();
     entry->session = session;
+    entry->silence.clear();
     entry->last_seen = unix_now();
     entry->last_heartbeat = std::chrono::steady_clock::now();
     spdlog::info("worker={} registered ({}:{}, {} cpus)", hello.worker_id(),
@@ -652,10 +675,14 @@ grpc::Status CoordinatorService::WorkerSession(
   }
   std::lock_guard<std::mutex> lock(mutex_);
   const std::string overflowed = session->outbox->overflowed();
+  auto it = workers_.find(hello.worker_id());
+  const std::string silence = it != workers_.end() ? it->second->silence : "";
   worker_lost(hello.worker_id(), session.get(),
               !overflowed.empty()      ? overflowed
-              : context->IsCancelled() ? "no heartbeat or session cancelled"
-                                       : "session closed");
+              : !silence.empty()       ? silence
+              : context->IsCancelled() ? "its connection broke (the worker process exited or was "
+                                         "killed, or its host went down)"
+                                       : "it closed its session");
   return grpc::Status::OK;
 }
 
@@ -686,7 +713,7 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
       check_fits_in_memory(from_proto(request->spec().ddp()), request->spec().world_size(), largest,
                            "the largest registered worker's memory");
     } catch (const OptionError& e) {
-      return {grpc::StatusCode::RESOURCE_EXHAUSTED, e.what()};
+      return {grpc::StatusCode::RESOURCE_EXHAUSTED, naming_proto_field(e).what()};
     }
   }
   JobEntry* resumed = nullptr;

@@ -97,10 +97,30 @@ TEST(ControlPlane, KilledWorkerFailsTheJobAndTheOtherReturnsToIdle) {
   ASSERT_TRUE(cluster.wait_until([&] { return cluster.show(job)["state"] == "FAILED"; },
                                  std::chrono::seconds(20)));
   const auto r = cluster.show(job);
-  EXPECT_NE(r["error"].get<std::string>().find("lost"), std::string::npos) << r.dump();
+  // A killed process breaks its connection: not the silence a stopped one shows (below).
+  EXPECT_NE(r["error"].get<std::string>().find(") lost: its connection broke"), std::string::npos)
+      << r.dump();
   EXPECT_TRUE(cluster.wait_until([&] { return cluster.count_workers("IDLE") == 1; },
                                  std::chrono::seconds(20)));
   EXPECT_EQ(cluster.count_workers("LOST"), 1);
+}
+
+// A stopped worker keeps its connection and goes silent: the loss says so, after
+// --worker-timeout (3 s here), where a killed one and a silent one used to read the same.
+TEST(ControlPlane, StoppedWorkerIsLostForItsSilence) {
+  Cluster cluster(2, "stop");
+  const std::string job = cluster.submit({"--steps", "100000"});
+  ASSERT_TRUE(cluster.wait_until([&] { return !cluster.show(job)["rank_steps"].empty(); },
+                                 std::chrono::seconds(60)));
+  cluster.worker(1).signal(SIGSTOP);
+  ASSERT_TRUE(cluster.wait_until([&] { return cluster.show(job)["state"] == "FAILED"; },
+                                 std::chrono::seconds(20)));
+  cluster.worker(1).signal(SIGCONT);
+  const std::string error = cluster.show(job)["error"];
+  EXPECT_NE(error.find(") lost: no heartbeat for "), std::string::npos) << error;
+  EXPECT_NE(error.find("(--worker-timeout 3.0 s): the worker is stopped, hung or cut off"),
+            std::string::npos)
+      << error;
 }
 
 TEST(ControlPlane, CoordinatorRestartKeepsHistoryAndWorkersReRegister) {

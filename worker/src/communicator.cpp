@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -280,7 +281,8 @@ namespace {
 
 std::vector<std::optional<std::string>> exchange_reports_on(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
-    const std::vector<bool>& gone, const std::string& report, std::chrono::milliseconds wait) {
+    const std::vector<bool>& gone, const std::string& report, std::chrono::milliseconds wait,
+    const std::function<void()>& posted) {
   // Protocol (every failing rank runs it once; a rank stuck in compute may never join):
   //  1. write failure_report/<rank>;
   //  2. read the others' reports until all are there or `wait` has passed;
@@ -296,6 +298,7 @@ std::vector<std::optional<std::string>> exchange_reports_on(
     store->set(k, std::vector<uint8_t>(value.begin(), value.end()));
   };
   put(key("failure_report/", rank), report);
+  posted();
   const auto deadline = std::chrono::steady_clock::now() + wait;
   while (true) {
     bool all = true;
@@ -343,21 +346,36 @@ std::vector<std::optional<std::string>> Communicator::exchange_failure_reports(
   // deadline. The thread holds only copies (the store, the inputs, the result's state); a
   // thread left blocked on a dead connection ends with the process.
   struct Exchange {
+    std::promise<void> posted;
     std::promise<std::vector<std::optional<std::string>>> result;
   };
   auto exchange = std::make_shared<Exchange>();
+  auto posted = exchange->posted.get_future();
   auto future = exchange->result.get_future();
   std::thread([exchange, store = store_, rank = rank_, world = world_size_, gone, report, wait] {
     try {
-      exchange->result.set_value(exchange_reports_on(store, rank, world, gone, report, wait));
+      exchange->result.set_value(exchange_reports_on(store, rank, world, gone, report, wait,
+                                                     [&] { exchange->posted.set_value(); }));
     } catch (...) {
       exchange->result.set_exception(std::current_exception());
     }
   }).detach();
-  // Rank 0 may wait up to twice `wait` (its step 4), plus a margin for the store's round trips.
-  if (future.wait_for(2 * wait + std::chrono::seconds(2)) != std::future_status::ready) {
-    return own;
+  // A reachable store takes this rank's report in a round trip; one cut off never answers (the
+  // partition test: 18 s more of waiting for nothing, past its timeout + 10 s budget).
+  constexpr auto kStoreAnswersWithin = std::chrono::seconds(2);
+  const auto answer_deadline = std::chrono::steady_clock::now() + kStoreAnswersWithin;
+  while (posted.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+    if (future.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      return future.get();  // the store refused the report: its error
+    }
+    if (std::chrono::steady_clock::now() >= answer_deadline) {
+      throw std::runtime_error("it did not take this rank's report within 2 s");
+    }
   }
+  // Rank 0 may wait up to twice `wait` (its step 4), the others once, plus the store's round
+  // trips.
+  const auto limit = (rank_ == 0 ? 2 : 1) * wait + kStoreAnswersWithin;
+  if (future.wait_for(limit) != std::future_status::ready) return own;
   return future.get();
 }
 

@@ -274,7 +274,8 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
   m.comm = std::move(comm);
   const int world = m.comm->world_size();
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  set_compute_threads(options.threads > 0 ? options.threads
+  // --threads is clamped to this host's cores: more only oversubscribes them (kMaxThreadsPerRank).
+  set_compute_threads(options.threads > 0 ? std::min(options.threads, static_cast<int>(cores))
                                           : std::max(1, static_cast<int>(cores) / world));
 
   // Each rank initialises differently; the synchroniser broadcasts rank 0's parameters.
@@ -524,8 +525,10 @@ std::string Trainer::Impl::analyze_failure_across_ranks(bool peer_exited) const 
       break;
     }
   }
-  const auto wait =
-      std::min(comm->timeout(), std::chrono::milliseconds(peer_exited ? 2000 : 10000));
+  // Long enough for the peers' own timeouts, which follow ours by the gap between the ranks'
+  // entries into the collective (a step's spread at most), and short enough that a survivor
+  // whose store host is cut off is idle by its timeout + 10 s: 10 s here made that 18 s.
+  const auto wait = std::min(comm->timeout(), std::chrono::milliseconds(peer_exited ? 2000 : 5000));
   std::vector<std::optional<std::string>> reports;
   try {
     reports = comm->exchange_failure_reports(position_json(mine).dump(), wait);
