@@ -21,6 +21,8 @@ const char* code_name(grpc::StatusCode code) {
       return "ALREADY_EXISTS";
     case grpc::StatusCode::DEADLINE_EXCEEDED:
       return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
     default:
       return "ERROR";
   }

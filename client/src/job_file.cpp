@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 
 #include "ddpd/ddp_flags.h"
 #include "ddpd/job_options.h"
@@ -148,9 +149,13 @@ void apply_job_file(const std::string& path, CLI::App& command) {
     throw OptionError("-f", path + ": cannot read it: " + e.what());
   }
   if (!root.IsMap()) throw OptionError("-f", path + ": expected a mapping of flag names to values");
+  // yaml-cpp keeps both of two equal keys and the loop below would apply the first: refuse them
+  // (YAML 1.2 requires unique keys). batch_size and batch-size name the same flag.
+  std::set<std::string> seen;
   for (const auto& entry : root) {
     std::string key = entry.first.as<std::string>();
     std::replace(key.begin(), key.end(), '_', '-');
+    if (!seen.insert(key).second) throw file_error(path, key, "the key is given twice");
     const YAML::Node& value = entry.second;
     if (key == "kind") {
       const std::string kind = value_text(value, path, key);

@@ -1,6 +1,56 @@
 #include "ddpd/ddp_flags.h"
 
+#include <charconv>
+#include <climits>
+
 namespace ddpd {
+namespace {
+
+// An integer flag's text, checked before CLI11 converts it: CLI11 saturates a value out of the
+// type's range (--steps 99999999999999999999 became INT64_MAX) and wraps a negative one into an
+// unsigned type (--seed -1 became 2^64 - 1). Whether the value makes sense is validate()'s.
+CLI::Validator integer_text(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        int64_t value = 0;
+        const char* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+        if (ec == std::errc() && ptr == end && value >= lo && value <= hi) return "";
+        return "'" + text + "' is not an integer in " + std::to_string(lo) + ".." +
+               std::to_string(hi);
+      },
+      "INT");
+}
+
+// Every integer flag, with the range its field's type can hold.
+void check_integer_flags(CLI::App& app) {
+  for (const char* name :
+       {"--d-model", "--d-ff", "--layers", "--heads", "--vocab", "--context", "--batch", "--steps",
+        "--warmup-steps", "--spread-every", "--journal-size", "--checkpoint-every",
+        "--keep-checkpoints", "--lr-warmup-steps", "--grad-accum", "--eval-every", "--eval-batches",
+        "--fsdp-prefetch"}) {
+    app.get_option(name)->check(integer_text(INT64_MIN, INT64_MAX));
+  }
+  for (const char* name : {"--threads", "--max-restarts", "--min-world-size"}) {
+    app.get_option(name)->check(integer_text(INT_MIN, INT_MAX));
+  }
+  app.get_option("--seed")->check(integer_text(0, INT64_MAX));
+}
+
+// An enum flag given as '' is refused here: the API reads an empty string as "unset" (proto3),
+// so `--strategy ''` used to run as the default and show a blank strategy.
+void check_enum_flags(CLI::App& app) {
+  const CLI::Validator non_empty(
+      [](std::string& text) -> std::string { return text.empty() ? "must not be empty" : ""; },
+      "NAME");
+  for (const char* name :
+       {"--model", "--strategy", "--precision", "--device", "--attention", "--data-dtype",
+        "--on-stall", "--transport", "--lr-schedule", "--grad-compression", "--fsdp-units"}) {
+    app.get_option(name)->check(non_empty);
+  }
+}
+
+}  // namespace
 
 void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
   // A repeated flag overrides the earlier one, so wrappers can append to a base command line.
@@ -42,7 +92,10 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
       ->capture_default_str();
   app.add_option("--max-param-spread", o.max_param_spread,
                  "Fail the job when the param spread exceeds this (0: never)");
-  app.add_option("--threads", o.threads, "Intra-op threads per rank (0: cores / world size)")
+  app.add_option(
+         "--threads", o.threads,
+         "Intra-op threads per rank, at most 256 and clamped to the host's cores (0: cores / "
+         "world size)")
       ->capture_default_str();
   app.add_option("--timeout", o.collective_timeout_s, "Collective and rendezvous timeout, seconds")
       ->capture_default_str();
@@ -53,12 +106,12 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
   app.add_option("--on-stall", o.on_stall, "fail (the job fails with the analysis) or warn")
       ->capture_default_str();
   app.add_option("--straggler-threshold", o.straggler_threshold,
-                 "Daemon jobs: report a rank whose compute score (fastest rank's median compute "
-                 "over 10 steps / its own) falls below this (0: never)")
+                 "Daemon jobs: report a rank whose compute score (1 / its compute relative to the "
+                 "median rank's, median over 10 steps) stays below this for 3 steps (0: never)")
       ->capture_default_str();
   app.add_option("--inject", o.inject,
                  "Fault injection: KIND:rank=R,step=S[,seconds=T][,factor=F], KIND hang, exit, "
-                 "slow or skip-collective (docs/diagnosis.md)");
+                 "slow, skip-collective or crash-during-checkpoint (docs/diagnosis.md)");
   app.add_option("--checkpoint-dir", o.checkpoint_dir,
                  "Directory of checkpoints (every worker must reach it: docs/checkpoints.md)");
   app.add_option("--checkpoint-every", o.checkpoint_every,
@@ -126,6 +179,8 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
   app.add_option("--journal-size", o.journal_size,
                  "Collectives each rank's journal keeps (sequence number, op, tag, size, state)")
       ->capture_default_str();
+  check_integer_flags(app);
+  check_enum_flags(app);
 }
 
 void add_comm_flags(CLI::App& app, CommBenchOptions& o) {

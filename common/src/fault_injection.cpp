@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 #include <sstream>
 
 #include "ddpd/job_options.h"
@@ -34,12 +35,14 @@ std::optional<FaultInjection> parse_fault_injection(const std::string& text, int
               "' (expected hang, exit, slow, skip-collective or crash-during-checkpoint)");
   require(colon != std::string::npos, kFlag, "'" + text + "' has no parameters" + kForm);
   bool has_rank = false, has_step = false;
+  std::set<std::string> seen;  // a repeated key is refused: which one was meant is a guess
   std::stringstream parts(text.substr(colon + 1));
   std::string part;
   while (std::getline(parts, part, ',')) {
     const auto eq = part.find('=');
     require(eq != std::string::npos, kFlag, "'" + part + "' is not key=value" + kForm);
     const std::string key = part.substr(0, eq), value = part.substr(eq + 1);
+    require(seen.insert(key).second, kFlag, "'" + key + "' is given twice in '" + text + "'");
     const double v = number(key, value);
     if (key == "rank") {
       require(v >= 0 && v == static_cast<int>(v), kFlag, "rank must be an integer >= 0");

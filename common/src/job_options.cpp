@@ -141,7 +141,9 @@ void validate(const DdpJobOptions& o, int world_size) {
           "unknown dtype '" + o.data_dtype + "' (expected uint16 or int32)");
   require(o.spread_every >= 0, "--spread-every", "must be >= 0");
   require(o.max_param_spread >= 0, "--max-param-spread", "must be >= 0");
-  require(o.threads >= 0, "--threads", "must be >= 0");
+  require(o.threads >= 0 && o.threads <= kMaxThreadsPerRank, "--threads",
+          "must be in 0.." + std::to_string(kMaxThreadsPerRank) + " (0: cores / world size), got " +
+              std::to_string(o.threads));
   // Bounded above: a timeout past ~9.2e9 s overflowed the milliseconds it becomes (the
   // rendezvous then "timed out after -9223372036854775s"), and inf passed as a number.
   require(o.collective_timeout_s > 0 && o.collective_timeout_s <= kMaxCollectiveTimeoutSeconds,
@@ -152,7 +154,17 @@ void validate(const DdpJobOptions& o, int world_size) {
   require(o.stall_seconds >= 0, "--stall-seconds", "must be >= 0 (0: never)");
   require(o.on_stall == "fail" || o.on_stall == "warn", "--on-stall",
           "unknown action '" + o.on_stall + "' (expected fail or warn)");
-  parse_fault_injection(o.inject, world_size);
+  if (const auto fault = parse_fault_injection(o.inject, world_size)) {
+    // A fault that can never fire would let a drill pass without testing anything.
+    require(fault->step < o.steps, "--inject",
+            "step " + std::to_string(fault->step) + " is never reached: the job runs steps 0.." +
+                std::to_string(o.steps - 1) + " (--steps " + std::to_string(o.steps) + ")");
+    require(fault->kind != "crash-during-checkpoint" ||
+                (!o.checkpoint_dir.empty() && o.checkpoint_every > 0),
+            "--inject",
+            "crash-during-checkpoint needs checkpoints: set --checkpoint-dir and "
+            "--checkpoint-every");
+  }
   require(o.checkpoint_every >= 0, "--checkpoint-every", "must be >= 0 (0: no checkpoints)");
   require(o.checkpoint_every == 0 || !o.checkpoint_dir.empty(), "--checkpoint-every",
           "needs --checkpoint-dir");

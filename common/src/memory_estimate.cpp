@@ -87,14 +87,38 @@ void check_fits_in_memory(const DdpJobOptions& options, int world_size, int64_t 
   const double total = static_cast<double>(e.parameter_bytes) + e.gradient_bytes +
                        e.optimizer_bytes + e.activation_bytes;
   if (total <= static_cast<double>(available_bytes)) return;
-  // Name the flag behind the largest part: the context when attention's t² dominates the
-  // activations, the batch for the rest of them, else the model.
   const bool activations = e.activation_bytes >= e.parameter_bytes + e.optimizer_bytes;
+  throw OptionError(largest_memory_cause(options, world_size),
+                    "the job " + describe(e) + ", more than " + where + " (" +
+                        gigabytes(static_cast<double>(available_bytes)) + " GB)" +
+                        (activations ? "; activations also shrink with a smaller --batch or "
+                                       "more --grad-accum"
+                                     : ""));
+}
+
+std::string largest_memory_cause(const DdpJobOptions& options, int world_size) {
+  const RankMemoryEstimate e = estimate_rank_memory(options, world_size);
+  const ModelConfig c = options.resolved_model();
+  const double d = static_cast<double>(c.d_model), vocab = static_cast<double>(c.vocab_size);
+  const double layers = static_cast<double>(c.num_layers);
+  const double block = 4 * d * d + 3 * d * static_cast<double>(c.d_ff) + 2 * d;
+  if (e.activation_bytes < e.parameter_bytes + e.optimizer_bytes) {
+    // Parameters: the vocabulary's embedding and head, or the blocks (width and depth).
+    if (vocab * d * 2 > layers * block) return "--vocab";
+    if (options.d_model) return "--d-model";
+    if (options.num_layers) return "--layers";
+    return "--model";
+  }
+  // Activations, per micro-batch: attention's scores (b·h·t², naive attention), the logits
+  // (tokens · vocab), or the blocks' per-token tensors, which only a smaller batch shrinks.
   const double t = static_cast<double>(options.context_length);
-  const bool quadratic = options.attention != "flash" && t * t > 12.0 * t * 1024;
-  const std::string flag = !activations ? "--model" : quadratic ? "--context" : "--batch";
-  throw OptionError(flag, "the job " + describe(e) + ", more than " + where + " (" +
-                              gigabytes(static_cast<double>(available_bytes)) + " GB)");
+  const double scores =
+      options.attention == "flash" ? 0.0 : layers * static_cast<double>(c.num_heads) * t * t * 2;
+  const double per_token_blocks = layers * t * (12 * d + 4 * static_cast<double>(c.d_ff));
+  const double logits = t * vocab * 3;
+  if (scores >= logits && scores >= per_token_blocks) return "--context";
+  if (logits >= per_token_blocks) return "--vocab";
+  return "--batch";
 }
 
 int64_t available_memory_bytes() {

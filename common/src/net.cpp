@@ -70,4 +70,16 @@ bool wait_for_port(const std::string& host, int port, std::chrono::milliseconds 
   }
 }
 
+std::string listen_address_error(const std::string& address) {
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) return "'" + address + "' is not host:port";
+  const std::string port = address.substr(colon + 1);
+  const bool digits = !port.empty() && port.size() <= 5 &&
+                      port.find_first_not_of("0123456789") == std::string::npos;
+  if (!digits || std::stol(port) > 65535) {
+    return "port '" + port + "' in '" + address + "' is not in 0..65535";
+  }
+  return "";
+}
+
 }  // namespace ddpd

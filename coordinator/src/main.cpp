@@ -12,6 +12,7 @@
 
 #include "coordinator_service.h"
 #include "ddpd/job_options.h"
+#include "ddpd/net.h"
 #include "ddpd/service/logging.h"
 #include "store_lock.h"
 
@@ -40,7 +41,9 @@ int main(int argc, char** argv) {
   ddpd::coordinator::CoordinatorMetricsOptions metrics_options;  // port 9400
   double worker_timeout_s = 15, pending_timeout_s = 0;
   ddpd::coordinator::CoordinatorOptions limits;  // the limits' defaults, documented there
-  app.add_option("--listen", listen, "host:port to serve gRPC on")->capture_default_str();
+  app.add_option("--listen", listen, "host:port to serve gRPC on")
+      ->check(CLI::Validator(ddpd::listen_address_error, "HOST:PORT"))
+      ->capture_default_str();
   app.add_option("--db", db_path, "SQLite database file (created if missing)")
       ->capture_default_str();
   app.add_option("--token", token, "Shared token every RPC must carry (default: $DDPD_TOKEN)");

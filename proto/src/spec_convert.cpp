@@ -274,9 +274,14 @@ void validate_spec(const v1::JobSpec& spec, FieldNames names) {
     validate_spec_flags(spec);
   } catch (const OptionError& e) {
     if (names == FieldNames::kFlag) throw;
-    // what() is "<flag>: <reason>"; keep the reason, name the field.
-    throw OptionError(proto_field(e.flag()), std::string(e.what()).substr(e.flag().size() + 2));
+    throw naming_proto_field(e);
   }
+}
+
+OptionError naming_proto_field(const OptionError& error) {
+  // what() is "<flag>: <reason>"; keep the reason, name the field.
+  return OptionError(proto_field(error.flag()),
+                     std::string(error.what()).substr(error.flag().size() + 2));
 }
 
 std::string to_string(v1::JobState state) {

@@ -211,6 +211,35 @@ TEST(BadInput, HeartbeatOutsideItsBoundsIsRefusedNamingTheFlag) {
   }
 }
 
+// Values that used to be accepted and then broke the job or were silently changed: each is
+// refused before anything starts, in one line naming the flag.
+TEST(BadInput, ValuesThatUsedToBreakLaterAreRefusedNamingTheFlag) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--seed", "-1"}, "--seed"},                      // wrapped to 2^64 - 1
+      {{"--steps", "99999999999999999999"}, "--steps"},  // became INT64_MAX
+      {{"--strategy", ""}, "--strategy"},                // ran as bucketed, shown blank
+      {{"--threads", "1000"}, "--threads"},              // ran 10x slower
+      {{"--steps", "3", "--inject", "hang:rank=0,step=5"}, "--inject"},  // never fired
+      {{"--inject", "crash-during-checkpoint:rank=0,step=1"}, "--inject"},
+      {{"--inject", "slow:rank=0,step=1,factor=2,rank=1"}, "--inject"},  // which rank?
+  };
+  for (const auto& [flags, flag] : cases) {
+    std::vector<std::string> argv{bin("ddpctl"), "local", "ddp", "--workers", "1"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    const auto o = run_process(argv, {}, std::chrono::seconds(60));
+    EXPECT_EQ(o.exit_code, 2) << flags.back() << ": " << o.err;
+    EXPECT_EQ(lines(o.err), 1) << o.err;
+    EXPECT_NE(o.err.find(flag), std::string::npos) << flags.back() << ": " << o.err;
+  }
+  // gRPC took a port out of range as "any port" and logged the one it was given.
+  const auto listen = run_process(
+      {bin("ddpd-coordinator"), "--listen", "127.0.0.1:99999", "--db", temp_dir() + "/p.db"}, {},
+      std::chrono::seconds(30));
+  EXPECT_EQ(listen.exit_code, 2) << listen.err;
+  EXPECT_NE(listen.err.find("--listen"), std::string::npos) << listen.err;
+  EXPECT_NE(listen.err.find("0..65535"), std::string::npos) << listen.err;
+}
+
 // A checkpoint write that runs out of space fails the job and closes what it opened: the worker
 // daemon, which outlives the job, holds no file on the full tmpfs, and the tmpfs unmounts. A
 // failed write used to leave the rank's file open (deleted, its space in use) until the daemon

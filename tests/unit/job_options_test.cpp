@@ -214,5 +214,34 @@ TEST(MemoryEstimate, TinyByHandAndShardedShares) {
   EXPECT_NO_THROW(check_fits_in_memory(o, 1, 0, "unknown: no check"));
 }
 
+// The refusal names what made the job large, not --batch whatever it was.
+TEST(MemoryEstimate, TheRefusalNamesTheFlagBehindTheLargestPart) {
+  const auto refused_flag = [](const DdpJobOptions& o) {
+    try {
+      check_fits_in_memory(o, 1, int64_t{1} << 30, "1 GiB");
+    } catch (const OptionError& e) {
+      return e.flag();
+    }
+    return std::string("admitted");
+  };
+  DdpJobOptions wide;  // 2 blocks of d 8192: 550 M parameters, 0.5 GB of activations
+  wide.d_model = 8192;
+  EXPECT_EQ(refused_flag(wide), "--d-model");
+  DdpJobOptions deep;  // medium's blocks (d 1024), 40 of them: 671 M parameters
+  deep.model = "medium";
+  deep.num_layers = 40;
+  EXPECT_EQ(refused_flag(deep), "--layers");
+  DdpJobOptions vocabulary;  // the logits, 512 tokens x 10^7 x 3 floats: 61 GB
+  vocabulary.vocab_size = 10000000;
+  EXPECT_EQ(refused_flag(vocabulary), "--vocab");
+  DdpJobOptions batch;  // d_ff 10^5: per row the blocks' 51 M floats beat the logits' 1.9 M
+  batch.d_ff = 100000;
+  batch.batch_size = 100000;
+  EXPECT_EQ(refused_flag(batch), "--batch");
+  DdpJobOptions context;  // t² scores: 2 · 4 · 65536² · 2 per row
+  context.context_length = 65536;
+  EXPECT_EQ(refused_flag(context), "--context");
+}
+
 }  // namespace
 }  // namespace ddpd

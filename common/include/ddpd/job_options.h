@@ -36,6 +36,9 @@ int64_t count_parameters(const ModelConfig& config);
 
 // The largest --timeout accepted: 30 days, in seconds.
 constexpr double kMaxCollectiveTimeoutSeconds = 30.0 * 24 * 3600;
+// --threads above this is refused; below it, a worker clamps it to its own cores (a rank with
+// more intra-op threads than cores only oversubscribes them: 1000 threads ran 10x slower).
+constexpr int kMaxThreadsPerRank = 256;
 
 enum class Strategy { kNaive, kFlat, kOverlap, kBucketed, kFsdp };
 const std::vector<std::string>& strategy_names();
@@ -93,8 +96,9 @@ struct DdpJobOptions {
   // coordinator then names the waiting and the missing ranks (docs/diagnosis.md). 0: never.
   double stall_seconds = 60;
   std::string on_stall = "fail";  // fail (the job FAILS with the analysis) | warn (event only)
-  // Daemon jobs: a rank whose compute score (the fastest rank's median compute time over the
-  // last 10 steps, divided by its own) falls below this is reported as a straggler. 0: never.
+  // Daemon jobs: a rank whose compute score (1 / its median over the last 10 steps of compute
+  // time relative to the step's median rank) stays below this for 3 steps is reported as a
+  // straggler (coordinator/src/straggler_watch.h). 0: never.
   double straggler_threshold = 0.75;
   std::string inject;  // fault injection (ddpd/fault_injection.h); empty: none
   // Debug: every collective is preceded by an all-gather of its fingerprint, and a mismatch

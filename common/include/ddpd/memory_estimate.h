@@ -34,11 +34,16 @@ RankMemoryEstimate estimate_rank_memory(const DdpJobOptions& options, int world_
 std::string describe(const RankMemoryEstimate& estimate);
 
 // Throws OptionError when the estimate exceeds `available_bytes` (> 0; 0: no limit known),
-// naming the flag that drives the largest part (--context or --batch for activations, --model
-// otherwise), the estimate, the limit and `where` ("this machine's available memory", "the
-// largest worker's memory").
+// naming largest_memory_cause(), the estimate, the limit and `where` ("this machine's available
+// memory", "the largest worker's memory").
 void check_fits_in_memory(const DdpJobOptions& options, int world_size, int64_t available_bytes,
                           const std::string& where);
+
+// The flag behind the estimate's largest part. Parameters and optimizer state: --vocab when the
+// embedding and head outweigh the blocks, else --d-model, --layers or --model (whichever the job
+// set). Activations: --context when attention's t² scores dominate, --vocab for the logits,
+// --batch for the blocks' per-token tensors.
+std::string largest_memory_cause(const DdpJobOptions& options, int world_size);
 
 // MemAvailable from /proc/meminfo, capped in a container by what is left of its cgroup's
 // memory.max; bytes (0 when it cannot be read). Read once, at start-up.

@@ -12,6 +12,10 @@ namespace ddpd {
 // all interfaces).
 bool can_bind(const std::string& host, int port);
 
+// Why `address` is not a host:port to listen on, or "" when it is: the port must be a decimal
+// 0..65535 (gRPC silently listens on a random port for one out of range).
+std::string listen_address_error(const std::string& address);
+
 // A port the kernel hands out as free on `host` (bound to port 0, then released). Racy by
 // nature: another process may take it before the caller binds it.
 int free_port(const std::string& host = "127.0.0.1");
