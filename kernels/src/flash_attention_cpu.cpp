@@ -23,12 +23,18 @@ void mask_causal_tile(torch::Tensor& s, int64_t row0, int64_t col0) {
   s.masked_fill_((c > r).unsqueeze(0), kMinusInf);
 }
 
+// The tiles are computed in at least float32: bf16 and fp16 inputs are upcast (their sums would
+// lose too much), float64 inputs stay float64 (the tests verify the algorithm in float64).
+at::ScalarType compute_dtype(const torch::Tensor& x) {
+  return at::promote_types(x.scalar_type(), torch::kFloat32);
+}
+
 struct Forward {
-  torch::Tensor out;  // [n, t, d] float32
+  torch::Tensor out;  // [n, t, d], in compute_dtype
   torch::Tensor lse;  // [n, t] log-sum-exp of each query's scaled scores
 };
 
-// q, k, v: [n, t, d] float32.
+// q, k, v: [n, t, d], in compute_dtype.
 Forward tiled_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                       const FlashAttentionOptions& o) {
   const int64_t n = q.size(0), t = q.size(1), d = q.size(2);
@@ -99,7 +105,7 @@ class FlashAttentionFunction : public torch::autograd::Function<FlashAttentionFu
     const auto shape = q.sizes().vec();
     const int64_t t = q.size(-2), d = q.size(-1);
     auto flat = [&](const torch::Tensor& x) {
-      return x.reshape({-1, t, d}).to(torch::kFloat32).contiguous();
+      return x.reshape({-1, t, d}).to(compute_dtype(q)).contiguous();
     };
     auto qf = flat(q), kf = flat(k), vf = flat(v);
     const FlashAttentionOptions options{causal, block_q, block_k};
@@ -119,7 +125,7 @@ class FlashAttentionFunction : public torch::autograd::Function<FlashAttentionFu
                                         ctx->saved_data["block_q"].toInt(),
                                         ctx->saved_data["block_k"].toInt()};
     const auto shape = grads[0].sizes().vec();
-    auto grad_out = grads[0].reshape(qf.sizes()).to(torch::kFloat32).contiguous();
+    auto grad_out = grads[0].reshape(qf.sizes()).to(qf.scalar_type()).contiguous();
     auto g = tiled_backward(qf, saved[1], saved[2], saved[3], saved[4], grad_out, options);
     const auto dtype = grads[0].scalar_type();
     return {g[0].view(shape).to(dtype),

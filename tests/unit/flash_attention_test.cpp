@@ -2,6 +2,8 @@
 // not, lengths that no tile size divides, bf16 inputs, and the model with either attention.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <tuple>
 
 #include "ddpd/kernels/flash_attention.h"
@@ -21,14 +23,27 @@ struct Case {
 
 class FlashVsNaive : public ::testing::TestWithParam<Case> {};
 
-TEST_P(FlashVsNaive, ValuesAndGradientsMatch) {
+// The algorithm, checked in float64 as the equivalence suites are: tiling changes only the order
+// of the sums, so flash and naive attention agree to float64's roundoff. The bound is the float32
+// worst case derived below (about 2e-4 at these shapes, relative to the largest value) scaled by
+// float64's unit roundoff, 2^-29 of float32's (4e-13), with a margin of 25; a real fault (a wrong
+// mask, scale or rescaling) moves the values by 1e-2 or more.
+constexpr double kFloat64Bound = 1e-11;
+
+double relative_error(const torch::Tensor& got, const torch::Tensor& exact) {
+  return (got - exact).abs().max().item<double>() / std::max(1.0, exact.abs().max().item<double>());
+}
+
+TEST_P(FlashVsNaive, ValuesAndGradientsMatchInFloat64) {
   const Case c = GetParam();
   torch::manual_seed(7);
-  auto make = [&] { return torch::randn({2, 3, c.t, c.d}, torch::requires_grad()); };
+  const auto f64 = torch::TensorOptions().dtype(torch::kDouble);
+  auto make = [&] { return torch::randn({2, 3, c.t, c.d}, f64.requires_grad(true)); };
   auto q = make(), k = make(), v = make();
-  auto weights = torch::randn({2, 3, c.t, c.d});  // a loss that weighs every output differently
+  auto weights = torch::randn({2, 3, c.t, c.d}, f64);  // a loss that weighs every output apart
 
   auto flash = flash_attention(q, k, v, FlashAttentionOptions{c.causal, c.block_q, c.block_k});
+  EXPECT_EQ(flash.scalar_type(), torch::kDouble);
   (flash * weights).sum().backward();
   auto fq = q.grad().clone(), fk = k.grad().clone(), fv = v.grad().clone();
   q.mutable_grad().reset();
@@ -37,11 +52,49 @@ TEST_P(FlashVsNaive, ValuesAndGradientsMatch) {
   auto naive = naive_attention(q, k, v, c.causal);
   (naive * weights).sum().backward();
 
-  EXPECT_TRUE(torch::allclose(flash, naive, 1e-5, 1e-5))
-      << (flash - naive).abs().max().item<double>();
-  EXPECT_TRUE(torch::allclose(fq, q.grad(), 1e-4, 1e-5)) << (fq - q.grad()).abs().max();
-  EXPECT_TRUE(torch::allclose(fk, k.grad(), 1e-4, 1e-5)) << (fk - k.grad()).abs().max();
-  EXPECT_TRUE(torch::allclose(fv, v.grad(), 1e-4, 1e-5)) << (fv - v.grad()).abs().max();
+  EXPECT_LT(relative_error(flash, naive), kFloat64Bound);
+  EXPECT_LT(relative_error(fq, q.grad()), kFloat64Bound);
+  EXPECT_LT(relative_error(fk, k.grad()), kFloat64Bound);
+  EXPECT_LT(relative_error(fv, v.grad()), kFloat64Bound);
+}
+
+// float32, what users run: within the worst case of float32 error analysis, against the exact
+// (float64) result, and naive attention within the same bound (a check of the bound). With
+// u = 2^-24 and γ_n = n·u / (1 − n·u):
+// - each score q·k/√d is off by at most ε = (γ_d + u)·S, S = max Σ_l |q_l|·|k_l| / √d;
+// - a softmax of scores each off by ε moves by a factor within e^±2ε, and its exp, the sum of
+//   t terms and the division round: relative error 2ε + γ_(t+3);
+// - the output Σ_j p_j v_j adds γ_t of Σ_j p_j |v_j| ≤ max|v|, and the tiled form's rescalings
+//   at most two roundings per key: together at most (2ε + γ_(4t+3))·max|v|.
+TEST_P(FlashVsNaive, Float32ValuesWithinTheDerivedBound) {
+  const Case c = GetParam();
+  torch::manual_seed(11);
+  auto q = torch::randn({2, 3, c.t, c.d}), k = torch::randn({2, 3, c.t, c.d}),
+       v = torch::randn({2, 3, c.t, c.d});
+  const auto exact =
+      naive_attention(q.to(torch::kDouble), k.to(torch::kDouble), v.to(torch::kDouble), c.causal);
+  const double u = std::ldexp(1.0, -24);
+  auto gamma = [u](double n) { return n * u / (1 - n * u); };
+  const double d = static_cast<double>(c.d), t = static_cast<double>(c.t);
+  const double s =
+      torch::matmul(q.abs().to(torch::kDouble), k.abs().to(torch::kDouble).transpose(-1, -2))
+          .max()
+          .item<double>() /
+      std::sqrt(d);
+  const double epsilon = (gamma(d) + u) * s;
+  const double bound = (2 * epsilon + gamma(4 * t + 3)) * v.abs().max().item<double>();
+  const auto flash =
+      flash_attention(q, k, v, FlashAttentionOptions{c.causal, c.block_q, c.block_k});
+  const double flash_error = (flash.to(torch::kDouble) - exact).abs().max().item<double>();
+  const double naive_error =
+      (naive_attention(q, k, v, c.causal).to(torch::kDouble) - exact).abs().max().item<double>();
+  std::printf(
+      "[ float32  ] t %lld d %lld: |flash - exact| %.2e, |naive - exact| %.2e, bound %.2e\n",
+      static_cast<long long>(c.t), static_cast<long long>(c.d), flash_error, naive_error, bound);
+  EXPECT_LT(flash_error, bound);
+  EXPECT_LT(naive_error, bound);
+  // One token's output is its value, exactly; longer ones round somewhere.
+  if (c.t > 1) EXPECT_GT(flash_error, 0) << "float32 flash matched float64 exactly: not float32?";
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -78,8 +131,13 @@ TEST(FlashAttention, RejectsMismatchedShapesAndBadTiles) {
   EXPECT_THROW(flash_attention(a, a, a, FlashAttentionOptions{true, 0, 4}), std::invalid_argument);
 }
 
-// The model gives the same logits and gradients with either attention.
+// The model gives the same logits and gradients with either attention, in float64 (bound as
+// above: summation order only).
 TEST(FlashAttention, ModelMatchesNaiveAttention) {
+  struct DefaultDtype {  // float64 for this test only; the next test gets float32 back
+    DefaultDtype() { torch::set_default_dtype(caffe2::TypeMeta::Make<double>()); }
+    ~DefaultDtype() { torch::set_default_dtype(caffe2::TypeMeta::Make<float>()); }
+  } float64;
   ModelConfig config = model_preset("tiny");
   config.vocab_size = 300;
   auto tokens = torch::randint(0, 300, {2, 40});
@@ -95,10 +153,11 @@ TEST(FlashAttention, ModelMatchesNaiveAttention) {
   };
   auto [naive_logits, naive_grads] = run(false);
   auto [flash_logits, flash_grads] = run(true);
-  EXPECT_TRUE(torch::allclose(flash_logits, naive_logits, 1e-4, 1e-5));
+  EXPECT_EQ(flash_logits.scalar_type(), torch::kDouble);
+  EXPECT_LT(relative_error(flash_logits, naive_logits), kFloat64Bound);
   ASSERT_EQ(flash_grads.size(), naive_grads.size());
   for (size_t i = 0; i < flash_grads.size(); ++i) {
-    EXPECT_TRUE(torch::allclose(flash_grads[i], naive_grads[i], 1e-3, 1e-5)) << "parameter " << i;
+    EXPECT_LT(relative_error(flash_grads[i], naive_grads[i]), kFloat64Bound) << "parameter " << i;
   }
 }
 

@@ -18,7 +18,8 @@ struct FlashAttentionOptions {
 
 // q, k, v: [..., t, d] with the same leading dimensions (e.g. [batch, heads, t, d]). Returns
 // softmax(q kᵀ / sqrt(d) [+ causal mask]) v with q's shape and dtype; differentiable with
-// respect to q, k and v. Accumulates in float32 whatever the input dtype (bf16 included).
+// respect to q, k and v. Accumulates in at least float32 (bf16 and fp16 inputs are upcast;
+// float64 stays float64).
 // Throws std::invalid_argument on mismatched shapes or non-positive block sizes.
 torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v, const FlashAttentionOptions& options = {});
