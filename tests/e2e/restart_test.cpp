@@ -2,6 +2,9 @@
 // daemon itself) and a coordinator restarted mid-job. The coordinator restarts the job from its
 // latest checkpoint; the job SUCCEEDS, its history shows the restart, and its final checkpoint is
 // byte-for-byte the one an uninterrupted standalone run resumed from the same checkpoint writes.
+// A worker stopped mid-job frees its peers' workers within seconds (the daemons abort the
+// survivors' collectives on cancel) and, with a spare, the job restarts and succeeds.
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -147,6 +150,68 @@ TEST(Resume, DdpctlResumeContinuesAtAnotherWorldSizeAndStrategy) {
   EXPECT_NE(resumed[0]["message"].get<std::string>().find("resumed as " + second),
             std::string::npos);
   EXPECT_TRUE(fs::exists(dir + "/step-000008/metadata.json"));
+}
+
+// The worker daemon of a rank `rank` of `job` (worker ids are "NAME-wI").
+int worker_index_of_rank(Cluster& cluster, const std::string& job, int rank) {
+  const std::string id = cluster.show(job)["workers"][rank];
+  return std::stoi(id.substr(id.rfind("-w") + 2));
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// A worker stopped mid-job (SIGSTOP: its rank neither exits nor closes a connection) is lost
+// after --worker-timeout (3 s here), and the survivors, blocked in a collective with it, are
+// aborted by their daemons on the coordinator's cancel: IDLE within --worker-timeout + 3 s of
+// the stop, where they used to wait out --timeout (300 s here). With a spare worker and
+// --max-restarts 1 the job restarts at once and SUCCEEDS.
+TEST(Supervision, AStoppedRanksSurvivorsAreFreedAndARestartSucceeds) {
+  const std::vector<std::string> job_flags{"--world-size", "3",   "--batch",   "6",
+                                           "--steps",      "400", "--timeout", "300"};
+  {
+    Cluster cluster(3, "stopped");
+    const std::string job = cluster.submit(job_flags);
+    ASSERT_TRUE(cluster.wait_until([&] { return !cluster.show(job)["rank_steps"].empty(); },
+                                   std::chrono::seconds(60)));
+    const int stopped = worker_index_of_rank(cluster, job, 1);
+    cluster.worker(stopped).signal(SIGSTOP);
+    const auto stopped_at = std::chrono::steady_clock::now();
+    const bool freed = cluster.wait_until(
+        [&] {
+          return cluster.show(job)["state"] == "FAILED" && cluster.count_workers("IDLE") == 2;
+        },
+        std::chrono::seconds(60));
+    const double seconds = seconds_since(stopped_at);
+    cluster.worker(stopped).signal(SIGCONT);
+    ASSERT_TRUE(freed) << cluster.ctl({"workers"}).out << cluster.show(job).dump();
+    std::printf("[ stopped  ] survivors IDLE %.1f s after the SIGSTOP (--worker-timeout 3 s)\n",
+                seconds);
+    EXPECT_LE(seconds, 3 + 3) << cluster.ctl({"workers"}).out;
+    const std::string error = cluster.show(job)["error"];
+    EXPECT_NE(error.find("(rank 1) lost: no heartbeat for "), std::string::npos) << error;
+  }
+  {
+    Cluster cluster(4, "stopped-restart");
+    auto flags = job_flags;
+    flags.insert(flags.end(), {"--max-restarts", "1"});
+    const std::string job = cluster.submit(flags);
+    ASSERT_TRUE(cluster.wait_until([&] { return !cluster.show(job)["rank_steps"].empty(); },
+                                   std::chrono::seconds(60)));
+    const int stopped = worker_index_of_rank(cluster, job, 1);
+    cluster.worker(stopped).signal(SIGSTOP);
+    const auto stopped_at = std::chrono::steady_clock::now();
+    const auto shown = cluster.wait_for_end(job, std::chrono::seconds(200));
+    const double seconds = seconds_since(stopped_at);
+    cluster.worker(stopped).signal(SIGCONT);
+    ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
+    std::printf("[ stopped  ] restarted job SUCCEEDED %.1f s after the SIGSTOP (--timeout 300 s)\n",
+                seconds);
+    EXPECT_LT(seconds, 150) << "the survivors waited for --timeout";
+    ASSERT_EQ(events_of(shown, "restart").size(), 1u) << shown["events"].dump();
+    EXPECT_EQ(shown["attempts"], 2);
+  }
 }
 
 }  // namespace

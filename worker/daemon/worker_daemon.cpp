@@ -116,6 +116,35 @@ struct WorkerDaemon::Impl {
     Impl& impl_;
   };
 
+  // The running job's communicator, so that a cancel can abort it: a rank blocked in a
+  // collective whose peer is gone (stopped, cut off) otherwise holds this worker until
+  // --timeout. Set and cleared by the job thread, aborted by the session thread, both under
+  // running_mutex.
+  std::mutex running_mutex;
+  std::shared_ptr<Communicator> running_comm;
+
+  class RunningComm {
+   public:
+    RunningComm(Impl& impl, std::shared_ptr<Communicator> comm, const std::atomic<bool>& cancelled)
+        : impl_(impl) {
+      std::lock_guard<std::mutex> lock(impl_.running_mutex);
+      if (cancelled) comm->abort();  // cancelled while it met its peers
+      impl_.running_comm = std::move(comm);
+    }
+    ~RunningComm() {
+      std::lock_guard<std::mutex> lock(impl_.running_mutex);
+      impl_.running_comm.reset();
+    }
+
+   private:
+    Impl& impl_;
+  };
+
+  void abort_running_job() {
+    std::lock_guard<std::mutex> lock(running_mutex);
+    if (running_comm) running_comm->abort();
+  }
+
   RendezvousOptions rendezvous_for(const v1::Assignment& a, double timeout_s) const {
     RendezvousOptions rendezvous;
     rendezvous.master_addr = a.master_addr();
@@ -137,12 +166,13 @@ struct WorkerDaemon::Impl {
   }
 
   // Runs a comm benchmark; returns rank 0's result JSON (other ranks: empty).
-  std::string run_comm_job(const v1::Assignment& a) {
+  std::string run_comm_job(const v1::Assignment& a, const std::atomic<bool>& cancelled) {
     const CommJob job = from_proto(a.spec().comm());
     RendezvousOptions rendezvous = rendezvous_for(a, job.collective_timeout_s);
     rendezvous.backend = job.backend;
     rendezvous.transport = job.transport;
     auto comm = connect(rendezvous);
+    RunningComm running(*this, comm, cancelled);
     log_transport(a, *comm);
     metrics->comm_job_started(a.job_id(), a.rank(), comm->transport());
     const CommBenchResult bench = run_comm_benchmark(job.bench, *comm);
@@ -159,7 +189,7 @@ struct WorkerDaemon::Impl {
     result->set_attempt(a.attempt());
     try {
       if (a.spec().has_comm()) {
-        result->set_result_json(run_comm_job(a));
+        result->set_result_json(run_comm_job(a, cancelled));
         result->set_succeeded(true);
       } else {
         run_ddp_job(a, writer, cancelled, *result);
@@ -183,6 +213,7 @@ struct WorkerDaemon::Impl {
     spdlog::info("job={} rank={} world={} rendezvous {}:{}", a.job_id(), a.rank(), a.world_size(),
                  a.master_addr(), a.master_port());
     auto comm = connect(rendezvous);
+    RunningComm running(*this, comm, cancelled);
     log_transport(a, *comm);
     metrics->ddp_job_started(a.job_id(), a.rank(), job.strategy, comm->transport());
     Trainer trainer(job, comm);
@@ -259,9 +290,11 @@ struct WorkerDaemon::Impl {
       } else if (message.cancel_job_id() == current_job && !current_job.empty()) {
         spdlog::info("job={} cancel requested", current_job);
         job_cancelled = true;
+        abort_running_job();
       }
     }
     job_cancelled = true;
+    abort_running_job();
     {
       std::lock_guard<std::mutex> lock(mutex);
       session_over = true;

@@ -58,7 +58,11 @@ std::string dtype_name(at::ScalarType type) {
   }
 }
 
-constexpr const char* kPeerExitedText = "a peer rank closed its connection (its process exited)";
+// A closed connection says the peer's rank ended, not how: its process exited, or the rank
+// failed or was cancelled under a daemon that lives on.
+constexpr const char* kPeerExitedText =
+    "a peer rank closed its connection (its rank ended: its process exited, or the rank failed "
+    "or was cancelled)";
 
 // Ops as --check-collectives' fingerprint encodes them.
 constexpr const char* kFingerprintOps[] = {"all_reduce", "broadcast", "all_gather",
@@ -116,8 +120,9 @@ std::string describe_collective_failure(const std::string& collective,
   }
   // The shared-memory transport names the rank: "shm: rank 1 (pid 42) is gone (its process
   // exited)".
-  if (has("its process exited") || has("closed by peer") || has("connection reset") ||
-      has("broken pipe") || has("connection refused") || has("end of file")) {
+  if (has("its process exited") || has("its rank ended") || has("stopped its heartbeat") ||
+      has("closed by peer") || has("connection reset") || has("broken pipe") ||
+      has("connection refused") || has("end of file")) {
     return head + "failed: " + kPeerExitedText + " [" + backend_message + "]";
   }
   return head + "failed: " + backend_message;
@@ -136,14 +141,45 @@ PendingCollective::~PendingCollective() = default;
 PendingCollective::PendingCollective(PendingCollective&&) noexcept = default;
 PendingCollective& PendingCollective::operator=(PendingCollective&&) noexcept = default;
 
+// How often a host-side wait checks for Communicator::abort(). A slice that ends before the
+// work costs one c10::Error (tens of microseconds): 10 a second at most, only in long waits.
+constexpr std::chrono::milliseconds kAbortCheck{100};
+
+void PendingCollective::wait_on_host(c10d::Work& work) {
+  auto remaining = timeout_;
+  for (;;) {
+    const auto slice = std::min(remaining, kAbortCheck);
+    try {
+      work.wait(slice);
+      return;
+    } catch (const std::exception&) {
+      // The slice ran out, or the work failed. A work that has completed (with its error, or
+      // just after the slice ran out) is waited once more: that returns or throws its own
+      // error, never the slice's stale timeout.
+      if (work.isCompleted()) {
+        work.wait(timeout_);
+        return;
+      }
+      if (slice >= remaining) throw;  // the collective's real timeout
+    }
+    remaining -= slice;
+    if (ticket_.aborted && ticket_.aborted->load()) {
+      throw std::runtime_error("abandoned: the job was cancelled (the daemon aborted the rank)");
+    }
+  }
+}
+
 void PendingCollective::wait() {
   if (!work_) return;  // world size 1, or already waited
   auto work = std::move(work_);
   try {
+    if (ticket_.aborted && ticket_.aborted->load()) {
+      throw std::runtime_error("abandoned: the job was cancelled (the daemon aborted the rank)");
+    }
     if (on_device_) {
       work->wait();  // orders the current stream after the collective
     } else {
-      work->wait(timeout_);
+      wait_on_host(*work);
     }
     keep_alive_.clear();
   } catch (const std::exception& e) {
@@ -154,7 +190,8 @@ void PendingCollective::wait() {
 }
 
 Communicator::Communicator(c10::intrusive_ptr<c10d::Backend> group, int rank, int world_size,
-                           CommunicatorOptions options, c10::intrusive_ptr<c10d::Store> store)
+                           CommunicatorOptions options, c10::intrusive_ptr<c10d::Store> store,
+                           c10::intrusive_ptr<c10d::Store> server)
     : group_(std::move(group)),
       rank_(rank),
       world_size_(world_size),
@@ -167,6 +204,7 @@ Communicator::Communicator(c10::intrusive_ptr<c10d::Backend> group, int rank, in
       transport_note_(options.transport_note),
       shm_(transport_ == "shm"),
       store_(std::move(store)),
+      server_(std::move(server)),
       epoch_(std::chrono::steady_clock::now()),
       unix_epoch_s_(
           std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
@@ -178,7 +216,14 @@ Communicator::Communicator(c10::intrusive_ptr<c10d::Backend> group, int rank, in
   timeline_ = detail::make_timeline(device_, [this] { return now(); });
 }
 
-Communicator::~Communicator() = default;
+Communicator::~Communicator() {
+  // An aborted CPU group may still run a collective on its own threads, and destroying it
+  // joins them, which waits out that collective's timeout: the group is left to them instead
+  // (its threads end with the process; a few buffers stay allocated until then).
+  if (aborted_->load() && group_ && !device_.is_cuda()) (void)group_.release();
+}
+
+void Communicator::abort() { aborted_->store(true); }
 
 double Communicator::unix_seconds(double clock_s) const { return unix_epoch_s_ + clock_s; }
 

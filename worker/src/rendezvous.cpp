@@ -136,6 +136,10 @@ std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
   }
   const std::string endpoint = options.master_addr + ":" + std::to_string(options.master_port);
   c10::intrusive_ptr<c10d::Store> store;
+  // Rank 0's server, held by the communicator apart from the store its group uses: a group that
+  // Communicator::abort() abandons keeps its store, and a server inside it would keep this
+  // worker's rendezvous port, which the job's restart reuses (EADDRINUSE).
+  c10::intrusive_ptr<c10d::Store> server;
   // c10d's client retries a refused connection only once a second; polling for rank 0's store
   // first saves that second on every job start. A store that never comes up fails below.
   const bool serves_store = options.rank == 0 && !options.use_agent_store;
@@ -148,6 +152,12 @@ std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
     store_options.waitWorkers = true;
     store_options.timeout = options.timeout;
     auto tcp = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+    if (serves_store) {  // rank 0 uses the server through a client of its own
+      server = tcp;
+      store_options.isServer = false;
+      store_options.waitWorkers = false;  // counted already, by the server's own client
+      tcp = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+    }
     store = c10::make_intrusive<c10d::PrefixStore>("ddpd", tcp);
   } catch (const std::exception& e) {
     throw std::runtime_error("rendezvous at " + endpoint + " failed for rank " +
@@ -171,7 +181,7 @@ std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
       auto group = c10::make_intrusive<shm::ShmProcessGroup>(
           std::move(*choice.segment), options.rank, options.world_size, options.timeout);
       return std::make_shared<Communicator>(group, options.rank, options.world_size, comm_options,
-                                            store);
+                                            store, server);
     }
     std::string bind = options.local_address;
     if (bind.empty() && is_loopback(options.master_addr)) bind = "127.0.0.1";
@@ -179,7 +189,7 @@ std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
       auto group =
           make_gloo_backend(store, options.rank, options.world_size, options.timeout, bind);
       return std::make_shared<Communicator>(group, options.rank, options.world_size, comm_options,
-                                            store);
+                                            store, server);
     } catch (const std::exception& e) {
       throw std::runtime_error("creating the gloo process group (rendezvous " + endpoint +
                                ", rank " + std::to_string(options.rank) + ") failed: " + e.what());
@@ -188,7 +198,7 @@ std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
   try {
     auto group = detail::make_nccl_group(store, options.rank, options.world_size, options.timeout);
     return std::make_shared<Communicator>(group, options.rank, options.world_size, comm_options,
-                                          store);
+                                          store, server);
   } catch (const std::invalid_argument&) {
     throw;
   } catch (const std::exception& e) {

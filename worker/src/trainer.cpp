@@ -752,6 +752,10 @@ TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_st
     } catch (const CollectiveDesync&) {
       throw;
     } catch (const CollectiveError& e) {
+      // An aborted rank was cancelled: its peers are being ended too, and no analysis is owed.
+      if (impl_->comm->aborted())
+        throw std::runtime_error("job cancelled at step " + std::to_string(step) + " (" + e.what() +
+                                 ")");
       throw CollectiveError(
           std::string(e.what()) + "; " + impl_->analyze_failure_across_ranks(e.peer_exited()),
           e.peer_exited());

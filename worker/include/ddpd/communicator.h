@@ -69,7 +69,8 @@ class CollectiveDesync : public CollectiveError {
 struct JournalTicket {
   std::shared_ptr<CollectiveJournal> journal;  // null: not journalled
   int64_t seq = 0;
-  std::chrono::steady_clock::time_point epoch;  // the communicator's clock
+  std::chrono::steady_clock::time_point epoch;       // the communicator's clock
+  std::shared_ptr<const std::atomic<bool>> aborted;  // Communicator::abort(); null: never
 };
 
 class PendingCollective {
@@ -85,6 +86,11 @@ class PendingCollective {
   void wait();
 
  private:
+  // Waits for a host-side work (Gloo, shm) up to timeout_ in slices of kAbortCheck, so that an
+  // aborted communicator stops waiting within a slice; the last slice's timeout is the
+  // backend's own error, as a single wait would throw it.
+  void wait_on_host(c10d::Work& work);
+
   c10::intrusive_ptr<c10d::Work> work_;
   std::string name_;
   std::chrono::milliseconds timeout_{0};
@@ -139,10 +145,23 @@ struct CommunicatorOptions {
 class Communicator {
  public:
   // `store` is the rendezvous store the group was built over (null for world size 1); after a
-  // failed collective the ranks exchange their positions through it.
+  // failed collective the ranks exchange their positions through it. `server` (rank 0's) is the
+  // store's server, kept for the communicator's lifetime and released with it even when abort()
+  // leaves the group behind.
   Communicator(c10::intrusive_ptr<c10d::Backend> group, int rank, int world_size,
-               CommunicatorOptions options = {}, c10::intrusive_ptr<c10d::Store> store = {});
+               CommunicatorOptions options = {}, c10::intrusive_ptr<c10d::Store> store = {},
+               c10::intrusive_ptr<c10d::Store> server = {});
   ~Communicator();
+
+  // Ends every wait on a collective, current and later, with a CollectiveError saying the job
+  // was cancelled, within 0.1 s, whatever the collective waits for. The daemon calls it on
+  // cancel: a rank blocked in a collective whose peer is gone (stopped, partitioned) used to
+  // hold its worker until --timeout. Afterwards the communicator is unusable; on CPU its
+  // destructor leaves the group to its threads (a Gloo collective in flight cannot be
+  // abandoned, and destroying the group joins them: up to --timeout). Thread contract: any
+  // thread, any time (the daemon's session thread, while the rank's thread waits).
+  void abort();
+  bool aborted() const { return aborted_->load(); }
 
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
@@ -220,7 +239,7 @@ class Communicator {
   void check_fingerprint(int64_t seq, const std::string& op, int64_t numel, at::ScalarType dtype);
   // Consumes an armed skip_next_collective() (call with launch_mutex_ held).
   bool skip_injected(const std::string& name);
-  JournalTicket ticket(int64_t seq) const { return {journal_, seq, epoch_}; }
+  JournalTicket ticket(int64_t seq) const { return {journal_, seq, epoch_, aborted_}; }
   PendingCollective track(c10::intrusive_ptr<c10d::Work> work, const std::string& name, int64_t seq,
                           int64_t bytes, const detail::TimePoint& launch,
                           std::vector<at::Tensor> keep_alive = {});
@@ -236,7 +255,9 @@ class Communicator {
   bool shm_ =
       false;  // the group is the shared-memory one: native bf16, flat gathers, reduce-scatter
   c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::Store> server_;  // rank 0's; freed even when abort() leaves group_
   std::atomic<bool> skip_next_{false};
+  std::shared_ptr<std::atomic<bool>> aborted_ = std::make_shared<std::atomic<bool>>(false);
   std::chrono::steady_clock::time_point epoch_;
   double unix_epoch_s_;  // system clock at epoch_
   std::mutex launch_mutex_;

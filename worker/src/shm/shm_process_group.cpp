@@ -159,7 +159,10 @@ std::string ShmProcessGroup::peer_gone(int rank) const {
   const std::string who =
       "shm: rank " + std::to_string(rank) + " (pid " + std::to_string(peer.pid) + ") ";
   const int32_t state = peer.state.load(std::memory_order_acquire);
-  if (state == kLeft) return who + "left the group (its process exited)";
+  // Leaving is what a rank's group does when the rank ends, whether its process then exits or
+  // not (a daemon's rank that failed or was cancelled): "its process exited" misreported those.
+  if (state == kLeft)
+    return who + "left the group (its rank ended: it failed, was cancelled or exited)";
   if (state != kJoined) return "";  // still creating its group: the timeout covers it
   if (peer.pid > 0 && peer.pid_namespace == pid_namespace() && ::kill(peer.pid, 0) != 0 &&
       errno == ESRCH) {
@@ -168,7 +171,7 @@ std::string ShmProcessGroup::peer_gone(int rank) const {
   const int64_t silent_ns = monotonic_ns() - peer.heartbeat_ns.load(std::memory_order_acquire);
   if (silent_ns > kHeartbeatStaleNs) {
     return who + "stopped its heartbeat " + std::to_string(silent_ns / 1000000) +
-           " ms ago (its process exited)";
+           " ms ago (its process is stopped, hung in the kernel, or exited)";
   }
   return "";
 }
