@@ -13,6 +13,7 @@
 #include "ddpd/comm_table.h"
 #include "ddpd/ddp_flags.h"
 #include "ddpd/spec_convert.h"
+#include "ddpd/unix_time.h"
 #include "job_file.h"
 #include "local_cluster.h"
 #include "plan_command.h"
@@ -399,9 +400,7 @@ int main(int argc, char** argv) {
       return follow(control, submitted.job_id()) == v1::SUCCEEDED ? 0 : 1;
     } else if (diagnose->parsed()) {
       const auto reply = control.get(job_id, false);
-      const double now =
-          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-              .count();
+      const double now = unix_now();
       if (as_json) {
         std::cout << client::diagnosis_json(reply.job(), now).dump() << std::endl;
       } else {
@@ -409,7 +408,7 @@ int main(int argc, char** argv) {
       }
     } else if (cancel->parsed()) {
       const v1::Job cancelled = control.cancel(job_id);
-      std::cout << cancelled.job_id() << " " << to_string(cancelled.state()) << std::endl;
+      std::cout << cancelled.job_id() << " " << v1::JobState_Name(cancelled.state()) << std::endl;
     } else if (app.got_subcommand("workers")) {
       std::cout << client::workers_table(control.workers());
     }

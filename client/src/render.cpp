@@ -1,6 +1,7 @@
 #include "render.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <ctime>
 #include <sstream>
@@ -25,19 +26,6 @@ std::string clock_time(double unix_time) {
   return buf;
 }
 
-std::string worker_state(v1::WorkerState s) {
-  switch (s) {
-    case v1::IDLE:
-      return "IDLE";
-    case v1::BUSY:
-      return "BUSY";
-    case v1::LOST:
-      return "LOST";
-    default:
-      return "?";
-  }
-}
-
 // The age of a rank's oldest pending collective: as reported, plus the time since the report
 // while the job runs.
 double pending_age(const v1::Job& job, const v1::RankStatus& r, double now_unix) {
@@ -46,8 +34,17 @@ double pending_age(const v1::Job& job, const v1::RankStatus& r, double now_unix)
   return age + std::max(0.0, now_unix - r.progress_unix_time());
 }
 
+// "running" for RANK_RUNNING: the enum's name without its prefix, as diagnose has always shown it.
+std::string rank_state(v1::RankState state) {
+  std::string name = v1::RankState_Name(state);
+  if (name.rfind("RANK_", 0) == 0) name = name.substr(5);
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
+}
+
 nlohmann::json rank_json(const v1::Job& job, const v1::RankStatus& r, double now_unix) {
-  nlohmann::json out{{"rank", r.rank()}, {"worker_id", r.worker_id()}, {"state", r.state()}};
+  nlohmann::json out{
+      {"rank", r.rank()}, {"worker_id", r.worker_id()}, {"state", rank_state(r.state())}};
   const auto& p = r.progress();
   out["phase"] = r.has_progress() ? nlohmann::json(p.phase()) : nlohmann::json(nullptr);
   out["step"] = r.has_progress() ? nlohmann::json(p.step()) : nlohmann::json(nullptr);
@@ -76,7 +73,7 @@ std::string scores_text(const google::protobuf::RepeatedField<double>& scores) {
 
 nlohmann::json diagnosis_json(const v1::Job& job, double now_unix) {
   nlohmann::json out{{"job_id", job.job_id()},
-                     {"state", to_string(job.state())},
+                     {"state", v1::JobState_Name(job.state())},
                      {"live", job.state() == v1::RUNNING}};
   auto& ranks = out["ranks"] = nlohmann::json::array();
   for (const auto& r : job.ranks()) ranks.push_back(rank_json(job, r, now_unix));
@@ -85,7 +82,7 @@ nlohmann::json diagnosis_json(const v1::Job& job, double now_unix) {
 
 std::string diagnosis_table(const v1::Job& job, double now_unix) {
   std::ostringstream out;
-  out << "job " << job.job_id() << "  " << to_string(job.state()) << "  "
+  out << "job " << job.job_id() << "  " << v1::JobState_Name(job.state()) << "  "
       << (job.state() == v1::RUNNING ? "live (last heartbeats)" : "as last recorded") << "\n";
   if (job.ranks_size() == 0) {
     out << (job.pending_reason().empty() ? "no ranks (never scheduled)"
@@ -105,7 +102,7 @@ std::string diagnosis_table(const v1::Job& job, double now_unix) {
       age = format("%.1f s", pending_age(job, r, now_unix));
     }
     out << format("%-5d %-16s %-10s %-10s %-6s %-9lld %-9lld %-40s %-8s %s\n", r.rank(),
-                  r.worker_id().c_str(), r.state().c_str(),
+                  r.worker_id().c_str(), rank_state(r.state()).c_str(),
                   r.has_progress() ? p.phase().c_str() : "-",
                   r.has_progress() ? std::to_string(p.step()).c_str() : "-",
                   static_cast<long long>(p.last_enqueued()),
@@ -120,7 +117,7 @@ nlohmann::json job_json(const v1::GetJobReply& reply) {
   nlohmann::json out = job.result_json().empty() ? nlohmann::json::object()
                                                  : nlohmann::json::parse(job.result_json());
   out["job_id"] = job.job_id();
-  out["state"] = to_string(job.state());
+  out["state"] = v1::JobState_Name(job.state());
   if (!job.error().empty()) out["error"] = job.error();
   if (!job.pending_reason().empty()) out["pending_reason"] = job.pending_reason();
   out["world_size"] = job.spec().world_size();
@@ -128,8 +125,9 @@ nlohmann::json job_json(const v1::GetJobReply& reply) {
   out["workers"] = std::vector<std::string>(job.worker_ids().begin(), job.worker_ids().end());
   auto& history = out["history"] = nlohmann::json::array();
   for (const auto& t : job.history()) {
-    history.push_back(
-        {{"state", to_string(t.state())}, {"unix_time", t.unix_time()}, {"reason", t.reason()}});
+    history.push_back({{"state", v1::JobState_Name(t.state())},
+                       {"unix_time", t.unix_time()},
+                       {"reason", t.reason()}});
   }
   auto& events = out["events"] = nlohmann::json::array();
   for (const auto& i : job.incidents()) {
@@ -180,7 +178,7 @@ std::string steps_csv(const v1::GetJobReply& reply) {
 std::string job_summary(const v1::GetJobReply& reply) {
   const v1::Job& job = reply.job();
   std::ostringstream out;
-  out << "job " << job.job_id() << "  " << to_string(job.state()) << "  world size "
+  out << "job " << job.job_id() << "  " << v1::JobState_Name(job.state()) << "  world size "
       << job.spec().world_size();
   if (job.spec().has_ddp()) {
     out << "  model " << (job.spec().ddp().model().empty() ? "tiny" : job.spec().ddp().model())
@@ -189,8 +187,8 @@ std::string job_summary(const v1::GetJobReply& reply) {
   }
   out << "\n";
   for (const auto& t : job.history()) {
-    out << "  " << clock_time(t.unix_time()) << "  " << format("%-9s", to_string(t.state()).c_str())
-        << "  " << t.reason() << "\n";
+    out << "  " << clock_time(t.unix_time()) << "  "
+        << format("%-9s", v1::JobState_Name(t.state()).c_str()) << "  " << t.reason() << "\n";
   }
   if (!job.pending_reason().empty()) out << "  pending: " << job.pending_reason() << "\n";
   if (job.attempts() > 1) {
@@ -232,7 +230,7 @@ std::string job_summary(const v1::GetJobReply& reply) {
 std::string event_line(const v1::JobEvent& event) {
   if (event.has_transition()) {
     const auto& t = event.transition();
-    return clock_time(t.unix_time()) + "  " + to_string(t.state()) + "  " + t.reason();
+    return clock_time(t.unix_time()) + "  " + v1::JobState_Name(t.state()) + "  " + t.reason();
   }
   if (event.has_incident()) {
     const auto& i = event.incident();
@@ -261,7 +259,7 @@ std::string jobs_table(const v1::ListJobsReply& jobs) {
                                : job.history_size() ? job.history(job.history_size() - 1).reason()
                                                     : "";
     out << format("%-12s %-10s %-5s %-6d %-10s %-20s %s\n", job.job_id().c_str(),
-                  to_string(job.state()).c_str(), kind_name(job.spec()).c_str(),
+                  v1::JobState_Name(job.state()).c_str(), kind_name(job.spec()).c_str(),
                   job.spec().world_size(), job.spec().ddp().strategy().c_str(), submitted.c_str(),
                   reason.c_str());
   }
@@ -277,11 +275,11 @@ std::string workers_table(const v1::ListWorkersReply& workers) {
         w.hello().advertised_host() + ":" + std::to_string(w.hello().rendezvous_port());
     std::string backends;
     for (const auto& b : w.hello().backends()) backends += (backends.empty() ? "" : ",") + b;
-    out << format("%-20s %-6s %-12s %-22s %-5d %-5d %-10s %s\n", w.hello().worker_id().c_str(),
-                  worker_state(w.state()).c_str(), w.job_id().empty() ? "-" : w.job_id().c_str(),
-                  address.c_str(), w.hello().cpu_count(), w.hello().gpu_count(),
-                  backends.empty() ? "gloo" : backends.c_str(),
-                  clock_time(w.last_seen_unix_time()).c_str());
+    out << format(
+        "%-20s %-6s %-12s %-22s %-5d %-5d %-10s %s\n", w.hello().worker_id().c_str(),
+        v1::WorkerState_Name(w.state()).c_str(), w.job_id().empty() ? "-" : w.job_id().c_str(),
+        address.c_str(), w.hello().cpu_count(), w.hello().gpu_count(),
+        backends.empty() ? "gloo" : backends.c_str(), clock_time(w.last_seen_unix_time()).c_str());
   }
   return out.str();
 }

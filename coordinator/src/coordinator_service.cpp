@@ -13,16 +13,13 @@
 #include "ddpd/memory_estimate.h"
 #include "ddpd/spec_convert.h"
 #include "ddpd/stall_analysis.h"
+#include "ddpd/unix_time.h"
 #include "scheduling.h"
 #include "session_outbox.h"
 #include "straggler_watch.h"
 
 namespace ddpd::coordinator {
 namespace {
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // Steps a job reports (comm jobs report none).
 int64_t total_steps(const v1::JobSpec& spec) {
@@ -128,8 +125,7 @@ CoordinatorService::CoordinatorService(CoordinatorOptions options, std::unique_p
     if (ref.job.state() == v1::RUNNING) {
       ref.previous_world_size = ref.job.worker_ids_size();
       ref.restart_reason = "coordinator restarted";
-      if (ref.job.spec().has_ddp() &&
-          ref.job.attempts() - 1 < from_proto(ref.job.spec().ddp()).max_restarts) {
+      if (may_restart(ref.job)) {
         transition(ref, v1::PENDING, "restarting after: coordinator restarted");
       } else {
         ref.job.set_error("coordinator restarted");
@@ -179,8 +175,9 @@ CoordinatorService::JobEntry* CoordinatorService::find_job(const std::string& jo
 void CoordinatorService::transition(JobEntry& entry, v1::JobState to, const std::string& reason) {
   v1::Job& job = entry.job;
   if (!transition_allowed(job.state(), to)) {
-    throw std::logic_error("job " + job.job_id() + ": transition " + to_string(job.state()) +
-                           " -> " + to_string(to) + " is not allowed");
+    throw std::logic_error("job " + job.job_id() + ": transition " +
+                           v1::JobState_Name(job.state()) + " -> " + v1::JobState_Name(to) +
+                           " is not allowed");
   }
   v1::StateTransition t;
   t.set_state(to);
@@ -195,7 +192,7 @@ void CoordinatorService::transition(JobEntry& entry, v1::JobState to, const std:
   store_->save_job(job, entry.sequence);
   store_->add_transition(job.job_id(), t);
   if (is_terminal(to)) store_->save_ranks(job);
-  spdlog::info("job={} state={} {}", job.job_id(), to_string(to), reason);
+  spdlog::info("job={} state={} {}", job.job_id(), v1::JobState_Name(to), reason);
   changed_.notify_all();
 }
 
@@ -273,7 +270,7 @@ void CoordinatorService::schedule() {
       auto* status = entry.job.add_ranks();
       status->set_rank(entry.job.worker_ids_size());
       status->set_worker_id(id);
-      status->set_state("running");
+      status->set_state(v1::RANK_RUNNING);
       entry.job.add_worker_ids(id);
     }
     entry.job.clear_pending_reason();
@@ -324,8 +321,7 @@ void CoordinatorService::cancel_workers(JobEntry& entry) {
 }
 
 void CoordinatorService::fail_or_restart(JobEntry& entry, const std::string& reason) {
-  if (entry.job.state() == v1::RUNNING && entry.job.spec().has_ddp() &&
-      entry.job.attempts() - 1 < from_proto(entry.job.spec().ddp()).max_restarts) {
+  if (entry.job.state() == v1::RUNNING && may_restart(entry.job)) {
     // The running attempt's ranks are told to stop; they return to IDLE as their (ignored)
     // results arrive, and schedule() starts the next attempt once enough workers are idle.
     entry.restart_reason = reason;
@@ -456,38 +452,27 @@ void CoordinatorService::record_result(WorkerEntry& worker, const v1::JobResult&
     worker.rank = -1;
   }
   JobEntry* entry = find_job(result.job_id());
-  if (entry != nullptr && result.attempt() != entry->job.attempts() - 1) {
+  if (entry != nullptr && result.attempt() != current_attempt(entry->job)) {
     schedule();  // a cancelled earlier attempt's rank: only its worker is idle again
     return;
   }
   if (entry != nullptr && result.rank() >= 0 && result.rank() < entry->job.ranks_size()) {
-    // A rank told to cancel (another failed, or the user cancelled) reports "job cancelled".
-    const bool cancelled =
-        !result.succeeded() && result.error().find("cancelled") != std::string::npos;
     entry->job.mutable_ranks(result.rank())
-        ->set_state(result.succeeded() ? "succeeded"
-                    : cancelled        ? "cancelled"
-                                       : "failed");
+        ->set_state(result.succeeded()                             ? v1::RANK_SUCCEEDED
+                    : result.cause() == v1::RANK_FAILURE_CANCELLED ? v1::RANK_CANCELLED
+                                                                   : v1::RANK_FAILED);
     if (is_terminal(entry->job.state())) store_->save_ranks(entry->job);
   }
   if (entry != nullptr && entry->job.state() == v1::RUNNING) {
     if (!result.succeeded()) {
-      // --check-collectives' verdict is the same on every rank: record it as a desync event
-      // naming the rank it names first.
-      const std::string desync = "collective desync (--check-collectives): ";
-      const auto at = result.error().find(desync);
-      if (at != std::string::npos) {
-        std::string message = result.error().substr(at + desync.size());
-        message = "desync: " + message.substr(0, message.find("; cross-rank analysis"));
-        const auto rank_at = message.find("rank");
-        const auto digits = message.find_first_of("0123456789", rank_at);
-        const int named = rank_at == std::string::npos || digits == std::string::npos
-                              ? -1
-                              : std::atoi(message.c_str() + digits);
-        record_incident(*entry, "desync", named, message);
+      // --check-collectives' verdict is the same on every rank: the first report records it.
+      std::string error = result.error();
+      if (result.cause() == v1::RANK_FAILURE_DESYNC) {
+        record_incident(*entry, "desync", result.named_rank(), "desync: " + result.error());
+        error = "collective desync (--check-collectives): " + result.error();
       }
       fail_or_restart(*entry, "rank " + std::to_string(result.rank()) + " (worker " +
-                                  worker.hello.worker_id() + ") failed: " + result.error());
+                                  worker.hello.worker_id() + ") failed: " + error);
     } else {
       entry->succeeded_ranks.insert(result.rank());
       if (result.rank() == 0) entry->job.set_result_json(result.result_json());
@@ -537,9 +522,9 @@ void CoordinatorService::worker_lost(const std::string& worker_id, Session* sess
   if (!worker.job_id.empty()) {
     if (JobEntry* entry = find_job(worker.job_id)) {
       if (worker.rank >= 0 && worker.rank < entry->job.ranks_size()) {
-        entry->job.mutable_ranks(worker.rank)->set_state("lost");
+        entry->job.mutable_ranks(worker.rank)->set_state(v1::RANK_LOST);
       }
-      if (worker.attempt == entry->job.attempts() - 1) {
+      if (worker.attempt == current_attempt(entry->job)) {
         fail_or_restart(*entry, "worker " + worker_id + " (rank " + std::to_string(worker.rank) +
                                     ") lost: " + reason);
       }
@@ -658,7 +643,7 @@ grpc::Status CoordinatorService::WorkerSession(
       worker.progress = message.progress();
       JobEntry* entry = find_job(message.job_id());
       if (entry && entry->job.state() == v1::RUNNING &&
-          worker.attempt == entry->job.attempts() - 1) {
+          worker.attempt == current_attempt(entry->job)) {
         record_progress(*entry, worker.rank, message.progress());
       }
     }
@@ -666,7 +651,7 @@ grpc::Status CoordinatorService::WorkerSession(
       JobEntry* entry = find_job(message.job_id());
       if (on_step_report_) on_step_report_();
       if (entry && entry->job.state() == v1::RUNNING &&
-          message.step().attempt() == entry->job.attempts() - 1) {
+          message.step().attempt() == current_attempt(entry->job)) {
         record_step(*entry, message.step());
       }
     } else if (message.has_result()) {
@@ -796,7 +781,7 @@ grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context,
   if (!entry) return {grpc::StatusCode::NOT_FOUND, "job_id: no job " + request->job_id()};
   if (is_terminal(entry->job.state())) {
     return {grpc::StatusCode::FAILED_PRECONDITION,
-            "job " + request->job_id() + " is already " + to_string(entry->job.state())};
+            "job " + request->job_id() + " is already " + v1::JobState_Name(entry->job.state())};
   }
   transition(*entry, v1::CANCELLED, "cancelled by request");
   cancel_workers(*entry);
@@ -859,7 +844,7 @@ StateCounts CoordinatorService::state_counts() const {
   StateCounts counts;
   for (const auto& [id, worker] : workers_) ++counts.workers[v1::WorkerState_Name(worker->state)];
   for (const auto& [id, entry] : jobs_) {
-    ++counts.jobs[to_string(entry->job.state())];
+    ++counts.jobs[v1::JobState_Name(entry->job.state())];
     counts.queue_length += entry->job.state() == v1::PENDING;
   }
   int ended_with_scores = 0;

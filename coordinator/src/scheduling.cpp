@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "ddpd/spec_convert.h"
+
 namespace ddpd::coordinator {
 
 bool transition_allowed(v1::JobState from, v1::JobState to) {
@@ -13,6 +15,13 @@ bool transition_allowed(v1::JobState from, v1::JobState to) {
     default:
       return false;
   }
+}
+
+int current_attempt(const v1::Job& job) { return std::max(0, job.attempts() - 1); }
+
+bool may_restart(const v1::Job& job) {
+  // Through the job model, so an unset max_restarts reads as its one default.
+  return job.spec().has_ddp() && current_attempt(job) < from_proto(job.spec().ddp()).max_restarts;
 }
 
 std::string required_backend(const v1::JobSpec& spec) {

@@ -14,6 +14,14 @@ namespace ddpd::coordinator {
 // change.
 bool transition_allowed(v1::JobState from, v1::JobState to);
 
+// The attempt now running or next to run (0: the first): results, step reports and losses of
+// any other attempt's ranks are stale.
+int current_attempt(const v1::Job& job);
+
+// Whether a failure of the current attempt restarts the job (a DDP job with --max-restarts not
+// yet used up) rather than failing it.
+bool may_restart(const v1::Job& job);
+
 struct PendingJob {
   std::string job_id;
   int world_size = 1;

@@ -284,23 +284,6 @@ OptionError naming_proto_field(const OptionError& error) {
                      std::string(error.what()).substr(error.flag().size() + 2));
 }
 
-std::string to_string(v1::JobState state) {
-  switch (state) {
-    case v1::PENDING:
-      return "PENDING";
-    case v1::RUNNING:
-      return "RUNNING";
-    case v1::SUCCEEDED:
-      return "SUCCEEDED";
-    case v1::FAILED:
-      return "FAILED";
-    case v1::CANCELLED:
-      return "CANCELLED";
-    default:
-      return "UNSPECIFIED";
-  }
-}
-
 bool is_terminal(v1::JobState state) {
   return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
 }

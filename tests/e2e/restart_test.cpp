@@ -1,9 +1,9 @@
-// Jobs that survive, against real daemons: a worker killed mid-job (--inject exit kills the worker
-// daemon itself) and a coordinator restarted mid-job. The coordinator restarts the job from its
-// latest checkpoint; the job SUCCEEDS, its history shows the restart, and its final checkpoint is
-// byte-for-byte the one an uninterrupted standalone run resumed from the same checkpoint writes.
-// A worker stopped mid-job frees its peers' workers within seconds (the daemons abort the
-// survivors' collectives on cancel) and, with a spare, the job restarts and succeeds.
+// Jobs that survive, against real daemons: a rank's process that exits mid-job (--inject exit), a
+// worker daemon killed mid-job, and a coordinator restarted mid-job. The coordinator restarts the
+// job from its latest checkpoint; the job SUCCEEDS, its history shows the restart, and its final
+// checkpoint is byte-for-byte the one an uninterrupted standalone run resumed from the same
+// checkpoint writes. A worker stopped mid-job frees its peers' workers within seconds (the daemons
+// abort the survivors' collectives on cancel) and, with a spare, the job restarts and succeeds.
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -32,7 +32,7 @@ std::vector<nlohmann::json> events_of(const nlohmann::json& shown, const std::st
   return out;
 }
 
-TEST(Restart, AKilledWorkerIsReplacedAndTheJobResumesFromItsCheckpoint) {
+TEST(Restart, ARankWhoseProcessExitsIsRestartedFromItsCheckpoint) {
   Cluster cluster(3, "restart-exit");
   const std::string dir = temp_dir() + "/restart-exit-ckpt";
   fs::remove_all(dir);
@@ -50,8 +50,17 @@ TEST(Restart, AKilledWorkerIsReplacedAndTheJobResumesFromItsCheckpoint) {
   const auto restarts = events_of(shown, "restart");
   ASSERT_EQ(restarts.size(), 1u) << shown["events"].dump();
   const std::string message = restarts[0]["message"];
-  EXPECT_NE(message.find("restart 1 of 1 after: worker "), std::string::npos) << message;
-  EXPECT_NE(message.find("(rank 1) lost"), std::string::npos) << message;
+  // The daemon survived its rank's exit and reported it as the rank's failure, with the status.
+  EXPECT_NE(message.find("restart 1 of 1 after: rank 1 (worker "), std::string::npos) << message;
+  EXPECT_NE(message.find("failed: its process exited with status 3 without a result"),
+            std::string::npos)
+      << message;
+  const auto ended = std::chrono::steady_clock::now();
+  EXPECT_TRUE(cluster.wait_until([&] { return cluster.count_workers("IDLE") == 3; },
+                                 std::chrono::seconds(10)))
+      << cluster.ctl({"workers"}).out;
+  std::printf("[ exit     ] all 3 workers IDLE %.1f s after the job ended\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - ended).count());
   EXPECT_NE(message.find("world size 2 → 2, resuming step-4"), std::string::npos) << message;
   // The history: RUNNING, back to PENDING ("restarting after: …"), RUNNING, SUCCEEDED.
   std::vector<std::string> states;
@@ -84,22 +93,29 @@ TEST(Restart, AKilledWorkerIsReplacedAndTheJobResumesFromItsCheckpoint) {
   }
 }
 
+// The worker daemon of rank 1 is killed (SIGKILL; its rank process dies with it): one worker is
+// left, and the job restarts at --min-world-size 1.
 TEST(Restart, TooFewWorkersLeftShrinksToTheMinimumWorldSize) {
   Cluster cluster(2, "restart-shrink");
   const std::string dir = temp_dir() + "/restart-shrink-ckpt";
   fs::remove_all(dir);
-  const std::string job =
-      cluster.submit({"--world-size", "2", "--batch", "6", "--steps", "8", "--checkpoint-dir", dir,
-                      "--checkpoint-every", "2", "--max-restarts", "1", "--min-world-size", "1",
-                      "--inject", "exit:rank=1,step=3"});
-  const auto shown = cluster.wait_for_end(job);
-  ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
+  const std::string job = cluster.submit({"--world-size", "2", "--batch", "6", "--steps", "400",
+                                          "--checkpoint-dir", dir, "--checkpoint-every", "2",
+                                          "--max-restarts", "1", "--min-world-size", "1"});
+  ASSERT_TRUE(cluster.wait_until([&] { return fs::exists(dir + "/step-000002/metadata.json"); },
+                                 std::chrono::seconds(60)));
+  const std::string killed_id = cluster.show(job)["workers"][1];
+  cluster.worker(std::stoi(killed_id.substr(killed_id.rfind("-w") + 2))).signal(SIGKILL);
+  ASSERT_TRUE(cluster.wait_until([&] { return cluster.show(job)["attempts"] == 2; },
+                                 std::chrono::seconds(60)));
+  const auto shown = cluster.show(job);
   const auto restarts = events_of(shown, "restart");
   ASSERT_EQ(restarts.size(), 1u) << shown["events"].dump();
-  EXPECT_NE(restarts[0]["message"].get<std::string>().find("world size 2 → 1, resuming step-2"),
-            std::string::npos)
-      << restarts[0]["message"];
+  const std::string message = restarts[0]["message"];
+  EXPECT_NE(message.find("worker " + killed_id + " (rank 1) lost"), std::string::npos) << message;
+  EXPECT_NE(message.find("world size 2 → 1, resuming step-"), std::string::npos) << message;
   EXPECT_EQ(shown["workers"].size(), 1u);
+  ASSERT_EQ(cluster.ctl({"cancel", job}).exit_code, 0);
 }
 
 TEST(Restart, ACoordinatorRestartMidJobRestartsItInsteadOfFailingIt) {
@@ -212,6 +228,82 @@ TEST(Supervision, AStoppedRanksSurvivorsAreFreedAndARestartSucceeds) {
     ASSERT_EQ(events_of(shown, "restart").size(), 1u) << shown["events"].dump();
     EXPECT_EQ(shown["attempts"], 2);
   }
+}
+
+}  // namespace
+}  // namespace ddpd::testing
+
+namespace ddpd::testing {
+namespace {
+
+// The process running rank `rank` of `job` (the one child of that rank's worker daemon).
+int rank_process_of(Cluster& cluster, const std::string& job, int rank) {
+  const int daemon = cluster.worker(worker_index_of_rank(cluster, job, rank)).pid();
+  int pid = -1;
+  cluster.wait_until(
+      [&] {
+        const auto children = child_pids(daemon);
+        if (children.size() == 1) pid = children[0];
+        return pid > 0;
+      },
+      std::chrono::seconds(10));
+  return pid;
+}
+
+// A rank's process killed as the out-of-memory killer kills (SIGKILL) is that rank's failure,
+// named with the signal; its daemon lives on, and every worker is IDLE again at once.
+TEST(Supervision, ARankProcessKilledLikeTheOomKillerFailsItsRankNotItsDaemon) {
+  Cluster cluster(2, "rank-killed");
+  const std::string job = cluster.submit({"--world-size", "2", "--batch", "6", "--steps", "400"});
+  ASSERT_TRUE(cluster.wait_until([&] { return !cluster.show(job)["rank_steps"].empty(); },
+                                 std::chrono::seconds(60)));
+  const int rank_pid = rank_process_of(cluster, job, 1);
+  ASSERT_GT(rank_pid, 0);
+  ASSERT_EQ(::kill(rank_pid, SIGKILL), 0);
+  const auto killed_at = std::chrono::steady_clock::now();
+  const bool freed = cluster.wait_until(
+      [&] { return cluster.show(job)["state"] == "FAILED" && cluster.count_workers("IDLE") == 2; },
+      std::chrono::seconds(30));
+  const double seconds = seconds_since(killed_at);
+  ASSERT_TRUE(freed) << cluster.ctl({"workers"}).out << cluster.show(job).dump();
+  std::printf("[ killed   ] job FAILED and both workers IDLE %.1f s after the SIGKILL\n", seconds);
+  const std::string error = cluster.show(job)["error"];
+  EXPECT_EQ(error.rfind("rank 1 (worker ", 0), 0u) << error;
+  EXPECT_NE(error.find("failed: its process was killed by SIGKILL (the out-of-memory killer"),
+            std::string::npos)
+      << error;
+  // The daemon that ran it takes the next job.
+  const std::string next = cluster.submit({"--world-size", "2", "--batch", "6", "--steps", "3"});
+  EXPECT_EQ(cluster.wait_for_end(next)["state"], "SUCCEEDED");
+}
+
+// A rank's process stopped (SIGSTOP) while its daemon runs on: the daemon sees it stopped
+// within two progress intervals (0.25 s each here), kills it and reports the rank; the
+// survivors are IDLE within --worker-timeout + 3 s, and with --max-restarts 1 the job
+// SUCCEEDS without waiting for --timeout (300 s).
+TEST(Supervision, AStoppedRankProcessIsKilledAndTheJobRestarts) {
+  Cluster cluster(3, "rank-stopped");
+  const std::string job = cluster.submit({"--world-size", "3", "--batch", "6", "--steps", "60",
+                                          "--timeout", "300", "--max-restarts", "1"});
+  ASSERT_TRUE(cluster.wait_until([&] { return !cluster.show(job)["rank_steps"].empty(); },
+                                 std::chrono::seconds(60)));
+  const int rank_pid = rank_process_of(cluster, job, 1);
+  ASSERT_GT(rank_pid, 0);
+  ASSERT_EQ(::kill(rank_pid, SIGSTOP), 0);
+  const auto stopped_at = std::chrono::steady_clock::now();
+  const bool restarted = cluster.wait_until([&] { return cluster.show(job)["attempts"] == 2; },
+                                            std::chrono::seconds(60));
+  const double seconds = seconds_since(stopped_at);
+  ASSERT_TRUE(restarted) << cluster.show(job).dump();
+  std::printf("[ stopped  ] rank process stopped: restart %.1f s after the SIGSTOP\n", seconds);
+  EXPECT_LE(seconds, 3 + 3);
+  const auto shown = cluster.wait_for_end(job, std::chrono::seconds(200));
+  ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
+  const auto restarts = events_of(shown, "restart");
+  ASSERT_EQ(restarts.size(), 1u) << shown["events"].dump();
+  const std::string message = restarts[0]["message"];
+  EXPECT_NE(message.find("rank 1 (worker "), std::string::npos) << message;
+  EXPECT_NE(message.find("failed: its process was stopped (SIGSTOP"), std::string::npos) << message;
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -147,10 +148,6 @@ std::vector<ProcessOutcome> wait_all(std::vector<Running>& running, std::chrono:
 
 }  // namespace
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 std::string binary_dir() {
   char buf[4096];
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -240,5 +237,23 @@ int BackgroundProcess::wait(std::chrono::seconds timeout) {
 }
 
 std::string BackgroundProcess::log() const { return slurp(log_path_); }
+
+std::vector<int> child_pids(int pid) {
+  std::vector<int> children;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto paren = stat.rfind(')');  // "pid (comm) state ppid ..."
+    if (paren == std::string::npos) continue;
+    std::istringstream fields(stat.substr(paren + 2));
+    char state;
+    int ppid = 0;
+    if (fields >> state >> ppid && ppid == pid && state != 'Z') children.push_back(std::stoi(name));
+  }
+  std::sort(children.begin(), children.end());
+  return children;
+}
 
 }  // namespace ddpd::testing

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ddpd/net.h"  // free_port, wait_for_port
+#include "ddpd/unix_time.h"
 
 namespace ddpd::testing {
 
@@ -30,7 +31,10 @@ std::vector<ProcessOutcome> run_ranks(const std::vector<std::string>& argv, int 
                                       const std::map<std::string, std::string>& extra_env = {});
 
 // The wall clock as unix seconds (comparable across processes on this host).
-double unix_now();
+using ddpd::unix_now;
+
+// The live children of process `pid` (from /proc/*/stat), lowest pid first.
+std::vector<int> child_pids(int pid);
 
 // Directory holding the test binaries (from /proc/self/exe).
 std::string binary_dir();

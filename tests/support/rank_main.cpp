@@ -47,6 +47,7 @@
 #include "ddpd/result_json.h"
 #include "ddpd/sharded_optimizer.h"
 #include "ddpd/trainer.h"
+#include "ddpd/unix_time.h"
 
 namespace {
 
@@ -68,8 +69,7 @@ struct Fault {
 
 // Exits (die) or stops responding for three collective timeouts, then exits (hang).
 [[noreturn]] void inject(const Fault& fault, double collective_timeout_s) {
-  const double now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now = ddpd::unix_now();
   std::fprintf(stderr, "FAULT %.6f\n", now);
   std::fflush(stderr);
   if (fault.kind == "hang") {

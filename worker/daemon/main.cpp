@@ -1,5 +1,6 @@
 // ddpd-worker: `run ddp …` trains one job without a coordinator, from torchrun-style
-// environment variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK).
+// environment variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK); `serve`
+// runs a coordinator's jobs, each rank in a `rank` child process.
 // Exit codes: 0 succeeded, 1 the job failed, 2 bad command line or environment.
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
@@ -26,6 +27,7 @@
 #include "ddpd/result_json.h"
 #include "ddpd/service/logging.h"
 #include "ddpd/trainer.h"
+#include "rank_main.h"
 #include "worker_daemon.h"
 #include "worker_metrics.h"
 
@@ -223,6 +225,15 @@ int main(int argc, char** argv) {
       ->add_option("--metrics-host", daemon_options.metrics.bind_host,
                    "Address the /metrics endpoint listens on")
       ->capture_default_str();
+  // The process of one rank, started by `serve` for each assignment (rank_process.h).
+  auto* rank_cmd = app.add_subcommand("rank", "One rank of an assigned job (started by serve)");
+  rank_cmd->group("");  // internal: not listed in --help
+  ddpd::RankMainOptions rank_options;
+  rank_cmd->add_option("--advertise-host", rank_options.advertise_host)->capture_default_str();
+  rank_cmd->add_option("--cuda-device", rank_options.cuda_device)->capture_default_str();
+  rank_cmd->add_option("--progress-seconds", rank_options.progress_seconds)
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 60.0));
   ddpd::LogOptions log_options;
   log_options.level = "warn";
   ddpd::add_log_flags(app, log_options);
@@ -250,8 +261,11 @@ int main(int argc, char** argv) {
     }
     daemon_options.memory_bytes =
         memory_gb > 0 ? static_cast<int64_t>(memory_gb * 1e9) : ddpd::available_memory_bytes();
+    daemon_options.rank_flags = {"--log-level", log_options.level, "--log-format",
+                                 log_options.format};
     return serve(daemon_options);
   }
+  if (rank_cmd->parsed()) return ddpd::run_rank_process(rank_options);
 
   if (comm_cmd->parsed())
     return run_comm(comm_options, backend, comm_transport, comm_timeout_s, json);

@@ -4,23 +4,24 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <random>
 #include <thread>
 
-#include "ddpd/comm_bench.h"
-#include "ddpd/communicator.h"
+#include "ddpd/comm_options.h"
 #include "ddpd/local_run.h"
 #include "ddpd/net.h"
 #include "ddpd/rendezvous.h"
-#include "ddpd/result_json.h"
 #include "ddpd/service/channel.h"
 #include "ddpd/spec_convert.h"
-#include "ddpd/trainer.h"
+#include "ddpd/training_result.h"
 #include "ddpd/v1/ddpd.grpc.pb.h"
+#include "rank_process.h"
 
 namespace ddpd {
 namespace {
@@ -41,32 +42,43 @@ int pick_rendezvous_port(const std::string& host, const std::string& worker_id) 
   throw std::runtime_error("--rendezvous-port: no free port in 20000-31999 on " + host);
 }
 
-v1::StepReport to_report(const StepMetrics& m, int rank) {
-  v1::StepReport r;
-  r.set_rank(rank);
-  r.set_step(m.step);
-  r.set_loss(m.loss);
-  r.set_step_seconds(m.step_seconds);
-  r.set_forward_seconds(m.forward_seconds);
-  r.set_backward_seconds(m.backward_seconds);
-  r.set_optimizer_seconds(m.optimizer_seconds);
-  r.set_checkpoint_seconds(m.checkpoint_seconds);
-  r.set_comm_seconds(m.comm_seconds);
-  r.set_exposed_comm_seconds(m.exposed_comm_seconds);
-  r.set_comm_fraction(m.comm_fraction);
-  r.set_tokens_per_second(m.tokens_per_second);
-  if (m.param_spread) r.set_param_spread(*m.param_spread);
-  r.set_lr(m.lr);
-  if (m.grad_norm) r.set_grad_norm(*m.grad_norm);
-  if (m.eval_loss) r.set_eval_loss(*m.eval_loss);
-  for (const auto& span : m.spans) {
-    auto* out = r.add_spans();
-    out->set_name(span.name);
-    out->set_communication(span.communication);
-    out->set_begin_unix_s(span.begin_unix_s);
-    out->set_end_unix_s(span.end_unix_s);
+StepMetrics from_report(const v1::StepReport& r) {
+  StepMetrics m;
+  m.step = r.step();
+  m.loss = r.loss();
+  m.step_seconds = r.step_seconds();
+  m.forward_seconds = r.forward_seconds();
+  m.backward_seconds = r.backward_seconds();
+  m.optimizer_seconds = r.optimizer_seconds();
+  m.checkpoint_seconds = r.checkpoint_seconds();
+  m.comm_seconds = r.comm_seconds();
+  m.exposed_comm_seconds = r.exposed_comm_seconds();
+  m.comm_fraction = r.comm_fraction();
+  m.tokens_per_second = r.tokens_per_second();
+  if (r.has_param_spread()) m.param_spread = r.param_spread();
+  m.lr = r.lr();
+  if (r.has_grad_norm()) m.grad_norm = r.grad_norm();
+  if (r.has_eval_loss()) m.eval_loss = r.eval_loss();
+  return m;
+}
+
+MemoryBytes from_proto(const rank_pipe::Memory& m) {
+  return {m.param_bytes(), m.grad_bytes(), m.optimizer_state_bytes(), m.peak_bytes()};
+}
+
+CommBenchResult from_proto(const rank_pipe::CommRows& rows) {
+  CommBenchResult bench;
+  bench.world_size = rows.world_size();
+  for (const auto& r : rows.rows()) {
+    CommRow row;
+    row.collective = r.collective();
+    row.size_bytes = r.size_bytes();
+    row.time_s = r.time_s();
+    row.algbw_bytes_per_s = r.algbw_bytes_per_s();
+    row.busbw_bytes_per_s = r.busbw_bytes_per_s();
+    bench.rows.push_back(row);
   }
-  return r;
+  return bench;
 }
 
 using Stream = grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>;
@@ -94,150 +106,102 @@ struct WorkerDaemon::Impl {
   std::condition_variable wake;
   grpc::ClientContext* live_context = nullptr;  // to end the session on stop()
   std::unique_ptr<WorkerMetrics> metrics;
-  // While a DDP job trains: fills a heartbeat with the rank's progress. Set and cleared by the
-  // job thread, called by the heartbeat thread, both under progress_mutex (so the trainer it
-  // reads outlives every call).
+  // The running rank's latest progress, for heartbeats: set by the job thread from the rank's
+  // events, read by the heartbeat thread, both under progress_mutex.
   std::mutex progress_mutex;
-  std::function<void(v1::WorkerMessage&)> describe_progress;
+  std::optional<std::pair<std::string, v1::RankProgress>> progress;  // job id, progress
 
-  // Sets describe_progress for one job's lifetime (cleared on every exit path).
-  class ProgressSource {
-   public:
-    ProgressSource(Impl& impl, std::function<void(v1::WorkerMessage&)> describe) : impl_(impl) {
-      std::lock_guard<std::mutex> lock(impl_.progress_mutex);
-      impl_.describe_progress = std::move(describe);
-    }
-    ~ProgressSource() {
-      std::lock_guard<std::mutex> lock(impl_.progress_mutex);
-      impl_.describe_progress = nullptr;
-    }
-
-   private:
-    Impl& impl_;
-  };
-
-  // The running job's communicator, so that a cancel can abort it: a rank blocked in a
-  // collective whose peer is gone (stopped, cut off) otherwise holds this worker until
-  // --timeout. Set and cleared by the job thread, aborted by the session thread, both under
-  // running_mutex.
+  // The running rank's process, so that a cancel can stop it: set and cleared by the job
+  // thread, stopped by the session thread, both under running_mutex.
   std::mutex running_mutex;
-  std::shared_ptr<Communicator> running_comm;
+  std::shared_ptr<RankProcess> running_rank;
+  bool cancel_before_start = false;  // a cancel that came before the process existed
 
-  class RunningComm {
-   public:
-    RunningComm(Impl& impl, std::shared_ptr<Communicator> comm, const std::atomic<bool>& cancelled)
-        : impl_(impl) {
-      std::lock_guard<std::mutex> lock(impl_.running_mutex);
-      if (cancelled) comm->abort();  // cancelled while it met its peers
-      impl_.running_comm = std::move(comm);
-    }
-    ~RunningComm() {
-      std::lock_guard<std::mutex> lock(impl_.running_mutex);
-      impl_.running_comm.reset();
-    }
-
-   private:
-    Impl& impl_;
-  };
-
-  void abort_running_job() {
+  void stop_running_job() {
     std::lock_guard<std::mutex> lock(running_mutex);
-    if (running_comm) running_comm->abort();
+    cancel_before_start = true;
+    if (running_rank) running_rank->stop();
   }
 
-  RendezvousOptions rendezvous_for(const v1::Assignment& a, double timeout_s) const {
-    RendezvousOptions rendezvous;
-    rendezvous.master_addr = a.master_addr();
-    rendezvous.master_port = a.master_port();
-    rendezvous.rank = a.rank();
-    rendezvous.world_size = a.world_size();
-    rendezvous.local_rank = options.cuda_device;  // NCCL jobs run on this daemon's GPU
-    rendezvous.local_address = options.advertise_host;
-    rendezvous.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-    return rendezvous;
+  RankProcessOptions rank_process_options() const {
+    RankProcessOptions o;
+    o.flags = {"--advertise-host", options.advertise_host, "--cuda-device",
+               std::to_string(options.cuda_device)};
+    // Two progress reports per heartbeat, so every heartbeat carries a fresh one.
+    o.progress_seconds = std::max(0.05, options.heartbeat_seconds / 2);
+    o.flags.insert(o.flags.end(), options.rank_flags.begin(), options.rank_flags.end());
+    return o;
   }
 
-  static void log_transport(const v1::Assignment& a, const Communicator& comm) {
-    if (!comm.transport_note().empty()) {
-      spdlog::warn("job={} rank={} {}", a.job_id(), a.rank(), comm.transport_note());
-    } else {
-      spdlog::info("job={} rank={} transport {}", a.job_id(), a.rank(), comm.transport());
+  // The rank's events: steps to the coordinator, the metrics and the debug log; progress for
+  // the heartbeats.
+  void relay(const v1::Assignment& a, const rank_pipe::RankEvent& e, SessionWriter& writer) {
+    if (e.has_started()) {
+      if (a.spec().has_comm()) {
+        metrics->comm_job_started(a.job_id(), a.rank(), e.started().transport());
+      } else {
+        metrics->ddp_job_started(a.job_id(), a.rank(), from_proto(a.spec().ddp()).strategy,
+                                 e.started().transport());
+      }
+    } else if (e.has_step()) {
+      const StepMetrics m = from_report(e.step());
+      metrics->record_step(m);
+      spdlog::debug("job={} rank={} step={} loss={:.4f} step_ms={:.2f} comm_fraction={:.3f}",
+                    a.job_id(), a.rank(), m.step, m.loss, m.step_seconds * 1e3, m.comm_fraction);
+      v1::WorkerMessage step;
+      step.set_job_id(a.job_id());
+      *step.mutable_step() = e.step();
+      writer.write(step);
+    } else if (e.has_progress()) {
+      std::lock_guard<std::mutex> lock(progress_mutex);
+      progress.emplace(a.job_id(), e.progress());
+    } else if (e.has_memory()) {
+      MemoryProfile profile;
+      profile.after_init = from_proto(e.memory().after_init());
+      profile.before_step = from_proto(e.memory().before_step());
+      profile.after_step = from_proto(e.memory().after_step());
+      metrics->record_memory(profile, e.memory().final_points());
+    } else if (e.has_comm()) {
+      metrics->record_comm(from_proto(e.comm()));
     }
   }
 
-  // Runs a comm benchmark; returns rank 0's result JSON (other ranks: empty).
-  std::string run_comm_job(const v1::Assignment& a, const std::atomic<bool>& cancelled) {
-    const CommJob job = from_proto(a.spec().comm());
-    RendezvousOptions rendezvous = rendezvous_for(a, job.collective_timeout_s);
-    rendezvous.backend = job.backend;
-    rendezvous.transport = job.transport;
-    auto comm = connect(rendezvous);
-    RunningComm running(*this, comm, cancelled);
-    log_transport(a, *comm);
-    metrics->comm_job_started(a.job_id(), a.rank(), comm->transport());
-    const CommBenchResult bench = run_comm_benchmark(job.bench, *comm);
-    metrics->record_comm(bench);
-    return a.rank() == 0 ? to_json(bench).dump() : "";
-  }
-
-  void run_job(const v1::Assignment& a, SessionWriter& writer, std::atomic<bool>& cancelled) {
+  // Runs one assignment in its own process and reports its result, whatever ended it.
+  void run_job(const v1::Assignment& a, SessionWriter& writer) {
+    v1::JobResult result;
+    try {
+      auto rank = std::make_shared<RankProcess>(rank_process_options(), a);
+      {
+        std::lock_guard<std::mutex> lock(running_mutex);
+        if (cancel_before_start) rank->stop();
+        running_rank = rank;
+      }
+      spdlog::info("job={} rank={} runs in process {}", a.job_id(), a.rank(), rank->pid());
+      result = rank->run([&](const rank_pipe::RankEvent& e) { relay(a, e, writer); });
+    } catch (const std::exception& e) {
+      result.set_job_id(a.job_id());
+      result.set_rank(a.rank());
+      result.set_attempt(a.attempt());
+      result.set_cause(v1::RANK_FAILURE_ERROR);
+      result.set_named_rank(a.rank());
+      result.set_error(e.what());
+    }
+    {
+      std::lock_guard<std::mutex> lock(running_mutex);
+      running_rank.reset();
+    }
+    {
+      std::lock_guard<std::mutex> lock(progress_mutex);
+      progress.reset();
+    }
+    if (!result.succeeded()) {
+      spdlog::warn("job={} rank={} failed: {}", a.job_id(), a.rank(), result.error());
+    }
+    metrics->job_finished(result.succeeded());
     v1::WorkerMessage done;
     done.set_job_id(a.job_id());
-    auto* result = done.mutable_result();
-    result->set_job_id(a.job_id());
-    result->set_rank(a.rank());
-    result->set_attempt(a.attempt());
-    try {
-      if (a.spec().has_comm()) {
-        result->set_result_json(run_comm_job(a, cancelled));
-        result->set_succeeded(true);
-      } else {
-        run_ddp_job(a, writer, cancelled, *result);
-      }
-    } catch (const std::exception& e) {
-      result->set_succeeded(false);
-      result->set_error(e.what());
-      spdlog::warn("job={} rank={} failed: {}", a.job_id(), a.rank(), e.what());
-    }
-    metrics->job_finished(result->succeeded());
-    if (result->succeeded()) spdlog::info("job={} rank={} succeeded", a.job_id(), a.rank());
+    *done.mutable_result() = result;
     writer.write(done);
-  }
-
-  // Trains; every step goes to the coordinator, the metrics and the debug log.
-  void run_ddp_job(const v1::Assignment& a, SessionWriter& writer, std::atomic<bool>& cancelled,
-                   v1::JobResult& result) {
-    DdpJobOptions job = from_proto(a.spec().ddp());
-    RendezvousOptions rendezvous = rendezvous_for(a, job.collective_timeout_s);
-    apply_job_options(rendezvous, job);
-    spdlog::info("job={} rank={} world={} rendezvous {}:{}", a.job_id(), a.rank(), a.world_size(),
-                 a.master_addr(), a.master_port());
-    auto comm = connect(rendezvous);
-    RunningComm running(*this, comm, cancelled);
-    log_transport(a, *comm);
-    metrics->ddp_job_started(a.job_id(), a.rank(), job.strategy, comm->transport());
-    Trainer trainer(job, comm);
-    ProgressSource progress(*this, [&, job_id = a.job_id()](v1::WorkerMessage& beat) {
-      beat.set_job_id(job_id);
-      *beat.mutable_progress() = to_proto(trainer.position());
-    });
-    metrics->record_memory(trainer.memory(), /*final_points=*/false);
-    auto training = trainer.run(
-        [&](const StepMetrics& m) {
-          metrics->record_step(m);
-          spdlog::debug("job={} rank={} step={} loss={:.4f} step_ms={:.2f} comm_fraction={:.3f}",
-                        a.job_id(), a.rank(), m.step, m.loss, m.step_seconds * 1e3,
-                        m.comm_fraction);
-          v1::WorkerMessage step;
-          step.set_job_id(a.job_id());
-          *step.mutable_step() = to_report(m, a.rank());
-          step.mutable_step()->set_attempt(a.attempt());
-          writer.write(step);
-        },
-        [&] { return cancelled.load(); });
-    metrics->record_memory(training.memory, /*final_points=*/true);
-    result.set_succeeded(true);
-    if (a.rank() == 0) result.set_result_json(to_json(training).dump());
   }
 
   // One registration; returns false when the coordinator refused us for good.
@@ -256,7 +220,6 @@ struct WorkerDaemon::Impl {
     writer.write(first);
 
     std::atomic<bool> session_over{false};
-    std::atomic<bool> job_cancelled{false};
     std::string current_job;
     std::thread job_thread;
     std::thread heartbeat([&] {
@@ -269,7 +232,10 @@ struct WorkerDaemon::Impl {
         beat.set_heartbeat(true);
         {
           std::lock_guard<std::mutex> progress_lock(progress_mutex);
-          if (describe_progress) describe_progress(beat);
+          if (progress) {
+            beat.set_job_id(progress->first);
+            *beat.mutable_progress() = progress->second;
+          }
         }
         writer.write(beat);
         lock.lock();
@@ -283,18 +249,18 @@ struct WorkerDaemon::Impl {
       } else if (message.has_assign()) {
         if (job_thread.joinable()) job_thread.join();  // the previous job reported already
         current_job = message.assign().job_id();
-        job_cancelled = false;
-        job_thread = std::thread([this, assignment = message.assign(), &writer, &job_cancelled] {
-          run_job(assignment, writer, job_cancelled);
-        });
+        {
+          std::lock_guard<std::mutex> lock(running_mutex);
+          cancel_before_start = false;
+        }
+        job_thread = std::thread(
+            [this, assignment = message.assign(), &writer] { run_job(assignment, writer); });
       } else if (message.cancel_job_id() == current_job && !current_job.empty()) {
         spdlog::info("job={} cancel requested", current_job);
-        job_cancelled = true;
-        abort_running_job();
+        stop_running_job();
       }
     }
-    job_cancelled = true;
-    abort_running_job();
+    stop_running_job();
     {
       std::lock_guard<std::mutex> lock(mutex);
       session_over = true;

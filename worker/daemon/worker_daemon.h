@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "worker_metrics.h"
 
@@ -23,16 +24,19 @@ struct WorkerDaemonOptions {
   // every worker's (docs/protocols.md). 0: unknown. main() sets it from --memory-gb, else
   // MemAvailable at start-up.
   int64_t memory_bytes = 0;
+  std::vector<std::string> rank_flags;  // passed on to every rank process (its logging)
 };
 
 // Protocol (worker side of the session, see coordinator_service.h):
 //  hello → welcome; then, concurrently: heartbeats every heartbeat_seconds (while a DDP job
-//  trains, each carries the rank's progress: phase, step, and its collective journal's last
-//  enqueued/completed sequence numbers and oldest pending collective); for each
-//  Assignment, one job thread builds the process group from the rendezvous it names, trains,
-//  streams a StepReport per step and ends with one JobResult; a cancel for the current job
-//  stops it at the next step boundary. When the session ends (coordinator restart, network)
-//  the current job is cancelled and the worker registers again after reconnect_seconds.
+//  trains, each carries the rank's latest progress: phase, step, and its collective journal's
+//  last enqueued/completed sequence numbers and oldest pending collective); for each
+//  Assignment, one job thread starts the rank in its own process (rank_process.h), relays its
+//  StepReports and ends with one JobResult: the rank's, or one saying how its process ended
+//  (exit status, signal). A cancel for the current job stops the rank's process: it aborts its
+//  collectives and reports "cancelled", or is killed 1 s later. When the session ends
+//  (coordinator restart, network) the current job is stopped the same way and the worker
+//  registers again after reconnect_seconds. A rank's crash never ends the daemon.
 //
 // Thread contract: run() blocks on the calling thread until stop() (callable from any
 // thread, e.g. a signal watcher); it owns the heartbeat and job threads it starts.

@@ -12,6 +12,7 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "ddpd/unix_time.h"
 #include "device.h"
 #include "shm/shm_process_group.h"
 
@@ -206,9 +207,7 @@ Communicator::Communicator(c10::intrusive_ptr<c10d::Backend> group, int rank, in
       store_(std::move(store)),
       server_(std::move(server)),
       epoch_(std::chrono::steady_clock::now()),
-      unix_epoch_s_(
-          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-              .count()),
+      unix_epoch_s_(unix_now()),
       spans_(std::make_shared<SpanLog>()),
       journal_(std::make_shared<CollectiveJournal>(options.journal_size)) {
   TORCH_CHECK(world_size_ == 1 || group_, "a process group is required for world size ",
@@ -300,10 +299,12 @@ void Communicator::check_fingerprint(int64_t seq, const std::string& op, int64_t
         return a.second.size() < b.second.size() ||
                (a.second.size() == b.second.size() && a.second.front() > b.second.front());
       });
-  std::string message = "collective desync (--check-collectives): ";
+  std::string message;
   bool first = true;
+  int named_rank = world_size_;
   for (const auto& [fingerprint, ranks] : by_fingerprint) {
     if (&fingerprint == &majority->first) continue;
+    named_rank = std::min(named_rank, ranks.front());
     message += std::string(first ? "" : "; ") + ranks_text(ranks) + " launched " +
                fingerprint_text(fingerprint.data()) + " as #" + std::to_string(fingerprint[0]);
     first = false;
@@ -311,7 +312,7 @@ void Communicator::check_fingerprint(int64_t seq, const std::string& op, int64_t
   message += " where " + ranks_text(majority->second) + " launched " +
              fingerprint_text(majority->first.data()) + " as #" +
              std::to_string(majority->first[0]);
-  throw CollectiveDesync(message);
+  throw CollectiveDesync(message, named_rank);
 }
 
 bool Communicator::skip_injected(const std::string& name) {

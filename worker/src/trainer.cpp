@@ -18,6 +18,7 @@
 #include "ddpd/intervals.h"
 #include "ddpd/model.h"
 #include "ddpd/sharded_optimizer.h"
+#include "ddpd/unix_time.h"
 #include "device.h"
 #include "memory.h"
 #include "token_data.h"
@@ -98,10 +99,6 @@ RankPosition position_from_json(const nlohmann::json& j) {
   return p;
 }
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 }  // namespace
 
 struct Trainer::Impl {
@@ -131,7 +128,7 @@ struct Trainer::Impl {
     const auto start = std::chrono::steady_clock::now();
     const auto length = std::chrono::duration<double>(fault->seconds);
     while (fault->seconds <= 0 || std::chrono::steady_clock::now() - start < length) {
-      if (cancelled && cancelled()) throw std::runtime_error("job cancelled");
+      if (cancelled && cancelled()) throw JobCancelled("job cancelled");
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
@@ -737,7 +734,7 @@ TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_st
   impl_->cancelled = cancelled;
   const int64_t every = impl_->options.checkpoint_every;
   for (int64_t step = impl_->start_step; step < impl_->options.steps; ++step) {
-    if (cancelled && cancelled()) throw std::runtime_error("job cancelled");
+    if (cancelled && cancelled()) throw JobCancelled("job cancelled");
     try {
       result.steps.push_back(train_step(step));
       if (every > 0 && (step + 1) % every == 0) {
@@ -754,8 +751,7 @@ TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_st
     } catch (const CollectiveError& e) {
       // An aborted rank was cancelled: its peers are being ended too, and no analysis is owed.
       if (impl_->comm->aborted())
-        throw std::runtime_error("job cancelled at step " + std::to_string(step) + " (" + e.what() +
-                                 ")");
+        throw JobCancelled("job cancelled at step " + std::to_string(step) + " (" + e.what() + ")");
       throw CollectiveError(
           std::string(e.what()) + "; " + impl_->analyze_failure_across_ranks(e.peer_exited()),
           e.peer_exited());

@@ -49,7 +49,6 @@ std::string proto_field(const std::string& flag);
 // `error` as API callers should read it: the same reason, naming proto_field(flag).
 OptionError naming_proto_field(const OptionError& error);
 
-std::string to_string(v1::JobState state);
 bool is_terminal(v1::JobState state);
 
 }  // namespace ddpd

@@ -55,7 +55,17 @@ class CollectiveError : public std::runtime_error {
 // the message names both sides, so no further analysis is needed.
 class CollectiveDesync : public CollectiveError {
  public:
-  using CollectiveError::CollectiveError;
+  // `finding`: "rank 1 launched … as #7 where ranks 0, 2 launched … as #7".
+  CollectiveDesync(const std::string& finding, int named_rank)
+      : CollectiveError("collective desync (--check-collectives): " + finding),
+        finding_(finding),
+        named_rank_(named_rank) {}
+  const std::string& finding() const { return finding_; }
+  int named_rank() const { return named_rank_; }  // the lowest rank outside the majority
+
+ private:
+  std::string finding_;
+  int named_rank_;
 };
 
 // An asynchronous collective. On CPU (Gloo), wait() blocks until it completes or the

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,12 @@ struct TrainerProgress {
 // CollectiveError it throws, the same analysis the coordinator gives a live stall: the ranks
 // that wait, the collective, and the ranks that have not joined it (those that did not report
 // are stuck outside collectives, or gone), or a desync (docs/diagnosis.md).
+// run() was told to stop (its `cancelled` returned true, or the communicator was aborted).
+class JobCancelled : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class Trainer {
  public:
   // Builds the model (seeded with seed + rank), the synchroniser (which broadcasts rank 0's
