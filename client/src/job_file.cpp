@@ -122,14 +122,6 @@ void emit_fields(YAML::Emitter& out, const google::protobuf::Message& message,
 
 }  // namespace
 
-void add_comm_job_flags(CLI::App& app, CommJob& job) {
-  add_comm_flags(app, job.bench);
-  app.add_option("--backend", job.backend, "gloo or nccl")->capture_default_str();
-  app.add_option("--transport", job.transport, "gloo backend: gloo | shm | auto")
-      ->capture_default_str();
-  app.add_option("--timeout", job.collective_timeout_s, "Collective timeout, seconds")
-      ->capture_default_str();
-}
 
 void apply_job_file(const std::string& path, CLI::App& command) {
   // yaml-cpp reads a directory or an unreadable special file (/proc/self/mem) by throwing

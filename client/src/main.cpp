@@ -185,7 +185,7 @@ int main(int argc, char** argv) {
   submit_ddp->add_flag("--watch", submit_watch, "Follow the job until it ends");
   auto* submit_comm = submit->add_subcommand("comm", "Collective benchmark");
   CommJob comm_job;
-  client::add_comm_job_flags(*submit_comm, comm_job);
+  add_comm_job_flags(*submit_comm, comm_job);
   submit_comm->add_option("--world-size", world_size, "Ranks (one worker each)")
       ->capture_default_str();
   submit_comm->add_flag("--watch", submit_watch, "Follow the job until it ends");
@@ -268,7 +268,7 @@ int main(int argc, char** argv) {
   auto* local_comm = local->add_subcommand("comm", "Collective benchmark (one job per world size)");
   CommJob local_comm_job;
   std::vector<int> world_sizes;
-  client::add_comm_job_flags(*local_comm, local_comm_job);
+  add_comm_job_flags(*local_comm, local_comm_job);
   for (CLI::App* command : {submit_ddp, submit_comm, local_ddp, local_comm}) {
     command->add_option("-f,--file", job_file, job_file_help);
   }

@@ -172,10 +172,11 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
   app.add_flag("--check-collectives", o.check_collectives,
                "Debug: before each collective, ranks compare its fingerprint (op, sequence "
                "number, size, dtype) and fail naming both sides when they differ");
-  app.add_option("--transport", o.transport,
-                 "CPU ranks: gloo (TCP) | shm (shared memory, ranks on one host) | auto (shm when "
-                 "every rank is on this host, else gloo)")
-      ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--transport", [&o](const std::string& name) { o.transport = parse_transport(name); },
+         "CPU ranks: auto (shm when every rank is on this host, else gloo, with the reason) | "
+         "gloo (TCP) | shm (shared memory, ranks on one host)")
+      ->default_str(to_string(o.transport));
   app.add_option("--journal-size", o.journal_size,
                  "Collectives each rank's journal keeps (sequence number, op, tag, size, state)")
       ->capture_default_str();
@@ -196,6 +197,17 @@ void add_comm_flags(CLI::App& app, CommBenchOptions& o) {
   app.add_option("--dtype", o.dtype, "float32 or bfloat16")->capture_default_str();
   app.add_option("--warmup", o.warmup, "Untimed iterations per size")->capture_default_str();
   app.add_option("--iters", o.iters, "Timed iterations per size")->capture_default_str();
+}
+
+void add_comm_job_flags(CLI::App& app, CommJob& job) {
+  add_comm_flags(app, job.bench);
+  app.add_option("--backend", job.backend, "gloo or nccl")->capture_default_str();
+  app.add_option_function<std::string>(
+         "--transport", [&job](const std::string& name) { job.transport = parse_transport(name); },
+         "gloo backend: auto | gloo | shm")
+      ->default_str(to_string(job.transport));
+  app.add_option("--timeout", job.collective_timeout_s, "Collective timeout, seconds")
+      ->capture_default_str();
 }
 
 }  // namespace ddpd

@@ -87,6 +87,22 @@ std::string to_string(Strategy strategy) {
   return strategy_names().at(static_cast<size_t>(strategy));
 }
 
+const std::vector<std::string>& transport_names() {
+  static const std::vector<std::string> names = {"auto", "gloo", "shm"};  // Transport's order
+  return names;
+}
+
+Transport parse_transport(const std::string& name) {
+  const auto& names = transport_names();
+  const auto it = std::find(names.begin(), names.end(), name);
+  require(it != names.end(), "--transport", "must be auto, gloo or shm, got '" + name + "'");
+  return static_cast<Transport>(it - names.begin());
+}
+
+std::string to_string(Transport transport) {
+  return transport_names().at(static_cast<size_t>(transport));
+}
+
 ModelConfig DdpJobOptions::resolved_model() const {
   ModelConfig config = model_preset(model);
   if (d_model) config.d_model = *d_model;
@@ -205,10 +221,8 @@ void validate(const DdpJobOptions& o, int world_size) {
               std::to_string(o.min_world_size));
   require(o.straggler_threshold >= 0 && o.straggler_threshold < 1, "--straggler-threshold",
           "must be in [0, 1) (0: never)");
-  require(o.transport == "gloo" || o.transport == "shm" || o.transport == "auto", "--transport",
-          "must be auto, gloo or shm, got '" + o.transport + "'");
-  require(o.transport == "gloo" || o.device != "cuda", "--transport",
-          "shm and auto are for CPU ranks (cuda ranks use NCCL)");
+  require(o.transport != Transport::kShm || o.device != "cuda", "--transport",
+          "shm is for CPU ranks (cuda ranks use NCCL)");
   require(o.journal_size >= 1 && o.journal_size <= 1000000, "--journal-size",
           "must be in 1..1000000, got " + std::to_string(o.journal_size));
 }

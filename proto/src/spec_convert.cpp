@@ -40,7 +40,7 @@ v1::DdpSpec to_proto(const DdpJobOptions& o) {
   s.set_on_stall(o.on_stall);
   s.set_inject(o.inject);
   s.set_check_collectives(o.check_collectives);
-  s.set_transport(o.transport);
+  s.set_transport(to_string(o.transport));
   s.set_checkpoint_dir(o.checkpoint_dir);
   s.set_checkpoint_every(o.checkpoint_every);
   s.set_keep_checkpoints(o.keep_checkpoints);
@@ -101,7 +101,7 @@ DdpJobOptions from_proto(const v1::DdpSpec& s) {
   if (!s.on_stall().empty()) o.on_stall = s.on_stall();
   o.inject = s.inject();
   o.check_collectives = s.check_collectives();
-  if (!s.transport().empty()) o.transport = s.transport();
+  if (!s.transport().empty()) o.transport = parse_transport(s.transport());
   o.checkpoint_dir = s.checkpoint_dir();
   if (s.has_checkpoint_every()) o.checkpoint_every = s.checkpoint_every();
   if (s.has_keep_checkpoints()) o.keep_checkpoints = s.keep_checkpoints();
@@ -132,7 +132,7 @@ v1::CommSpec to_proto(const CommJob& job) {
   for (const auto& c : job.bench.collectives) s.add_collectives(c);
   for (int64_t size : job.bench.sizes_bytes) s.add_sizes_bytes(size);
   s.set_backend(job.backend);
-  s.set_transport(job.transport);
+  s.set_transport(to_string(job.transport));
   s.set_dtype(job.bench.dtype);
   s.set_warmup(job.bench.warmup);
   s.set_iters(job.bench.iters);
@@ -147,7 +147,7 @@ CommJob from_proto(const v1::CommSpec& s) {
   if (s.sizes_bytes_size() > 0)
     job.bench.sizes_bytes.assign(s.sizes_bytes().begin(), s.sizes_bytes().end());
   if (!s.backend().empty()) job.backend = s.backend();
-  if (!s.transport().empty()) job.transport = s.transport();
+  if (!s.transport().empty()) job.transport = parse_transport(s.transport());
   if (!s.dtype().empty()) job.bench.dtype = s.dtype();
   if (s.has_warmup()) job.bench.warmup = s.warmup();
   if (s.has_iters()) job.bench.iters = s.iters();
@@ -250,11 +250,8 @@ void validate_spec_flags(const v1::JobSpec& spec) {
         throw OptionError("--backend",
                           "unknown backend '" + job.backend + "' (expected gloo or nccl)");
       }
-      if (job.transport != "gloo" && job.transport != "shm" && job.transport != "auto") {
-        throw OptionError("--transport", "must be auto, gloo or shm, got '" + job.transport + "'");
-      }
-      if (job.transport != "gloo" && job.backend != "gloo") {
-        throw OptionError("--transport", "shm and auto are for the gloo backend (CPU ranks)");
+      if (job.transport == Transport::kShm && job.backend != "gloo") {
+        throw OptionError("--transport", "shm is for the gloo backend (CPU ranks)");
       }
       if (!(job.collective_timeout_s > 0 &&
             job.collective_timeout_s <= kMaxCollectiveTimeoutSeconds)) {

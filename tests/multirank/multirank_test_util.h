@@ -29,8 +29,9 @@ constexpr int64_t kFloat64Bytes = 8;
 constexpr double kGradientRelativeBound = 1e-10;  // relative to the largest gradient
 constexpr double kParameterBound = 1e-9;          // absolute, after several AdamW steps
 
-// The transport multi-rank runs use: DDPD_TEST_TRANSPORT (CTest sets it to shm for the suites
-// registered a second time under the Shm. prefix), else the product's default.
+// The transport multi-rank runs use: DDPD_TEST_TRANSPORT (CTest sets it to gloo for the suites
+// registered a second time under the Gloo. prefix), else the product's default (auto: shared
+// memory, as every rank runs on this host).
 inline const std::string& test_transport() {
   static const std::string transport = [] {
     const char* value = std::getenv("DDPD_TEST_TRANSPORT");

@@ -1,7 +1,7 @@
 // The shared-memory transport through the Communicator, at world 2, 3 and 4: every collective
 // on sizes that straddle its chunks and do not divide by the world size, float32 and bfloat16
 // (ddpd-test-rank collectives checks the values on every rank), and --transport auto choosing it
-// for ranks on one host. The strategies over it: the Shm.-prefixed suites (tests/CMakeLists.txt).
+// for ranks on one host. The strategies over it: the default runs (auto picks it here); over Gloo: the Gloo.-prefixed suites (tests/CMakeLists.txt).
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -101,16 +101,17 @@ void print_summary(const ddpd::DdpJobOptions& o, int world, const ddpd::Training
       s.median_comm_fraction, s.max_param_spread);
 }
 
-int run_comm(const ddpd::CommBenchOptions& options, const std::string& backend,
-             const std::string& transport, double timeout_s, bool json) {
+int run_comm(const ddpd::CommJob& job, bool json) {
+  const ddpd::CommBenchOptions& options = job.bench;
   ddpd::RendezvousOptions rendezvous;
   try {
     rendezvous = ddpd::rendezvous_from_environment();
-    rendezvous.backend = backend;
-    rendezvous.transport = transport;
-    rendezvous.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+    rendezvous.backend = job.backend;
+    rendezvous.transport = job.transport;
+    rendezvous.timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(job.collective_timeout_s * 1000));
     ddpd::validate(options);
-    if (timeout_s <= 0) throw ddpd::OptionError("--timeout", "must be > 0 seconds");
+    if (job.collective_timeout_s <= 0) throw ddpd::OptionError("--timeout", "must be > 0 seconds");
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
@@ -167,19 +168,8 @@ int main(int argc, char** argv) {
   ddpd::LocalRunOptions local_run;
   ddpd::add_local_run_flags(*ddp, local_run);
   auto* comm_cmd = run->add_subcommand("comm", "Collective benchmark (nccl-tests style)");
-  ddpd::CommBenchOptions comm_options;
-  std::string backend = "gloo";
-  std::string comm_transport = "gloo";
-  double comm_timeout_s = 300;
-  ddpd::add_comm_flags(*comm_cmd, comm_options);
-  comm_cmd->add_option("--backend", backend, "gloo (CPU) or nccl (CUDA builds)")
-      ->capture_default_str();
-  comm_cmd
-      ->add_option("--transport", comm_transport,
-                   "gloo backend: gloo (TCP) | shm (shared memory) | auto")
-      ->capture_default_str();
-  comm_cmd->add_option("--timeout", comm_timeout_s, "Collective timeout, seconds")
-      ->capture_default_str();
+  ddpd::CommJob comm_job;
+  ddpd::add_comm_job_flags(*comm_cmd, comm_job);
   comm_cmd->add_flag("--json", json, "Print the result as JSON (rank 0)");
   auto* serve_cmd = app.add_subcommand("serve", "Register with a coordinator and run its jobs");
   ddpd::WorkerDaemonOptions daemon_options;
@@ -268,7 +258,7 @@ int main(int argc, char** argv) {
   if (rank_cmd->parsed()) return ddpd::run_rank_process(rank_options);
 
   if (comm_cmd->parsed())
-    return run_comm(comm_options, backend, comm_transport, comm_timeout_s, json);
+    return run_comm(comm_job, json);
 
   ddpd::RendezvousOptions rendezvous;
   try {

@@ -16,17 +16,13 @@ std::string take(c10d::Store& store, const std::string& key) {
 
 }  // namespace
 
-TransportChoice choose_transport(const std::string& requested, c10d::Store& store, int rank,
+TransportChoice choose_transport(Transport requested, c10d::Store& store, int rank,
                                  int world_size, int64_t slot_bytes) {
-  if (requested != "auto" && requested != "gloo" && requested != "shm") {
-    throw std::invalid_argument("transport: unknown transport '" + requested +
-                                "' (expected auto, gloo or shm)");
-  }
   TransportChoice choice;
   choice.transport = "gloo";
-  if (requested == "gloo") return choice;
+  if (requested == Transport::kGloo) return choice;
   auto give_up = [&](const std::string& reason) -> TransportChoice {
-    if (requested == "shm") throw std::runtime_error("transport shm: " + reason);
+    if (requested == Transport::kShm) throw std::runtime_error("transport shm: " + reason);
     choice.note = "transport auto chose gloo: " + reason;
     return std::move(choice);
   };

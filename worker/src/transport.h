@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "ddpd/job_options.h"
 #include "shm/segment.h"
 
 namespace ddpd {
@@ -28,8 +29,7 @@ struct TransportChoice {
 //     segment, else gloo with the first failure (a container without a shared /dev/shm).
 //  6. Every rank reads the decision. shm requested but not possible throws std::runtime_error
 //     with the reason; auto returns gloo with it in `note`.
-// Throws std::invalid_argument for an unknown transport name.
-TransportChoice choose_transport(const std::string& requested, c10d::Store& store, int rank,
+TransportChoice choose_transport(Transport requested, c10d::Store& store, int rank,
                                  int world_size, int64_t slot_bytes);
 
 }  // namespace ddpd

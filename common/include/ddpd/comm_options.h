@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "ddpd/job_options.h"
+
 namespace ddpd {
 
 struct CommBenchOptions {
@@ -81,6 +83,14 @@ struct CommBenchResult {
   // Memory by every rank at once, bytes/s each, by buffer size (each row's size; small buffers
   // run from cache, so the figures depend on it).
   std::map<int64_t, MemoryCeilings> memory_by_size;
+};
+
+// A comm job: the benchmark options plus the backend, the transport and the collective timeout.
+struct CommJob {
+  CommBenchOptions bench;
+  std::string backend = "gloo";                                        // gloo | nccl
+  Transport transport = Transport::kAuto;                              // gloo backend only
+  double collective_timeout_s = DdpJobOptions{}.collective_timeout_s;  // the one default
 };
 
 }  // namespace ddpd

@@ -12,5 +12,8 @@ namespace ddpd {
 void add_ddp_flags(CLI::App& app, DdpJobOptions& options);
 // Comm-benchmark flags; --sizes is parsed into options.sizes_bytes (OptionError on bad sizes).
 void add_comm_flags(CLI::App& app, CommBenchOptions& options);
+// A comm job's flags: add_comm_flags plus --backend, --transport and --timeout (ddpctl submit
+// comm, ddpctl local comm, ddpd-worker run comm).
+void add_comm_job_flags(CLI::App& app, CommJob& job);
 
 }  // namespace ddpd

@@ -15,13 +15,6 @@ v1::DdpSpec to_proto(const DdpJobOptions& options);
 // Unset optional fields keep DdpJobOptions' defaults.
 DdpJobOptions from_proto(const v1::DdpSpec& spec);
 
-// A comm job: the benchmark options plus the backend and collective timeout.
-struct CommJob {
-  CommBenchOptions bench;
-  std::string backend = "gloo";
-  std::string transport = "gloo";  // gloo backend: gloo | shm | auto (DdpJobOptions::transport)
-  double collective_timeout_s = 300;
-};
 v1::CommSpec to_proto(const CommJob& job);
 CommJob from_proto(const v1::CommSpec& spec);
 

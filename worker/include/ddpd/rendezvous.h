@@ -33,9 +33,7 @@ struct RendezvousOptions {
   std::chrono::milliseconds timeout{300000};  // store connection and every collective
   size_t journal_size = 2000;                 // collectives the communicator's journal keeps
   bool check_collectives = false;             // --check-collectives (CommunicatorOptions)
-  // CPU groups: auto (shared memory when every rank is on this host and can map the segment,
-  // else Gloo) | gloo | shm (an error where shared memory cannot be used). docs/shm-transport.md.
-  std::string transport = "gloo";
+  Transport transport = Transport::kAuto;  // CPU groups (ddpd/job_options.h: Transport)
 };
 
 // Makes a write to a connection a dead peer closed an error instead of a SIGPIPE that kills this
