@@ -90,7 +90,7 @@ struct CommJob {
   CommBenchOptions bench;
   std::string backend = "gloo";                                        // gloo | nccl
   Transport transport = Transport::kAuto;                              // gloo backend only
-  double collective_timeout_s = DdpJobOptions{}.collective_timeout_s;  // the one default
+  double collective_timeout_s = kDefaultCollectiveTimeoutSeconds;
 };
 
 }  // namespace ddpd

@@ -34,6 +34,8 @@ ModelConfig model_preset(const std::string& name);
 // Parameter count of the LM for `config` (equals the Python peer's for the same shape).
 int64_t count_parameters(const ModelConfig& config);
 
+// --timeout's default: every collective and the rendezvous, 5 minutes as in torch.distributed.
+constexpr double kDefaultCollectiveTimeoutSeconds = 300.0;
 // The largest --timeout accepted: 30 days, in seconds.
 constexpr double kMaxCollectiveTimeoutSeconds = 30.0 * 24 * 3600;
 // --threads above this is refused; below it, a worker clamps it to its own cores (a rank with
@@ -100,7 +102,7 @@ struct DdpJobOptions {
   int64_t spread_every = 1;           // measure param spread every K steps (0: never)
   double max_param_spread = 0.0;      // fail the job when spread exceeds it (0: never fail)
   int threads = 0;                    // intra-op threads per rank; 0: cores / world size (one host)
-  double collective_timeout_s = 300.0;  // every collective and the rendezvous time out after it
+  double collective_timeout_s = kDefaultCollectiveTimeoutSeconds;  // collectives and rendezvous
   int64_t journal_size = 2000;          // collectives each rank's journal keeps (a ring buffer)
   // Daemon jobs: a stall is S seconds in which no rank completes a collective or a step; the
   // coordinator then names the waiting and the missing ranks (docs/diagnosis.md). 0: never.

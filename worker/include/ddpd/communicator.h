@@ -5,6 +5,7 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include "ddpd/collective_journal.h"
+#include "ddpd/job_options.h"
 
 #include <atomic>
 #include <chrono>
@@ -133,7 +134,8 @@ struct TrafficCount {
 
 // How a communicator runs its collectives. Defaults suit a CPU rank.
 struct CommunicatorOptions {
-  std::chrono::milliseconds timeout{300000};  // every collective (--timeout, 300 s)
+  std::chrono::milliseconds timeout{  // every collective (--timeout)
+      static_cast<int64_t>(kDefaultCollectiveTimeoutSeconds * 1000)};
   at::Device device = at::kCPU;  // where collectives' tensors live: CPU (Gloo), the rank's GPU
   size_t journal_size = CollectiveJournal::kDefaultCapacity;  // --journal-size (2000)
   // --check-collectives (debug, off): before each collective the ranks all-gather its

@@ -30,7 +30,8 @@ struct RendezvousOptions {
   // Address this rank's Gloo transport binds to. Empty: loopback when master_addr is a loopback
   // address, else the address this host's name resolves to.
   std::string local_address;
-  std::chrono::milliseconds timeout{300000};  // store connection and every collective
+  std::chrono::milliseconds timeout{  // store connection and every collective
+      static_cast<int64_t>(kDefaultCollectiveTimeoutSeconds * 1000)};
   size_t journal_size = 2000;                 // collectives the communicator's journal keeps
   bool check_collectives = false;             // --check-collectives (CommunicatorOptions)
   Transport transport = Transport::kAuto;  // CPU groups (ddpd/job_options.h: Transport)
