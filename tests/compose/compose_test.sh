@@ -28,12 +28,7 @@ cleanup() {
   if ! "${compose[@]}" down -v >"$work/down.log" 2>&1 && [ -n "$stack_up" ]; then
     echo "WARNING: docker-compose down failed:"; tail -n 5 "$work/down.log"
   fi
-  if [ -n "$started_dockerd" ]; then
-    kill "$started_dockerd" 2>/dev/null
-    for _ in $(seq 300); do kill -0 "$started_dockerd" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$started_dockerd" 2>/dev/null
-    wait "$started_dockerd" 2>/dev/null
-  fi
+  stop_started_dockerd
   finish_work "$work"
 }
 stack_up=""
@@ -44,15 +39,7 @@ fail() {
   failed=1; exit 1
 }
 
-if ! docker info >/dev/null 2>&1; then
-  command -v dockerd >/dev/null || skip "no Docker engine (dockerd) installed"
-  [ "$(id -u)" = 0 ] || skip "no Docker engine answers and starting dockerd needs root"
-  dockerd >"$work/dockerd.log" 2>&1 &
-  started_dockerd=$!
-  for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
-  docker info >/dev/null 2>&1 ||
-    { tail -n 5 "$work/dockerd.log"; skip "dockerd did not start here"; }  # cleanup stops it
-fi
+ensure_dockerd "$work/dockerd.log"  # cleanup stops the one it starts
 
 t0=$(now)
 DDPD_BIN_DIR="$bin" "$repo/deploy/docker/build-images.sh" >"$work/images.log" 2>&1 ||

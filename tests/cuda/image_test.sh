@@ -7,6 +7,7 @@
 # started.
 # Usage: image_test.sh BIN_DIR   (exit 0 pass, 1 fail, 77 skip: a GPU here, or no Docker engine)
 set -uo pipefail
+source "$(dirname "$0")/../support/shell_helpers.sh"
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 bin=$(cd "${1:?usage: image_test.sh BIN_DIR}" && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
@@ -16,22 +17,11 @@ work=$(mktemp -d /tmp/ddpd-cuda-image-XXXXXX)
 started_dockerd=""
 cleanup() {
   docker image rm -f ddpd:cuda >/dev/null 2>&1
-  if [ -n "$started_dockerd" ]; then
-    kill "$started_dockerd" 2>/dev/null
-    for _ in $(seq 300); do kill -0 "$started_dockerd" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$started_dockerd" 2>/dev/null
-  fi
+  stop_started_dockerd
   rm -rf "$work"
 }
 trap cleanup EXIT
-if ! docker info >/dev/null 2>&1; then
-  command -v dockerd >/dev/null || skip "no Docker engine (dockerd) installed"
-  [ "$(id -u)" = 0 ] || skip "no Docker engine answers and starting dockerd needs root"
-  dockerd >"$work/dockerd.log" 2>&1 &
-  started_dockerd=$!
-  for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
-  docker info >/dev/null 2>&1 || { tail -n 5 "$work/dockerd.log"; skip "dockerd did not start here"; }
-fi
+ensure_dockerd "$work/dockerd.log"
 
 start=$(date +%s)
 DDPD_CUDA_BIN_DIR="$bin" "$repo/deploy/docker/build-images.sh" --cuda >"$work/image.log" 2>&1 ||

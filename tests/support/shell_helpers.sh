@@ -1,4 +1,4 @@
-# Helpers shared by the shell tests (tests/netns, tests/compose, tests/api); fail() may be defined
+# Helpers shared by the shell tests (tests/netns, tests/compose, tests/api, tests/cuda); fail() may be defined
 # after sourcing, before the first call.
 
 # fail MESSAGE: marks the run failed and exits 1 (a test may define its own, after sourcing).
@@ -51,5 +51,29 @@ finish_work() {
   else
     rm -rf "$1"
   fi
+  return 0
+}
+
+# ensure_dockerd LOG: when no Docker engine answers, starts dockerd (as root) with its output in
+# LOG and waits up to 30 s for it; sets started_dockerd to its pid (empty when one already ran).
+# Calls skip() (which the test defines) when no engine can be had.
+ensure_dockerd() {
+  started_dockerd=""
+  docker info >/dev/null 2>&1 && return 0
+  command -v dockerd >/dev/null || skip "no Docker engine (dockerd) installed"
+  [ "$(id -u)" = 0 ] || skip "no Docker engine answers and starting dockerd needs root"
+  dockerd >"$1" 2>&1 &
+  started_dockerd=$!
+  for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
+  docker info >/dev/null 2>&1 || { tail -n 5 "$1"; skip "dockerd did not start here"; }
+}
+
+# stop_started_dockerd: stops the dockerd that ensure_dockerd started, if any (up to 30 s).
+stop_started_dockerd() {
+  [ -n "${started_dockerd:-}" ] || return 0
+  kill "$started_dockerd" 2>/dev/null
+  for _ in $(seq 300); do kill -0 "$started_dockerd" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$started_dockerd" 2>/dev/null
+  wait "$started_dockerd" 2>/dev/null
   return 0
 }
