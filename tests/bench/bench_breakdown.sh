@@ -41,5 +41,6 @@ for k in ("forward", "backward", "optimizer", "step"):
     print(f"{k:22} {o1[k]:9.1f} {o2[k]:9.1f} {o2[k]/o1[k]:6.2f}   {t1[k]:9.1f} {t2[k]:9.1f} {t2[k]/t1[k]:6.2f}")
 print(f"{'comm (all-reduce)':22} {'':9} {o2['comm']:9.1f} {'':6}   {'':9} {t2['comm']:9.1f}")
 print(f"{'exposed comm':22} {'':9} {o2['exposed']:9.1f} {'':6}   {'':9} {t2['backward'] - t1['backward'] / 2:9.1f}  (peer: backward at N=2 minus half the 1-process backward)")
+print(f"{'zero_grad and other':22} {o1['other']:9.1f} {o2['other']:9.1f}")
 print(f"scaling efficiency: ours {o1['step'] / (2 * o2['step']):.3f}, peer {t1['step'] / (2 * t2['step']):.3f}")
 PY
