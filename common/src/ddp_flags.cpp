@@ -50,6 +50,17 @@ void check_enum_flags(CLI::App& app) {
   }
 }
 
+// An enum flag: its name is parsed when the flag is given (an OptionError naming it otherwise),
+// and --help shows the default's name.
+template <typename E>
+CLI::Option* add_enum_option(CLI::App& app, E& value, const std::string& help) {
+  return app
+      .add_option_function<std::string>(
+          EnumInfo<E>::kFlag, [&value](const std::string& name) { value = parse_enum<E>(name); },
+          help)
+      ->default_str(enum_name(value));
+}
+
 }  // namespace
 
 void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
@@ -103,8 +114,7 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
                  "Daemon jobs: seconds without a completed collective or step on any rank before "
                  "the coordinator reports a stall (0: never)")
       ->capture_default_str();
-  app.add_option("--on-stall", o.on_stall, "fail (the job fails with the analysis) or warn")
-      ->capture_default_str();
+  add_enum_option(app, o.on_stall, "fail (the job fails with the analysis) or warn");
   app.add_option("--straggler-threshold", o.straggler_threshold,
                  "Daemon jobs: report a rank whose compute score (1 / its compute relative to the "
                  "median rank's, median over 10 steps) stays below this for 3 steps (0: never)")
@@ -129,8 +139,7 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
   app.add_option("--min-world-size", o.min_world_size,
                  "Daemon jobs: a restart may shrink the job to this many ranks (0: no shrink)")
       ->capture_default_str();
-  app.add_option("--lr-schedule", o.lr_schedule, "constant, cosine or linear (to --min-lr)")
-      ->capture_default_str();
+  add_enum_option(app, o.lr_schedule, "constant, cosine or linear (to --min-lr)");
   app.add_option("--lr-warmup-steps", o.lr_warmup_steps, "Linear warm-up steps of the lr")
       ->capture_default_str();
   app.add_option("--min-lr", o.min_lr, "Where cosine and linear schedules end")
@@ -141,9 +150,8 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
   app.add_option("--grad-accum", o.grad_accum,
                  "Micro-batches per optimizer step (only the last backward synchronises)")
       ->capture_default_str();
-  app.add_option("--grad-compression", o.grad_compression,
-                 "Gradient all-reduce in none (fp32), fp16 or bf16 (not fsdp)")
-      ->capture_default_str();
+  add_enum_option(app, o.grad_compression,
+                  "Gradient all-reduce in none (fp32), fp16 or bf16 (not fsdp)");
   app.add_option("--data-text", o.data_text,
                  "Train on a text file's bytes (vocab 256), e.g. /usr/share/common-licenses/GPL-3");
   app.add_option("--eval-data", o.eval_data,
@@ -158,10 +166,9 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
   app.add_flag("--find-unused-parameters", o.find_unused_parameters,
                "overlap/bucketed: reduce parameters that get no gradient as zeros instead of "
                "failing naming them");
-  app.add_option("--fsdp-units", o.fsdp_units,
-                 "fsdp: block (a unit per Transformer block, the embedding and the head) or whole "
-                 "(the model as one unit)")
-      ->capture_default_str();
+  add_enum_option(app, o.fsdp_units,
+                  "fsdp: block (a unit per Transformer block, the embedding and the head) or "
+                  "whole (the model as one unit)");
   app.add_option("--fsdp-prefetch", o.fsdp_prefetch,
                  "fsdp: units whose all-gather starts while the current one computes (0-2)")
       ->capture_default_str();
@@ -172,11 +179,9 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
   app.add_flag("--check-collectives", o.check_collectives,
                "Debug: before each collective, ranks compare its fingerprint (op, sequence "
                "number, size, dtype) and fail naming both sides when they differ");
-  app.add_option_function<std::string>(
-         "--transport", [&o](const std::string& name) { o.transport = parse_transport(name); },
-         "CPU ranks: auto (shm when every rank is on this host, else gloo, with the reason) | "
-         "gloo (TCP) | shm (shared memory, ranks on one host)")
-      ->default_str(to_string(o.transport));
+  add_enum_option(app, o.transport,
+                  "CPU ranks: auto (shm when every rank is on this host, else gloo, with the "
+                  "reason) | gloo (TCP) | shm (shared memory, ranks on one host)");
   app.add_option("--journal-size", o.journal_size,
                  "Collectives each rank's journal keeps (sequence number, op, tag, size, state)")
       ->capture_default_str();
@@ -202,10 +207,7 @@ void add_comm_flags(CLI::App& app, CommBenchOptions& o) {
 void add_comm_job_flags(CLI::App& app, CommJob& job) {
   add_comm_flags(app, job.bench);
   app.add_option("--backend", job.backend, "gloo or nccl")->capture_default_str();
-  app.add_option_function<std::string>(
-         "--transport", [&job](const std::string& name) { job.transport = parse_transport(name); },
-         "gloo backend: auto | gloo | shm")
-      ->default_str(to_string(job.transport));
+  add_enum_option(app, job.transport, "gloo backend: auto | gloo | shm");
   app.add_option("--timeout", job.collective_timeout_s, "Collective timeout, seconds")
       ->capture_default_str();
 }

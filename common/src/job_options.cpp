@@ -87,21 +87,40 @@ std::string to_string(Strategy strategy) {
   return strategy_names().at(static_cast<size_t>(strategy));
 }
 
-const std::vector<std::string>& transport_names() {
-  static const std::vector<std::string> names = {"auto", "gloo", "shm"};  // Transport's order
-  return names;
+std::string choices_text(const std::vector<std::string>& names) {
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i) {
+    text += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  }
+  return text;
 }
 
-Transport parse_transport(const std::string& name) {
-  const auto& names = transport_names();
+template <typename E>
+E parse_enum(const std::string& name) {
+  const auto& names = EnumInfo<E>::names();
   const auto it = std::find(names.begin(), names.end(), name);
-  require(it != names.end(), "--transport", "must be auto, gloo or shm, got '" + name + "'");
-  return static_cast<Transport>(it - names.begin());
+  require(it != names.end(), EnumInfo<E>::kFlag,
+          "must be " + choices_text(names) + ", got '" + name + "'");
+  return static_cast<E>(it - names.begin());
 }
 
-std::string to_string(Transport transport) {
-  return transport_names().at(static_cast<size_t>(transport));
-}
+// Names in each enum's order.
+#define DDPD_ENUM_NAMES(Enum, ...)                               \
+  const std::vector<std::string>& EnumInfo<Enum>::names() {      \
+    static const std::vector<std::string> names = {__VA_ARGS__}; \
+    return names;                                                \
+  }                                                              \
+  template Enum parse_enum<Enum>(const std::string& name);
+DDPD_ENUM_NAMES(OnStall, "fail", "warn")
+DDPD_ENUM_NAMES(LrSchedule, "constant", "cosine", "linear")
+DDPD_ENUM_NAMES(GradCompression, "none", "fp16", "bf16")
+DDPD_ENUM_NAMES(FsdpUnits, "block", "whole")
+DDPD_ENUM_NAMES(Transport, "auto", "gloo", "shm")
+#undef DDPD_ENUM_NAMES
+
+Transport parse_transport(const std::string& name) { return parse_enum<Transport>(name); }
+
+std::string to_string(Transport transport) { return enum_name(transport); }
 
 ModelConfig DdpJobOptions::resolved_model() const {
   ModelConfig config = model_preset(model);
@@ -168,8 +187,6 @@ void validate(const DdpJobOptions& o, int world_size) {
               std::to_string(static_cast<int64_t>(kMaxCollectiveTimeoutSeconds)) +
               " seconds (30 days)");
   require(o.stall_seconds >= 0, "--stall-seconds", "must be >= 0 (0: never)");
-  require(o.on_stall == "fail" || o.on_stall == "warn", "--on-stall",
-          "unknown action '" + o.on_stall + "' (expected fail or warn)");
   if (const auto fault = parse_fault_injection(o.inject, world_size)) {
     // A fault that can never fire would let a drill pass without testing anything.
     require(fault->step < o.steps, "--inject",
@@ -188,8 +205,6 @@ void validate(const DdpJobOptions& o, int world_size) {
   require((o.resume != "latest" && o.resume != "auto") || !o.checkpoint_dir.empty(), "--resume",
           "'" + o.resume + "' needs --checkpoint-dir");
   require(o.max_restarts >= 0, "--max-restarts", "must be >= 0");
-  require(o.lr_schedule == "constant" || o.lr_schedule == "cosine" || o.lr_schedule == "linear",
-          "--lr-schedule", "must be constant, cosine or linear, got '" + o.lr_schedule + "'");
   require(o.lr_warmup_steps >= 0, "--lr-warmup-steps", "must be >= 0");
   require(o.min_lr >= 0 && o.min_lr <= o.lr, "--min-lr", "must be in 0..--lr");
   require(o.clip_grad_norm >= 0, "--clip-grad-norm", "must be >= 0 (0: no clipping)");
@@ -199,13 +214,8 @@ void validate(const DdpJobOptions& o, int world_size) {
           "--batch " + std::to_string(o.batch_size) +
               " must divide by world size × --grad-accum (" + std::to_string(world_size) + " × " +
               std::to_string(o.grad_accum) + ")");
-  require(
-      o.grad_compression == "none" || o.grad_compression == "fp16" || o.grad_compression == "bf16",
-      "--grad-compression", "must be none, fp16 or bf16, got '" + o.grad_compression + "'");
-  require(o.grad_compression == "none" || strategy != Strategy::kFsdp, "--grad-compression",
-          "applies to naive, flat, overlap and bucketed, not fsdp");
-  require(o.fsdp_units == "block" || o.fsdp_units == "whole", "--fsdp-units",
-          "must be block or whole, got '" + o.fsdp_units + "'");
+  require(o.grad_compression == GradCompression::kNone || strategy != Strategy::kFsdp,
+          "--grad-compression", "applies to naive, flat, overlap and bucketed, not fsdp");
   require(o.fsdp_prefetch >= 0 && o.fsdp_prefetch <= 2, "--fsdp-prefetch",
           "must be 0, 1 or 2, got " + std::to_string(o.fsdp_prefetch));
   require(o.data_text.empty() || m.vocab_size >= 256, "--vocab",
@@ -231,12 +241,12 @@ double learning_rate_at(const DdpJobOptions& o, int64_t step) {
   if (step < o.lr_warmup_steps) {
     return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.lr_warmup_steps);
   }
-  if (o.lr_schedule == "constant") return o.lr;
+  if (o.lr_schedule == LrSchedule::kConstant) return o.lr;
   const int64_t decay_steps = o.steps - o.lr_warmup_steps - 1;
   const double progress =
       decay_steps <= 0 ? 1.0
                        : std::min(1.0, static_cast<double>(step - o.lr_warmup_steps) / decay_steps);
-  if (o.lr_schedule == "linear") return o.lr - (o.lr - o.min_lr) * progress;
+  if (o.lr_schedule == LrSchedule::kLinear) return o.lr - (o.lr - o.min_lr) * progress;
   return o.min_lr + (o.lr - o.min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 

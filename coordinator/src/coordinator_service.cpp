@@ -359,7 +359,12 @@ void CoordinatorService::record_progress(JobEntry& entry, int rank,
                                          const v1::RankProgress& progress) {
   if (rank >= 0 && rank < entry.job.ranks_size()) {
     auto* status = entry.job.mutable_ranks(rank);
+    // Never behind the rank's last step report: a heartbeat may carry progress its rank sent
+    // before that report (the rank's progress and its steps reach the daemon on one pipe, but the
+    // heartbeat sends the latest progress on its own schedule).
+    const int64_t reported_step = status->progress().step();
     *status->mutable_progress() = progress;
+    status->mutable_progress()->set_step(std::max(reported_step, progress.step()));
     status->set_progress_unix_time(unix_now());
   }
   const std::pair<int64_t, int64_t> mark{progress.last_completed(), progress.step()};
@@ -390,7 +395,7 @@ void CoordinatorService::check_stall(JobEntry& entry, std::chrono::steady_clock:
   const StallFinding finding = analyze_stall(ranks, stalled);
   entry.stall_reported = true;
   record_incident(entry, finding.kind, finding.rank, finding.message);
-  if (job.on_stall == "fail") fail_or_restart(entry, finding.message);
+  if (job.on_stall == OnStall::kFail) fail_or_restart(entry, finding.message);
 }
 
 void CoordinatorService::record_step(JobEntry& entry, const v1::StepReport& step) {

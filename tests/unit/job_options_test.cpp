@@ -50,9 +50,6 @@ TEST(JobOptions, BadValuesNameTheirFlag) {
   o.precision = "fp8";
   EXPECT_EQ(flag_of_error(o, 1), "--precision");
   o = {};
-  o.lr_schedule = "step";
-  EXPECT_EQ(flag_of_error(o, 1), "--lr-schedule");
-  o = {};
   o.min_lr = 1.0;  // above --lr
   EXPECT_EQ(flag_of_error(o, 1), "--min-lr");
   o = {};
@@ -64,9 +61,6 @@ TEST(JobOptions, BadValuesNameTheirFlag) {
   o = {};
   o.min_world_size = 3;
   EXPECT_EQ(flag_of_error(o, 2), "--min-world-size");
-  o = {};
-  o.fsdp_units = "layer";
-  EXPECT_EQ(flag_of_error(o, 2), "--fsdp-units");
   o = {};
   o.fsdp_prefetch = 3;
   EXPECT_EQ(flag_of_error(o, 2), "--fsdp-prefetch");
@@ -93,11 +87,11 @@ TEST(JobOptions, LearningRateSchedules) {
   EXPECT_DOUBLE_EQ(learning_rate_at(o, 0), 0.5);
   EXPECT_DOUBLE_EQ(learning_rate_at(o, 1), 1.0);
   EXPECT_DOUBLE_EQ(learning_rate_at(o, 7), 1.0);  // constant
-  o.lr_schedule = "linear";
+  o.lr_schedule = LrSchedule::kLinear;
   EXPECT_DOUBLE_EQ(learning_rate_at(o, 2), 1.0);
   EXPECT_NEAR(learning_rate_at(o, 7), 0.5, 1e-12);  // 5 of 9 decay steps: 1 - 0.9 * 5 / 9
   EXPECT_DOUBLE_EQ(learning_rate_at(o, 11), 0.1);
-  o.lr_schedule = "cosine";
+  o.lr_schedule = LrSchedule::kCosine;
   EXPECT_DOUBLE_EQ(learning_rate_at(o, 2), 1.0);
   EXPECT_NEAR(learning_rate_at(o, 11), 0.1, 1e-12);
   o.steps = 11;  // 8 decay steps: step 6 is halfway, where the cosine is at the midpoint
@@ -173,9 +167,7 @@ TEST(FaultInjection, ParsesEveryKindAndRefusesBadSpecsByFlag) {
     }
   }
   DdpJobOptions o;
-  o.on_stall = "panic";
-  EXPECT_THROW(validate(o, 2), OptionError);
-  o.on_stall = "warn";
+  o.on_stall = OnStall::kWarn;
   o.stall_seconds = -1;
   EXPECT_THROW(validate(o, 2), OptionError);
 }
@@ -244,4 +236,35 @@ TEST(MemoryEstimate, TheRefusalNamesTheFlagBehindTheLargestPart) {
 }
 
 }  // namespace
+// Every enum of the job model: each name parses back to its value, and an unknown name (or '')
+// is refused naming the enum's flag and its choices.
+template <typename E>
+void check_enum_names(size_t count) {
+  const auto& names = EnumInfo<E>::names();
+  ASSERT_EQ(names.size(), count) << EnumInfo<E>::kFlag;
+  for (size_t i = 0; i < count; ++i) {
+    EXPECT_EQ(parse_enum<E>(names[i]), static_cast<E>(i));
+    EXPECT_EQ(enum_name(static_cast<E>(i)), names[i]);
+  }
+  for (const std::string& bad : std::vector<std::string>{"", "panic", names[0] + " "}) {
+    try {
+      parse_enum<E>(bad);
+      ADD_FAILURE() << EnumInfo<E>::kFlag << " accepted '" << bad << "'";
+    } catch (const OptionError& e) {
+      EXPECT_EQ(e.flag(), EnumInfo<E>::kFlag);
+      EXPECT_NE(std::string(e.what()).find("must be " + choices_text(names)), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(JobEnums, NamesRoundTripAndUnknownNamesNameTheFlag) {
+  check_enum_names<OnStall>(2);
+  check_enum_names<LrSchedule>(3);
+  check_enum_names<GradCompression>(3);
+  check_enum_names<FsdpUnits>(2);
+  check_enum_names<Transport>(3);
+  EXPECT_EQ(choices_text({"a", "b", "c"}), "a, b or c");
+}
+
 }  // namespace ddpd

@@ -314,10 +314,10 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
   SyncOptions sync_options;
   sync_options.strategy = parse_strategy(options.strategy);
   sync_options.bucket_size_mb = options.bucket_size_mb;
-  sync_options.gradient_wire = parse_wire_dtype(options.grad_compression);
+  sync_options.gradient_wire = wire_dtype_of(options.grad_compression);
   sync_options.static_buckets = options.static_buckets;
   sync_options.find_unused_parameters = options.find_unused_parameters;
-  sync_options.fsdp_whole_model = options.fsdp_units == "whole";
+  sync_options.fsdp_whole_model = options.fsdp_units == FsdpUnits::kWhole;
   sync_options.fsdp_prefetch = static_cast<int>(options.fsdp_prefetch);
   sync_options.reshard_after_forward = options.reshard_after_forward;
   m.sync = make_synchronizer(*m.model, m.comm, sync_options);
@@ -770,9 +770,9 @@ TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_st
   result.optimizer_sharding = impl_->sharded && impl_->comm->world_size() > 1;
   result.micro_batches = impl_->options.grad_accum;
   result.gradient_wire_dtype = impl_->comm->world_size() == 1 ? "none"
-                               : impl_->options.grad_compression == "none"
+                               : impl_->options.grad_compression == GradCompression::kNone
                                    ? "fp32"
-                                   : impl_->options.grad_compression;
+                                   : enum_name(impl_->options.grad_compression);
   result.summary = summarize(result.steps, impl_->options.warmup_steps);
   result.memory = impl_->memory;
   return result;

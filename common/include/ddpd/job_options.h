@@ -47,15 +47,55 @@ const std::vector<std::string>& strategy_names();
 Strategy parse_strategy(const std::string& name);  // throws OptionError(--strategy)
 std::string to_string(Strategy strategy);
 
+// The job model's enums. Each is parsed from its name once, at the boundary (flags, job files,
+// the API), and named back the same way; nothing downstream compares names. EnumInfo<E> gives
+// the flag and the names, in the enum's order.
+template <typename E>
+struct EnumInfo;
+
+// "a, b or c".
+std::string choices_text(const std::vector<std::string>& names);
+
+// Throws OptionError(EnumInfo<E>::kFlag, "must be a, b or c, got 'x'").
+template <typename E>
+E parse_enum(const std::string& name);
+
+template <typename E>
+const std::string& enum_name(E value) {
+  return EnumInfo<E>::names().at(static_cast<size_t>(value));
+}
+
+// What the coordinator does about a stall: fail (the job FAILS with the analysis) | warn (an
+// event only).
+enum class OnStall { kFail, kWarn };
+// The learning-rate schedule after warm-up (learning_rate_at).
+enum class LrSchedule { kConstant, kCosine, kLinear };
+// Gradients on the wire: none (fp32) | fp16 | bf16 (PyTorch's fp16/bf16_compress_hook).
+enum class GradCompression { kNone, kFp16, kBf16 };
+// FSDP's units: block (the embedding, each block, the final norm with the head) | whole.
+enum class FsdpUnits { kBlock, kWhole };
+
 // How CPU ranks exchange data (docs/shm-transport.md). kAuto, the default: shared memory when
 // every rank is on one host and can map the segment, else Gloo with the reason in the result
 // (at 2 ranks shm's all-reduce busbw is 4.6x Gloo's and a bucketed DDP step 10 % shorter,
 // docs/shm-transport.md). kGloo: TCP. kShm: shared memory or an error. CUDA ranks use NCCL
 // whatever it says, so kShm is refused there and kAuto means NCCL.
 enum class Transport { kAuto, kGloo, kShm };
-const std::vector<std::string>& transport_names();     // auto, gloo, shm
-Transport parse_transport(const std::string& name);  // throws OptionError(--transport)
-std::string to_string(Transport transport);
+Transport parse_transport(const std::string& name);  // parse_enum<Transport>
+std::string to_string(Transport transport);          // enum_name
+
+#define DDPD_ENUM_INFO(Enum, flag)                  \
+  template <>                                       \
+  struct EnumInfo<Enum> {                           \
+    static constexpr const char* kFlag = flag;      \
+    static const std::vector<std::string>& names(); \
+  }
+DDPD_ENUM_INFO(OnStall, "--on-stall");
+DDPD_ENUM_INFO(LrSchedule, "--lr-schedule");
+DDPD_ENUM_INFO(GradCompression, "--grad-compression");
+DDPD_ENUM_INFO(FsdpUnits, "--fsdp-units");
+DDPD_ENUM_INFO(Transport, "--transport");
+#undef DDPD_ENUM_INFO
 
 // A bad option value. `flag()` is the command-line flag name (e.g. "--batch") so every
 // front end can say which field is wrong; what() is one line: "--batch: <reason>".
@@ -103,11 +143,11 @@ struct DdpJobOptions {
   double max_param_spread = 0.0;      // fail the job when spread exceeds it (0: never fail)
   int threads = 0;                    // intra-op threads per rank; 0: cores / world size (one host)
   double collective_timeout_s = kDefaultCollectiveTimeoutSeconds;  // collectives and rendezvous
-  int64_t journal_size = 2000;          // collectives each rank's journal keeps (a ring buffer)
+  int64_t journal_size = 2000;  // collectives each rank's journal keeps (a ring buffer)
   // Daemon jobs: a stall is S seconds in which no rank completes a collective or a step; the
   // coordinator then names the waiting and the missing ranks (docs/diagnosis.md). 0: never.
   double stall_seconds = 60;
-  std::string on_stall = "fail";  // fail (the job FAILS with the analysis) | warn (event only)
+  OnStall on_stall = OnStall::kFail;
   // Daemon jobs: a rank whose compute score (1 / its median over the last 10 steps of compute
   // time relative to the step's median rank) stays below this for 3 steps is reported as a
   // straggler (coordinator/src/straggler_watch.h). 0: never.
@@ -134,7 +174,7 @@ struct DdpJobOptions {
   int min_world_size = 0;
   // Learning-rate schedule over the job's --steps: constant | cosine | linear (decaying to
   // min_lr), after a linear warm-up of lr_warmup_steps from lr / W to lr. See learning_rate_at.
-  std::string lr_schedule = "constant";
+  LrSchedule lr_schedule = LrSchedule::kConstant;
   int64_t lr_warmup_steps = 0;
   double min_lr = 0.0;
   // Clip the gradients' global norm (over every rank's shard, each parameter once) to this,
@@ -145,7 +185,7 @@ struct DdpJobOptions {
   int64_t grad_accum = 1;
   // Gradient communication: none (fp32) | fp16 | bf16 (PyTorch's fp16/bf16_compress_hook: divide
   // by N, cast, all-reduce, cast back). naive, flat, overlap and bucketed only.
-  std::string grad_compression = "none";
+  GradCompression grad_compression = GradCompression::kNone;
   // Byte-level text (vocab 256, each byte a token) instead of --data / random tokens.
   std::string data_text;
   // Held-out loss: every eval_every steps, eval_batches global batches of eval_data (in the
@@ -164,7 +204,7 @@ struct DdpJobOptions {
   // norm with the LM head (tied weights share one unit), each gathered just before its forward
   // and backward and reduce-scattered as soon as its gradients are complete. whole: the model is
   // one unit, gathered for the whole step (no memory saving; kept for comparison).
-  std::string fsdp_units = "block";
+  FsdpUnits fsdp_units = FsdpUnits::kBlock;
   // fsdp: units whose all-gather starts ahead of the one computing (0: gather on demand). One
   // unit ahead hides most of the gather behind compute; each adds a unit of full parameters.
   int64_t fsdp_prefetch = 1;

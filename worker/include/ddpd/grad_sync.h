@@ -19,7 +19,7 @@ namespace ddpd {
 // fp16_compress_hook and bf16_compress_hook: divide by N, cast, all-reduce, cast back into the
 // fp32 gradient. fp32 all-reduces the sum and divides by N afterwards.
 enum class WireDtype { kFp32, kFp16, kBf16 };
-WireDtype parse_wire_dtype(const std::string& grad_compression);  // none | fp16 | bf16
+WireDtype wire_dtype_of(GradCompression compression);
 
 // Options for make_synchronizer. Defaults match DdpJobOptions.
 struct SyncOptions {

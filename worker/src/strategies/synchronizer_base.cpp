@@ -226,12 +226,15 @@ std::vector<std::vector<size_t>> assign_buckets(const std::vector<int64_t>& nume
   return assign_buckets(reverse, numels, element_size, cap_bytes, cap_bytes);
 }
 
-WireDtype parse_wire_dtype(const std::string& grad_compression) {
-  if (grad_compression == "none") return WireDtype::kFp32;
-  if (grad_compression == "fp16") return WireDtype::kFp16;
-  if (grad_compression == "bf16") return WireDtype::kBf16;
-  throw OptionError("--grad-compression",
-                    "must be none, fp16 or bf16, got '" + grad_compression + "'");
+WireDtype wire_dtype_of(GradCompression compression) {
+  switch (compression) {
+    case GradCompression::kFp16:
+      return WireDtype::kFp16;
+    case GradCompression::kBf16:
+      return WireDtype::kBf16;
+    default:
+      return WireDtype::kFp32;
+  }
 }
 
 ShardLayout shard_layout(int64_t numel, int world_size) {
