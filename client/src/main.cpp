@@ -12,6 +12,7 @@
 #include "control_client.h"
 #include "ddpd/comm_table.h"
 #include "ddpd/ddp_flags.h"
+#include "ddpd/restart_policy.h"
 #include "ddpd/spec_convert.h"
 #include "ddpd/unix_time.h"
 #include "job_file.h"
@@ -386,10 +387,9 @@ int main(int argc, char** argv) {
         throw OptionError("job",
                           job_id + " is not a DDP job with --checkpoint-dir: nothing to resume");
       }
-      v1::JobSpec spec = old.spec();
+      // Its `latest`, read by the ranks at start.
+      v1::JobSpec spec = resumed_spec(old.spec(), old.spec().ddp().checkpoint_dir());
       auto* ddp = spec.mutable_ddp();
-      ddp->set_resume(ddp->checkpoint_dir());  // its `latest`, read by the ranks at start
-      ddp->clear_inject();
       if (resume_world > 0) spec.set_world_size(resume_world);
       if (!resume_strategy.empty()) ddp->set_strategy(resume_strategy);
       if (resume_steps > 0) ddp->set_steps(resume_steps);

@@ -8,19 +8,9 @@
 #include <memory>
 #include <string>
 
+#include "state_counts.h"
+
 namespace ddpd::coordinator {
-
-// Counts of the coordinator's state, taken under its lock at scrape time.
-struct StateCounts {
-  std::map<std::string, int> workers;  // by state name: IDLE, BUSY, LOST
-  std::map<std::string, int> jobs;     // by state name: PENDING, …, CANCELLED
-  int queue_length = 0;                // jobs waiting for workers
-  // Straggler scores by (job_id, rank): running jobs and the last ended ones
-  // (kRetainedScoreJobs), so the last scores stay scrapeable and the label set stays bounded.
-  std::map<std::pair<std::string, int>, double> compute_scores;
-};
-
-constexpr int kRetainedScoreJobs = 4;
 
 struct CoordinatorMetricsOptions {
   int port = 9400;                    // 0: no /metrics endpoint

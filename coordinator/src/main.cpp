@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "coordinator_metrics.h"
 #include "coordinator_service.h"
 #include "ddpd/job_options.h"
 #include "ddpd/net.h"

@@ -17,11 +17,8 @@ bool transition_allowed(v1::JobState from, v1::JobState to) {
   }
 }
 
-int current_attempt(const v1::Job& job) { return std::max(0, job.attempts() - 1); }
-
-bool may_restart(const v1::Job& job) {
-  // Through the job model, so an unset max_restarts reads as its one default.
-  return job.spec().has_ddp() && current_attempt(job) < from_proto(job.spec().ddp()).max_restarts;
+int64_t total_steps(const v1::JobSpec& spec) {
+  return spec.has_ddp() ? from_proto(spec.ddp()).steps : 0;
 }
 
 std::string required_backend(const v1::JobSpec& spec) {

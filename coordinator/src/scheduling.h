@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "ddpd/restart_policy.h"
 #include "ddpd/v1/ddpd.pb.h"
 
 namespace ddpd::coordinator {
@@ -14,14 +15,6 @@ namespace ddpd::coordinator {
 // change.
 bool transition_allowed(v1::JobState from, v1::JobState to);
 
-// The attempt now running or next to run (0: the first): results, step reports and losses of
-// any other attempt's ranks are stale.
-int current_attempt(const v1::Job& job);
-
-// Whether a failure of the current attempt restarts the job (a DDP job with --max-restarts not
-// yet used up) rather than failing it.
-bool may_restart(const v1::Job& job);
-
 struct PendingJob {
   std::string job_id;
   int world_size = 1;
@@ -29,6 +22,9 @@ struct PendingJob {
   // Smaller sizes the job may also start at, largest first (a restart's elastic shrink).
   std::vector<int> fallback_sizes;
 };
+
+// Steps a job reports (comm jobs report none).
+int64_t total_steps(const v1::JobSpec& spec);
 
 // The process-group backend a job needs: nccl for comm jobs on nccl and DDP jobs on cuda.
 std::string required_backend(const v1::JobSpec& spec);

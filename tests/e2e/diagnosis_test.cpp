@@ -88,18 +88,6 @@ TEST_P(StallDiagnosis, HangInComputeIsNamedWithTheCollectiveTheOthersWaitIn) {
 INSTANTIATE_TEST_SUITE_P(HungRank, StallDiagnosis, ::testing::Values(0, 1, 2),
                          [](const auto& info) { return "rank" + std::to_string(info.param); });
 
-TEST(StallDiagnosis, WarnRecordsTheIncidentOnceAndTheJobGoesOn) {
-  Cluster cluster(3, "stall-warn");
-  auto flags = job_flags("hang:rank=1,step=2,seconds=8", "6");
-  flags.insert(flags.end(), {"--on-stall", "warn"});
-  const std::string job = cluster.submit(flags);
-  const auto shown = cluster.wait_for_end(job);
-  EXPECT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
-  ASSERT_EQ(shown["events"].size(), 1u) << "one incident per stall episode: " << shown.dump();
-  EXPECT_NE(shown["events"][0]["message"].get<std::string>().find("rank 1 has not joined it"),
-            std::string::npos);
-}
-
 // The rank's process exits; its daemon reports that as rank 0's failure, with the status, and
 // lives on: every worker is IDLE again.
 TEST(ExitDiagnosis, ExitOfRankZeroNamesItAndEveryWorkerReturnsToIdle) {
@@ -155,38 +143,6 @@ TEST(FaultInjection, BadSpecsAreRefusedNamingTheFlag) {
     EXPECT_EQ(o.exit_code, 2) << bad;
     EXPECT_NE(o.err.find("--inject:"), std::string::npos) << bad << ": " << o.err;
   }
-}
-
-// A pending job says why it waits, and the reason follows the workers as they register.
-TEST(PendingReason, FollowsTheWorkersAsTheyRegister) {
-  Cluster cluster(1, "pending");
-  const std::string job = cluster.submit({"--world-size", "3", "--batch", "6", "--steps", "2"});
-  const std::string behind = cluster.submit({"--world-size", "1", "--steps", "2"});
-  EXPECT_EQ(cluster.show(job)["pending_reason"],
-            "waiting for 3 idle workers offering gloo: 1 registered, 1 idle");
-  EXPECT_EQ(cluster.show(behind)["pending_reason"], "queued behind " + job);
-  cluster.start_worker(1);
-  EXPECT_TRUE(cluster.wait_until(
-      [&] {
-        return cluster.show(job)["pending_reason"] ==
-               "waiting for 3 idle workers offering gloo: 2 registered, 2 idle";
-      },
-      std::chrono::seconds(30)));
-  EXPECT_NE(cluster.ctl({"list"}).out.find("waiting for 3 idle workers"), std::string::npos);
-  // A job cancelled while pending no longer says it waits (list and show kept the reason).
-  const std::string cancelled = cluster.submit({"--world-size", "3", "--batch", "6"});
-  ASSERT_EQ(cluster.ctl({"cancel", cancelled}).exit_code, 0);
-  EXPECT_FALSE(cluster.show(cancelled).contains("pending_reason")) << cluster.show(cancelled);
-  const std::string listed = cluster.ctl({"list"}).out;
-  const auto row = listed.find(cancelled);
-  ASSERT_NE(row, std::string::npos) << listed;
-  EXPECT_EQ(listed.substr(row, listed.find('\n', row) - row).find("waiting"), std::string::npos)
-      << listed;
-  cluster.start_worker(2);
-  const auto done = cluster.wait_for_end(job);
-  EXPECT_EQ(done["state"], "SUCCEEDED") << done.dump();
-  EXPECT_FALSE(done.contains("pending_reason"));
-  EXPECT_EQ(cluster.wait_for_end(behind)["state"], "SUCCEEDED");
 }
 
 // A rank made slow from step 3 is named once as a straggler; the healthy ranks, which wait for it

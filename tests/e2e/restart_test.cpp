@@ -93,31 +93,6 @@ TEST(Restart, ARankWhoseProcessExitsIsRestartedFromItsCheckpoint) {
   }
 }
 
-// The worker daemon of rank 1 is killed (SIGKILL; its rank process dies with it): one worker is
-// left, and the job restarts at --min-world-size 1.
-TEST(Restart, TooFewWorkersLeftShrinksToTheMinimumWorldSize) {
-  Cluster cluster(2, "restart-shrink");
-  const std::string dir = temp_dir() + "/restart-shrink-ckpt";
-  fs::remove_all(dir);
-  const std::string job = cluster.submit({"--world-size", "2", "--batch", "6", "--steps", "400",
-                                          "--checkpoint-dir", dir, "--checkpoint-every", "2",
-                                          "--max-restarts", "1", "--min-world-size", "1"});
-  ASSERT_TRUE(cluster.wait_until([&] { return fs::exists(dir + "/step-000002/metadata.json"); },
-                                 std::chrono::seconds(60)));
-  const std::string killed_id = cluster.show(job)["workers"][1];
-  cluster.worker(std::stoi(killed_id.substr(killed_id.rfind("-w") + 2))).signal(SIGKILL);
-  ASSERT_TRUE(cluster.wait_until([&] { return cluster.show(job)["attempts"] == 2; },
-                                 std::chrono::seconds(60)));
-  const auto shown = cluster.show(job);
-  const auto restarts = events_of(shown, "restart");
-  ASSERT_EQ(restarts.size(), 1u) << shown["events"].dump();
-  const std::string message = restarts[0]["message"];
-  EXPECT_NE(message.find("worker " + killed_id + " (rank 1) lost"), std::string::npos) << message;
-  EXPECT_NE(message.find("world size 2 → 1, resuming step-"), std::string::npos) << message;
-  EXPECT_EQ(shown["workers"].size(), 1u);
-  ASSERT_EQ(cluster.ctl({"cancel", job}).exit_code, 0);
-}
-
 TEST(Restart, ACoordinatorRestartMidJobRestartsItInsteadOfFailingIt) {
   Cluster cluster(2, "restart-coordinator");
   const std::string dir = temp_dir() + "/restart-coordinator-ckpt";

@@ -1,0 +1,198 @@
+// The job lifecycle, with no gRPC in it: the worker and job tables, placement, results, losses,
+// restarts, the stall watch and straggler aggregation, all persisted in a JobStore. The gRPC
+// service (coordinator_service.h) authenticates and validates requests, holds the lock and
+// plumbs streams; everything it decides about jobs and workers, it asks of this class.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "coordinator_options.h"
+#include "ddpd/v1/ddpd.pb.h"
+#include "job_store.h"
+#include "lifecycle_clock.h"
+#include "scheduling.h"
+#include "state_counts.h"
+#include "straggler_watch.h"
+
+namespace ddpd::coordinator {
+
+// One worker's session as the lifecycle sees it; the service implements it with a SessionOutbox.
+class WorkerLink {
+ public:
+  virtual ~WorkerLink() = default;
+  // Queues `message`, never waiting on the worker. A dead session is noticed by its reader, which
+  // then reports the loss (JobManager::lost).
+  virtual void send(const v1::CoordinatorMessage& message) = 0;
+  // Ends the session; its reader then reports the loss.
+  virtual void disconnect() = 0;
+};
+
+// Why a request was refused; the service maps the code to its gRPC status.
+struct Refusal {
+  enum class Code {
+    kNotFound,
+    kAlreadyExists,
+    kResourceExhausted,
+    kFailedPrecondition,
+    kUnavailable
+  };
+  Code code;
+  std::string message;  // names the API field, as every refusal of the API does
+};
+
+// Protocol (job lifecycle):
+//  1. submit() stores a (validated) spec PENDING.
+//  2. place(): the oldest PENDING job starts once world_size workers are idle: ranks go in
+//     registration order; rank 0's advertised host and rendezvous port form the TCPStore
+//     endpoint; each worker gets an Assignment on its link; the job is RUNNING.
+//  3. Workers stream StepReports (stored per rank; aggregated per step once every rank reported
+//     it) and finally a JobResult; the job is SUCCEEDED when every rank succeeded, FAILED at the
+//     first failure (the other ranks are told to cancel).
+//  4. A worker whose session ends (lost()), or that misses heartbeats for worker_timeout (tick()
+//     disconnects it, and its reader reports the loss), is lost: its job FAILS with the reason
+//     and the other ranks are cancelled; each returns to IDLE when it reports its (cancelled)
+//     result.
+//  5. cancel() marks the job CANCELLED and sends cancel to its workers.
+//  6. Stall watch (DDP jobs): every heartbeat carries the rank's progress (phase, step, its
+//     collective journal's last enqueued/completed sequence numbers and oldest pending
+//     collective). When no rank has completed a collective or a step for --stall-seconds, tick()
+//     records an incident naming the waiting ranks, the collective they wait in and the ranks
+//     that have not joined it (or a desync), once per stall; --on-stall fail then fails the job
+//     with that text and cancels its ranks.
+//  7. Restarts (DDP jobs with --max-restarts N; restart_policy.h): a lost worker, a failed rank
+//     or a stall under --on-stall fail sends the job back to PENDING instead of FAILED, while
+//     fewer than N restarts were made; its ranks are cancelled. Each Assignment carries the
+//     attempt number, echoed in step reports and results, so reports of a cancelled attempt are
+//     ignored. The next attempt runs with --resume auto, at the job's world size, or at the
+//     largest size down to --min-world-size that idle workers and the global batch allow; a
+//     `restart` incident records why, the world sizes and the checkpoint step.
+// On construction, jobs found RUNNING in the store are restarted the same way when restarts are
+// left, else marked FAILED ("coordinator restarted").
+//
+// Thread contract: none of its own, and not thread-safe: the service calls every method under
+// its one mutex. Links are only queued to (WorkerLink::send never blocks), and `on_change` is
+// called under that mutex too (the service notifies its watchers from it).
+// Errors: the JobStore's std::runtime_error passes through (the service answers INTERNAL).
+class JobManager {
+ public:
+  JobManager(const CoordinatorOptions& options, JobStore& store, const LifecycleClock& clock,
+             std::function<void()> on_change);
+
+  // Workers.
+  std::optional<Refusal> register_worker(const v1::WorkerHello& hello,
+                                         std::shared_ptr<WorkerLink> link);
+  // Any message of a registered worker's session: a heartbeat (with the rank's progress), a
+  // step report or a result.
+  void on_message(const std::string& worker_id, const v1::WorkerMessage& message);
+  void on_progress(const std::string& worker_id, const std::string& job_id,
+                   const v1::RankProgress& progress);
+  void on_step(const std::string& job_id, const v1::StepReport& step);
+  void on_result(const std::string& worker_id, const v1::JobResult& result);
+  // The session behind `link` ended; ignored when the worker has registered again since.
+  void lost(const std::string& worker_id, const WorkerLink* link, const std::string& reason);
+  // Why tick() ended the worker's session (empty: it did not), so the loss names the silence
+  // rather than the broken connection it caused.
+  std::string silence(const std::string& worker_id) const;
+
+  // Jobs. `request.spec` must have passed validate_spec.
+  std::optional<Refusal> submit(const v1::SubmitJobRequest& request, v1::Job* job);
+  std::optional<Refusal> cancel(const std::string& job_id, v1::Job* job);
+
+  // The periodic checks, at the clock's time: heartbeat timeouts, --pending-timeout, stalls,
+  // and the store's step batch. The service's reaper calls it twice a second.
+  void tick();
+  // Disconnects every worker; from then on losses change no job (running jobs stay RUNNING in
+  // the store, so the next start says "coordinator restarted" rather than blaming a worker).
+  void stop();
+  bool stopping() const { return stopping_; }
+
+  // Reads.
+  const v1::Job* job(const std::string& job_id) const;
+  // What WatchJob replays and follows: transitions, incidents and complete steps, in order.
+  const std::vector<v1::JobEvent>* events(const std::string& job_id) const;
+  const std::vector<std::string>& job_order() const { return job_order_; }
+  std::vector<v1::StepReport> steps(const std::string& job_id) { return store_.load_steps(job_id); }
+  void list_workers(v1::ListWorkersReply* reply) const;
+  StateCounts state_counts() const;
+
+ private:
+  struct WorkerEntry {
+    v1::WorkerHello hello;
+    v1::WorkerState state = v1::IDLE;
+    std::string job_id;
+    int rank = -1;
+    int attempt = 0;  // of job_id, that this worker runs
+    double last_seen = 0;
+    LifecycleClock::TimePoint last_heartbeat;
+    std::shared_ptr<WorkerLink> link;          // null once the session ended
+    std::optional<v1::RankProgress> progress;  // the last heartbeat's, for job_id
+    std::string silence;                       // set by tick() when it ends a silent session
+  };
+
+  struct JobEntry {
+    v1::Job job;
+    int64_t sequence = 0;
+    LifecycleClock::TimePoint submitted;
+    std::map<int64_t, std::vector<v1::StepReport>> partial_steps;  // until every rank reported
+    std::set<int> succeeded_ranks;
+    std::vector<v1::JobEvent> events;  // what WatchJob replays and follows
+    // Stall watch (DDP jobs): when any rank last completed a collective or a step, and each
+    // rank's (last completed sequence number, step) at that time.
+    LifecycleClock::TimePoint last_advance;
+    std::map<int, std::pair<int64_t, int64_t>> progress_marks;
+    bool stall_reported = false;  // this stall episode has its incident
+    // Restarts: why the running attempt ended, its world size, and the last step after which
+    // every rank reported a checkpoint (0: none), which the next attempt resumes from.
+    std::string restart_reason;
+    int previous_world_size = 0;
+    int64_t last_checkpoint_step = 0;
+    std::unique_ptr<StragglerWatch> stragglers;  // DDP jobs, from RUNNING on
+    int64_t step_reports = 0;                    // received (stored up to max_step_reports_per_job)
+  };
+
+  void recover();
+  WorkerEntry* find_worker(const std::string& worker_id);
+  JobEntry* find_job(const std::string& job_id);
+  void transition(JobEntry& job, v1::JobState to, const std::string& reason);
+  void record_incident(JobEntry& job, const std::string& kind, int rank,
+                       const std::string& message);
+  // Placement (job_placement.cpp).
+  void place();
+  void start_attempt(JobEntry& job, const std::vector<std::string>& worker_ids);
+  void send_assignments(JobEntry& job, const v1::Assignment& assignment);
+  void update_pending_reasons(const std::vector<PendingJob>& pending,
+                              const std::vector<IdleWorker>& idle);
+  // Endings.
+  void fail_job(JobEntry& job, const std::string& reason);
+  // A DDP job with restarts left goes back to PENDING (its ranks cancelled) to resume from its
+  // latest checkpoint; any other job FAILS.
+  void fail_or_restart(JobEntry& job, const std::string& reason);
+  void cancel_workers(JobEntry& job);
+  void record_failure(JobEntry& job, const WorkerEntry& worker, const v1::JobResult& result);
+  // Monitoring (job_monitor.cpp).
+  void aggregate_complete_step(JobEntry& job, const std::vector<v1::StepReport>& ranks);
+  void check_stall(JobEntry& job, LifecycleClock::TimePoint now);
+  void check_heartbeats(LifecycleClock::TimePoint now);
+  void check_pending_timeouts(LifecycleClock::TimePoint now);
+  void write_prometheus_targets() const;
+
+  const CoordinatorOptions& options_;
+  JobStore& store_;
+  const LifecycleClock& clock_;
+  std::function<void()> on_change_;
+  std::map<std::string, std::unique_ptr<WorkerEntry>> workers_;
+  std::vector<std::string> worker_order_;  // registration order, for rank assignment
+  std::map<std::string, std::unique_ptr<JobEntry>> jobs_;
+  std::vector<std::string> job_order_;  // submission order
+  int64_t next_sequence_ = 1;
+  bool stopping_ = false;
+};
+
+}  // namespace ddpd::coordinator

@@ -1,0 +1,55 @@
+#include "ddpd/restart_policy.h"
+
+#include <algorithm>
+
+#include "ddpd/spec_convert.h"
+
+namespace ddpd {
+
+int current_attempt(const v1::Job& job) { return std::max(0, job.attempts() - 1); }
+
+bool may_restart(const v1::Job& job) {
+  // Through the job model, so an unset max_restarts reads as its one default.
+  return job.spec().has_ddp() && current_attempt(job) < from_proto(job.spec().ddp()).max_restarts;
+}
+
+std::vector<int> restart_fallback_sizes(const v1::Job& job) {
+  std::vector<int> sizes;
+  if (job.attempts() == 0 || !job.spec().has_ddp()) return sizes;
+  const DdpJobOptions ddp = from_proto(job.spec().ddp());
+  if (ddp.min_world_size <= 0) return sizes;
+  for (int n = job.spec().world_size() - 1; n >= std::max(1, ddp.min_world_size); --n) {
+    if (ddp.batch_size % n == 0) sizes.push_back(n);
+  }
+  return sizes;
+}
+
+v1::JobSpec resumed_spec(const v1::JobSpec& spec, const std::string& resume) {
+  v1::JobSpec next = spec;
+  next.mutable_ddp()->set_resume(resume);
+  next.mutable_ddp()->clear_inject();
+  return next;
+}
+
+v1::JobSpec next_attempt_spec(const v1::JobSpec& spec) {
+  if (!spec.has_ddp()) return spec;
+  if (!spec.ddp().checkpoint_dir().empty()) return resumed_spec(spec, "auto");
+  v1::JobSpec next = spec;
+  next.mutable_ddp()->clear_inject();
+  return next;
+}
+
+std::string restart_text(const RestartFacts& facts) {
+  const std::string& dir = facts.checkpoint_dir;
+  const std::string from =
+      dir.empty() ? "from the start (no --checkpoint-dir)"
+      : facts.last_checkpoint_step > 0
+          ? "resuming step-" + std::to_string(facts.last_checkpoint_step) + " (" + dir + ")"
+          : "resuming the latest checkpoint under " + dir +
+                " if there is one (this job has reported none), else from the start";
+  return "restart " + std::to_string(facts.attempt) + " of " + std::to_string(facts.max_restarts) +
+         " after: " + facts.reason + "; world size " + std::to_string(facts.previous_world_size) +
+         " → " + std::to_string(facts.world_size) + ", " + from;
+}
+
+}  // namespace ddpd

@@ -1,0 +1,471 @@
+// The job lifecycle through JobManager, with fake worker links and a clock moved by hand: no
+// daemon, no gRPC, no sleep. The store is the real SQLite one, in a file of the test's own.
+// The end-to-end tests (tests/e2e/) keep one case each to prove the wiring through real daemons.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "job_manager.h"
+
+namespace ddpd::coordinator {
+namespace {
+
+class FakeClock final : public LifecycleClock {
+ public:
+  TimePoint steady_now() const override { return now_; }
+  double unix_seconds() const override {
+    return 1.7e9 + std::chrono::duration<double>(now_.time_since_epoch()).count();
+  }
+  void advance(double seconds) {
+    now_ += std::chrono::duration_cast<TimePoint::duration>(std::chrono::duration<double>(seconds));
+  }
+
+ private:
+  TimePoint now_{};
+};
+
+// What the manager said to one worker.
+struct FakeLink final : WorkerLink {
+  std::vector<v1::CoordinatorMessage> sent;
+  bool disconnected = false;
+  void send(const v1::CoordinatorMessage& message) override { sent.push_back(message); }
+  void disconnect() override { disconnected = true; }
+
+  std::vector<v1::Assignment> assignments() const {
+    std::vector<v1::Assignment> out;
+    for (const auto& m : sent) {
+      if (m.has_assign()) out.push_back(m.assign());
+    }
+    return out;
+  }
+  int cancels(const std::string& job_id) const {
+    int n = 0;
+    for (const auto& m : sent) n += m.cancel_job_id() == job_id;
+    return n;
+  }
+};
+
+v1::JobSpec ddp_spec(int world_size) {
+  v1::JobSpec spec;
+  spec.set_world_size(world_size);
+  auto* ddp = spec.mutable_ddp();
+  ddp->set_model("tiny");
+  ddp->set_steps(20);
+  ddp->set_batch_size(12);  // divisible by 1, 2, 3 and 4: every shrink is allowed
+  return spec;
+}
+
+class JobManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = ::testing::TempDir() + "ddpd-job-manager-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".db";
+    std::remove(path_.c_str());
+    options_.worker_timeout = std::chrono::seconds(15);
+    open();
+  }
+  void TearDown() override {
+    manager_.reset();
+    store_.reset();
+    for (const char* suffix : {"", "-wal", "-shm"}) std::remove((path_ + suffix).c_str());
+  }
+  void open() {
+    manager_.reset();
+    store_ = std::make_unique<JobStore>(path_);
+    manager_ = std::make_unique<JobManager>(options_, *store_, clock_, [this] { ++changes_; });
+  }
+
+  FakeLink& add_worker(const std::string& id) {
+    v1::WorkerHello hello;
+    hello.set_worker_id(id);
+    hello.set_advertised_host("10.0.0." + std::to_string(links_.size() + 1));
+    hello.set_rendezvous_port(29500);
+    auto link = std::make_shared<FakeLink>();
+    links_[id] = link;
+    EXPECT_FALSE(manager_->register_worker(hello, link).has_value());
+    return *link;
+  }
+  std::string submit(const v1::JobSpec& spec) {
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = spec;
+    v1::Job job;
+    EXPECT_FALSE(manager_->submit(request, &job).has_value());
+    return job.job_id();
+  }
+  const v1::Job& job(const std::string& id) { return *manager_->job(id); }
+  void result(const std::string& worker, const std::string& job_id, int rank, int attempt,
+              v1::RankFailureCause cause = v1::RANK_FAILURE_UNSPECIFIED,
+              const std::string& error = "") {
+    v1::WorkerMessage message;
+    message.set_job_id(job_id);
+    auto* r = message.mutable_result();
+    r->set_job_id(job_id);
+    r->set_rank(rank);
+    r->set_attempt(attempt);
+    r->set_succeeded(cause == v1::RANK_FAILURE_UNSPECIFIED);
+    r->set_cause(cause);
+    r->set_error(error);
+    r->set_named_rank(-1);
+    if (rank == 0) r->set_result_json("{\"rank\":0}");
+    manager_->on_message(worker, message);
+  }
+  void step(const std::string& worker, const std::string& job_id, int rank, int64_t step_index,
+            double compute_seconds, int attempt = 0) {
+    v1::WorkerMessage message;
+    message.set_job_id(job_id);
+    auto* s = message.mutable_step();
+    s->set_rank(rank);
+    s->set_step(step_index);
+    s->set_attempt(attempt);
+    s->set_step_seconds(compute_seconds + 0.01);
+    s->set_exposed_comm_seconds(0.01);
+    manager_->on_message(worker, message);
+  }
+  std::vector<v1::Incident> incidents(const std::string& id, const std::string& kind) {
+    std::vector<v1::Incident> out;
+    for (const auto& i : job(id).incidents()) {
+      if (i.kind() == kind) out.push_back(i);
+    }
+    return out;
+  }
+
+  std::string path_;
+  CoordinatorOptions options_;
+  FakeClock clock_;
+  int changes_ = 0;
+  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<JobManager> manager_;
+  std::map<std::string, std::shared_ptr<FakeLink>> links_;
+};
+
+TEST_F(JobManagerTest, AJobWaitsSayingWhyThenStartsOnIdleWorkersInRegistrationOrder) {
+  add_worker("w0");
+  const std::string id = submit(ddp_spec(2));
+  EXPECT_EQ(job(id).state(), v1::PENDING);
+  EXPECT_EQ(job(id).pending_reason(),
+            "waiting for 2 idle workers offering gloo: 1 registered, 1 idle");
+  add_worker("w1");
+  ASSERT_EQ(job(id).state(), v1::RUNNING);
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto assigned = links_["w" + std::to_string(rank)]->assignments();
+    ASSERT_EQ(assigned.size(), 1u);
+    EXPECT_EQ(assigned[0].rank(), rank);
+    EXPECT_EQ(assigned[0].world_size(), 2);
+    EXPECT_EQ(assigned[0].attempt(), 0);
+    EXPECT_EQ(assigned[0].master_addr(), "10.0.0.1");  // rank 0's advertised host
+    EXPECT_EQ(assigned[0].master_port(), 29500);
+  }
+  EXPECT_TRUE(job(id).pending_reason().empty());
+  EXPECT_GT(changes_, 0);  // watchers were woken
+  result("w0", id, 0, 0);
+  EXPECT_EQ(job(id).state(), v1::RUNNING);  // one rank of two
+  result("w1", id, 1, 0);
+  EXPECT_EQ(job(id).state(), v1::SUCCEEDED);
+  EXPECT_EQ(job(id).result_json(), "{\"rank\":0}");
+  EXPECT_EQ(job(id).ranks(1).state(), v1::RANK_SUCCEEDED);
+}
+
+TEST_F(JobManagerTest, ALostWorkerFailsItsJobAndTheOtherRanksAreCancelled) {
+  FakeLink& w0 = add_worker("w0");
+  FakeLink& w1 = add_worker("w1");
+  const std::string id = submit(ddp_spec(2));
+  manager_->lost("w1", &w1, "its connection broke");
+  EXPECT_EQ(job(id).state(), v1::FAILED);
+  EXPECT_EQ(job(id).error(), "worker w1 (rank 1) lost: its connection broke");
+  EXPECT_EQ(job(id).ranks(1).state(), v1::RANK_LOST);
+  EXPECT_EQ(w0.cancels(id), 1);
+  EXPECT_EQ(w1.cancels(id), 0);
+  result("w0", id, 0, 0, v1::RANK_FAILURE_CANCELLED, "cancelled");
+  EXPECT_EQ(job(id).ranks(0).state(), v1::RANK_CANCELLED);
+  v1::ListWorkersReply workers;
+  manager_->list_workers(&workers);
+  EXPECT_EQ(workers.workers(0).state(), v1::IDLE);
+  EXPECT_EQ(workers.workers(1).state(), v1::LOST);
+}
+
+TEST_F(JobManagerTest, ASilentWorkerIsDisconnectedAfterTheWorkerTimeoutAndTheLossNamesTheSilence) {
+  FakeLink& w0 = add_worker("w0");
+  clock_.advance(15.0);  // exactly the timeout: not yet
+  manager_->tick();
+  EXPECT_FALSE(w0.disconnected);
+  clock_.advance(1.0);
+  manager_->tick();
+  EXPECT_TRUE(w0.disconnected);
+  EXPECT_EQ(manager_->silence("w0"),
+            "no heartbeat for 16.0 s (--worker-timeout 15.0 s): the worker is stopped, hung or "
+            "cut off");
+  // A heartbeat in time keeps another worker: its session is not ended.
+  FakeLink& w1 = add_worker("w1");
+  clock_.advance(10.0);
+  v1::WorkerMessage heartbeat;
+  heartbeat.set_heartbeat(true);
+  manager_->on_message("w1", heartbeat);
+  clock_.advance(10.0);
+  manager_->tick();
+  EXPECT_FALSE(w1.disconnected);
+}
+
+TEST_F(JobManagerTest, AFailedRankRestartsTheJobFromItsCheckpointWithoutTheInjection) {
+  auto spec = ddp_spec(2);
+  spec.mutable_ddp()->set_max_restarts(1);
+  spec.mutable_ddp()->set_checkpoint_dir("/ckpt");
+  spec.mutable_ddp()->set_inject("exit:rank=1,step=3");
+  FakeLink& w0 = add_worker("w0");
+  FakeLink& w1 = add_worker("w1");
+  const std::string id = submit(spec);
+  for (int rank = 0; rank < 2; ++rank) step("w" + std::to_string(rank), id, rank, 1, 0.1);
+  for (int rank = 0; rank < 2; ++rank) {
+    v1::WorkerMessage message;
+    message.set_job_id(id);
+    message.mutable_step()->set_rank(rank);
+    message.mutable_step()->set_step(2);
+    message.mutable_step()->set_checkpoint_seconds(0.5);
+    manager_->on_message("w" + std::to_string(rank), message);
+  }
+  result("w1", id, 1, 0, v1::RANK_FAILURE_PROCESS_EXITED, "its process exited with status 3");
+  EXPECT_EQ(job(id).state(), v1::PENDING);
+  EXPECT_EQ(w0.cancels(id), 1);  // w1 reported its own failure and is idle
+  EXPECT_TRUE(w0.assignments().size() == 1);
+  // The cancelled rank's result belongs to attempt 0: it frees w0, and the restart starts.
+  result("w0", id, 0, 0, v1::RANK_FAILURE_CANCELLED, "cancelled");
+  ASSERT_EQ(job(id).state(), v1::RUNNING);
+  EXPECT_EQ(job(id).attempts(), 2);
+  const v1::Assignment next = w1.assignments().back();
+  EXPECT_EQ(next.attempt(), 1);
+  EXPECT_EQ(next.spec().ddp().resume(), "auto");
+  EXPECT_TRUE(next.spec().ddp().inject().empty());
+  EXPECT_EQ(job(id).spec().ddp().inject(), "exit:rank=1,step=3");  // the job's own spec keeps it
+  const auto restarts = incidents(id, "restart");
+  ASSERT_EQ(restarts.size(), 1u);
+  EXPECT_EQ(restarts[0].message(),
+            "restart 1 of 1 after: rank 1 (worker w1) failed: its process exited with status 3; "
+            "world size 2 → 2, resuming step-3 (/ckpt)");
+  // A stale attempt-0 step report is ignored; attempt 1's count.
+  step("w0", id, 0, 3, 0.1, /*attempt=*/0);
+  EXPECT_EQ(job(id).ranks(0).progress().step(), 0);
+  step("w0", id, 0, 3, 0.1, /*attempt=*/1);
+  EXPECT_EQ(job(id).ranks(0).progress().step(), 3);
+  // With no restarts left, the next failure fails the job.
+  result("w0", id, 0, 1, v1::RANK_FAILURE_ERROR, "boom");
+  EXPECT_EQ(job(id).state(), v1::FAILED);
+  EXPECT_EQ(job(id).error(), "rank 0 (worker w0) failed: boom");
+}
+
+TEST_F(JobManagerTest, ARestartShrinksToTheLargestSizeThatIdleWorkersAllowDownToTheMinimum) {
+  auto spec = ddp_spec(3);
+  spec.mutable_ddp()->set_max_restarts(1);
+  spec.mutable_ddp()->set_min_world_size(2);
+  add_worker("w0");
+  FakeLink& w1 = add_worker("w1");
+  add_worker("w2");
+  const std::string id = submit(spec);
+  manager_->lost("w1", &w1, "its connection broke");
+  ASSERT_EQ(job(id).state(), v1::PENDING);
+  result("w0", id, 0, 0, v1::RANK_FAILURE_CANCELLED);
+  EXPECT_EQ(job(id).state(), v1::PENDING);  // one idle worker, under --min-world-size: waits
+  result("w2", id, 2, 0, v1::RANK_FAILURE_CANCELLED);
+  ASSERT_EQ(job(id).state(), v1::RUNNING);
+  ASSERT_EQ(job(id).worker_ids_size(), 2);
+  EXPECT_EQ(job(id).worker_ids(0), "w0");
+  EXPECT_EQ(job(id).worker_ids(1), "w2");
+  EXPECT_EQ(links_["w2"]->assignments().back().world_size(), 2);
+  EXPECT_NE(incidents(id, "restart").at(0).message().find("world size 3 → 2, from the start"),
+            std::string::npos);
+}
+
+TEST_F(JobManagerTest, AStallIsReportedOnceNamingTheRankThatHasNotJoinedAndFailsTheJob) {
+  auto spec = ddp_spec(2);
+  spec.mutable_ddp()->set_stall_seconds(30);
+  add_worker("w0");
+  add_worker("w1");
+  const std::string id = submit(spec);
+  // Rank 0 waits in all_reduce #7; rank 1 completed #6 and is somewhere else.
+  v1::WorkerMessage beat;
+  beat.set_job_id(id);
+  beat.set_heartbeat(true);
+  auto* progress = beat.mutable_progress();
+  progress->set_phase("sync");
+  progress->set_step(4);
+  progress->set_last_enqueued(7);
+  progress->set_last_completed(6);
+  progress->mutable_oldest_pending()->set_seq(7);
+  progress->mutable_oldest_pending()->set_op("all_reduce");
+  v1::WorkerMessage elsewhere = beat;
+  elsewhere.mutable_progress()->set_phase("forward");
+  elsewhere.mutable_progress()->set_last_enqueued(6);
+  elsewhere.mutable_progress()->clear_oldest_pending();
+  manager_->on_message("w0", beat);
+  manager_->on_message("w1", elsewhere);
+  clock_.advance(29.0);
+  manager_->tick();
+  EXPECT_TRUE(incidents(id, "stall").empty());
+  clock_.advance(2.0);
+  // Heartbeats without progress keep the workers alive and do not end the stall.
+  manager_->on_message("w0", beat);
+  manager_->on_message("w1", elsewhere);
+  manager_->tick();
+  const auto stalls = incidents(id, "stall");
+  ASSERT_EQ(stalls.size(), 1u);
+  EXPECT_EQ(stalls[0].rank(), 1);
+  EXPECT_EQ(job(id).state(), v1::FAILED);  // --on-stall fail, the default
+  EXPECT_EQ(job(id).error(), stalls[0].message());
+}
+
+TEST_F(JobManagerTest, UnderOnStallWarnAStallIsReportedOncePerEpisodeAndTheJobGoesOn) {
+  auto spec = ddp_spec(2);
+  spec.mutable_ddp()->set_stall_seconds(30);
+  spec.mutable_ddp()->set_on_stall("warn");
+  add_worker("w0");
+  add_worker("w1");
+  const std::string id = submit(spec);
+  for (int i = 0; i < 3; ++i) {  // 90 s without progress: one episode, one incident
+    clock_.advance(30.0);
+    manager_->tick();
+  }
+  EXPECT_EQ(incidents(id, "stall").size(), 1u);
+  EXPECT_EQ(job(id).state(), v1::RUNNING);
+  step("w0", id, 0, 0, 0.1);  // progress ends the episode; the next stall is a new one
+  clock_.advance(31.0);
+  manager_->tick();
+  EXPECT_EQ(incidents(id, "stall").size(), 2u);
+  EXPECT_EQ(job(id).state(), v1::RUNNING);
+}
+
+TEST_F(JobManagerTest, PendingJobsSayWhyTheyWaitAndACancelledOneNoLongerDoes) {
+  add_worker("w0");
+  const std::string first = submit(ddp_spec(3));
+  const std::string behind = submit(ddp_spec(1));
+  EXPECT_EQ(job(first).pending_reason(),
+            "waiting for 3 idle workers offering gloo: 1 registered, 1 idle");
+  EXPECT_EQ(job(behind).pending_reason(), "queued behind " + first);  // FIFO: no overtaking
+  add_worker("w1");
+  EXPECT_EQ(job(first).pending_reason(),
+            "waiting for 3 idle workers offering gloo: 2 registered, 2 idle");
+  manager_->lost("w1", links_["w1"].get(), "it closed its session");
+  EXPECT_EQ(job(first).pending_reason(),
+            "waiting for 3 idle workers offering gloo: 1 registered, 1 idle");
+  v1::Job cancelled;
+  ASSERT_FALSE(manager_->cancel(first, &cancelled).has_value());
+  EXPECT_TRUE(job(first).pending_reason().empty());
+  EXPECT_EQ(job(behind).state(), v1::RUNNING);  // the oldest pending job is gone
+}
+
+TEST_F(JobManagerTest, AStragglerIsNamedOnceAndTheHealthyRanksAreNot) {
+  auto spec = ddp_spec(3);
+  add_worker("w0");
+  add_worker("w1");
+  add_worker("w2");
+  const std::string id = submit(spec);
+  // Rank 2 computes 3x the others from step 0: its score is 1/3 < 0.75, the default threshold.
+  for (int64_t s = 0; s < 20; ++s) {
+    for (int rank = 0; rank < 3; ++rank) {
+      step("w" + std::to_string(rank), id, rank, s, rank == 2 ? 0.3 : 0.1);
+    }
+  }
+  const auto stragglers = incidents(id, "straggler");
+  ASSERT_EQ(stragglers.size(), 1u);
+  EXPECT_EQ(stragglers[0].rank(), 2);
+  EXPECT_NEAR(job(id).ranks(2).compute_score(), 1.0 / 3.0, 1e-12);  // 0.1 / 0.3, in double
+  EXPECT_EQ(job(id).ranks(0).compute_score(), 1.0);
+  // One aggregated step event per complete step.
+  int steps = 0;
+  for (const auto& e : *manager_->events(id)) steps += e.has_step();
+  EXPECT_EQ(steps, 20);
+}
+
+TEST_F(JobManagerTest, ADesyncIsRecordedAsAnIncidentNamingTheRankTheRanksReport) {
+  add_worker("w0");
+  add_worker("w1");
+  const std::string id = submit(ddp_spec(2));
+  v1::WorkerMessage message;
+  message.set_job_id(id);
+  auto* r = message.mutable_result();
+  r->set_job_id(id);
+  r->set_rank(0);
+  r->set_cause(v1::RANK_FAILURE_DESYNC);
+  r->set_named_rank(1);
+  r->set_error("collective #12: rank 1 launched broadcast, rank 0 all_reduce");
+  manager_->on_message("w0", message);
+  const auto desyncs = incidents(id, "desync");
+  ASSERT_EQ(desyncs.size(), 1u);
+  EXPECT_EQ(desyncs[0].rank(), 1);
+  EXPECT_EQ(job(id).state(), v1::FAILED);
+  EXPECT_EQ(job(id).error(),
+            "rank 0 (worker w0) failed: collective desync (--check-collectives): collective #12: "
+            "rank 1 launched broadcast, rank 0 all_reduce");
+}
+
+TEST_F(JobManagerTest, APendingJobFailsAfterThePendingTimeoutAndACancelStopsItsRanks) {
+  options_.pending_timeout = std::chrono::seconds(60);
+  open();
+  FakeLink& w0 = add_worker("w0");
+  const std::string waiting = submit(ddp_spec(2));
+  clock_.advance(30.0);
+  const std::string running = submit(ddp_spec(1));  // queued behind it, FIFO
+  EXPECT_EQ(job(running).state(), v1::PENDING);
+  v1::WorkerMessage heartbeat;
+  heartbeat.set_heartbeat(true);
+  manager_->on_message("w0", heartbeat);
+  clock_.advance(31.0);
+  manager_->tick();
+  EXPECT_EQ(job(waiting).state(), v1::FAILED);
+  EXPECT_EQ(job(waiting).error(), "waited 60 s for 2 idle workers offering gloo; 1 idle");
+  ASSERT_EQ(job(running).state(), v1::RUNNING);  // started as soon as the job ahead failed
+  v1::Job cancelled;
+  EXPECT_FALSE(manager_->cancel(running, &cancelled).has_value());
+  EXPECT_EQ(cancelled.state(), v1::CANCELLED);
+  EXPECT_EQ(w0.cancels(running), 1);
+  const auto again = manager_->cancel(running, &cancelled);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->code, Refusal::Code::kFailedPrecondition);
+  EXPECT_EQ(manager_->cancel("job-999999", &cancelled)->code, Refusal::Code::kNotFound);
+}
+
+TEST_F(JobManagerTest, RefusalsNameTheField) {
+  options_.max_pending_jobs = 1;
+  open();
+  submit(ddp_spec(2));
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = ddp_spec(2);
+  v1::Job job;
+  auto refusal = manager_->submit(request, &job);
+  ASSERT_TRUE(refusal.has_value());
+  EXPECT_EQ(refusal->code, Refusal::Code::kResourceExhausted);
+  EXPECT_EQ(refusal->message.rfind("max_pending_jobs: ", 0), 0u);
+  add_worker("w0");
+  v1::WorkerHello again;
+  again.set_worker_id("w0");
+  refusal = manager_->register_worker(again, std::make_shared<FakeLink>());
+  ASSERT_TRUE(refusal.has_value());
+  EXPECT_EQ(refusal->code, Refusal::Code::kAlreadyExists);
+  EXPECT_EQ(refusal->message, "worker_id: w0 already has a live session");
+}
+
+TEST_F(JobManagerTest, AJobRunningWhenTheCoordinatorStoppedRestartsOrFailsOnTheNextStart) {
+  auto restartable = ddp_spec(1);
+  restartable.mutable_ddp()->set_max_restarts(1);
+  add_worker("w0");
+  add_worker("w1");
+  const std::string plain = submit(ddp_spec(1));
+  const std::string restarted = submit(restartable);
+  ASSERT_EQ(job(plain).state(), v1::RUNNING);
+  ASSERT_EQ(job(restarted).state(), v1::RUNNING);
+  manager_->stop();
+  EXPECT_TRUE(links_["w0"]->disconnected);
+  manager_->lost("w0", links_["w0"].get(), "shutting down");  // changes nothing while stopping
+  EXPECT_EQ(job(plain).state(), v1::RUNNING);
+  links_.clear();
+  open();  // a new coordinator on the same store
+  EXPECT_EQ(job(plain).state(), v1::FAILED);
+  EXPECT_EQ(job(plain).error(), "coordinator restarted");
+  EXPECT_EQ(job(restarted).state(), v1::PENDING);
+  EXPECT_EQ(job(restarted).attempts(), 1);
+  add_worker("w0");
+  EXPECT_EQ(job(restarted).state(), v1::RUNNING);
+  EXPECT_EQ(links_["w0"]->assignments().back().attempt(), 1);
+}
+
+}  // namespace
+}  // namespace ddpd::coordinator
