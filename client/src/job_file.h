@@ -15,9 +15,6 @@
 
 namespace ddpd::client {
 
-// The flags of a comm job (the benchmark's, --backend and --timeout), declared once for
-// `submit comm` and `local comm`.
-
 // Applies the file's keys to the options of `command` (a parsed `ddp` or `comm` subcommand; keys
 // not found there are looked up on its parent, e.g. `local`'s `workers`) that the command line
 // did not give: flags override the file. Values go through the option's own conversion and
