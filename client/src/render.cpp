@@ -183,7 +183,7 @@ std::string job_summary(const v1::GetJobReply& reply) {
   if (job.spec().has_ddp()) {
     out << "  model " << (job.spec().ddp().model().empty() ? "tiny" : job.spec().ddp().model())
         << "  strategy " << job.spec().ddp().strategy();
-    if (job.spec().ddp().device() == "cuda") out << "  device cuda";
+    if (from_proto(job.spec().ddp()).device == Device::kCuda) out << "  device cuda";
   }
   out << "\n";
   for (const auto& t : job.history()) {

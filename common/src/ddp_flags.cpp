@@ -82,8 +82,7 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
       ->capture_default_str();
   app.add_option("--seed", o.seed, "Seed (model init uses seed + rank, then rank 0's wins)")
       ->capture_default_str();
-  app.add_option("--strategy", o.strategy, "naive, flat, overlap, bucketed or fsdp")
-      ->capture_default_str();
+  add_enum_option(app, o.strategy, "naive, flat, overlap, bucketed or fsdp");
   app.add_option("--bucket-mb", o.bucket_size_mb, "Bucket cap in MiB (bucketed)")
       ->capture_default_str();
   app.add_flag("--shard-optimizer", o.shard_optimizer, "ZeRO-1 optimizer-state sharding");
@@ -92,13 +91,11 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
   app.add_option("--beta2", o.beta2, "AdamW beta2")->capture_default_str();
   app.add_option("--eps", o.eps, "AdamW epsilon")->capture_default_str();
   app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay")->capture_default_str();
-  app.add_option("--precision", o.precision, "fp32 or bf16 (autocast)")->capture_default_str();
-  app.add_option("--device", o.device, "cpu (gloo) or cuda (nccl, GPU = local rank)")
-      ->capture_default_str();
-  app.add_option("--attention", o.attention, "naive (full score matrix) or flash (tiled)")
-      ->capture_default_str();
+  add_enum_option(app, o.precision, "fp32 or bf16 (autocast)");
+  add_enum_option(app, o.device, "cpu (gloo) or cuda (nccl, GPU = local rank)");
+  add_enum_option(app, o.attention, "naive (full score matrix) or flash (tiled)");
   app.add_option("--data", o.data_path, "Token file (flat binary); random tokens when unset");
-  app.add_option("--data-dtype", o.data_dtype, "uint16 or int32")->capture_default_str();
+  add_enum_option(app, o.data_dtype, "uint16 or int32");
   app.add_option("--spread-every", o.spread_every, "Measure param spread every K steps (0: never)")
       ->capture_default_str();
   app.add_option("--max-param-spread", o.max_param_spread,

@@ -64,29 +64,6 @@ int64_t count_parameters(const ModelConfig& c) {
   return embedding + c.num_layers * per_block + c.d_model + head;
 }
 
-const std::vector<std::string>& strategy_names() {
-  static const std::vector<std::string> names = {"naive", "flat", "overlap", "bucketed", "fsdp"};
-  return names;
-}
-
-Strategy parse_strategy(const std::string& name) {
-  static const std::map<std::string, Strategy> table = {{"naive", Strategy::kNaive},
-                                                        {"flat", Strategy::kFlat},
-                                                        {"overlap", Strategy::kOverlap},
-                                                        {"bucketed", Strategy::kBucketed},
-                                                        {"fsdp", Strategy::kFsdp}};
-  auto it = table.find(name);
-  if (it == table.end()) {
-    throw OptionError("--strategy", "unknown strategy '" + name + "' (expected one of " +
-                                        join(strategy_names()) + ")");
-  }
-  return it->second;
-}
-
-std::string to_string(Strategy strategy) {
-  return strategy_names().at(static_cast<size_t>(strategy));
-}
-
 std::string choices_text(const std::vector<std::string>& names) {
   std::string text;
   for (size_t i = 0; i < names.size(); ++i) {
@@ -111,12 +88,23 @@ E parse_enum(const std::string& name) {
     return names;                                                \
   }                                                              \
   template Enum parse_enum<Enum>(const std::string& name);
+DDPD_ENUM_NAMES(Strategy, "naive", "flat", "overlap", "bucketed", "fsdp")
+DDPD_ENUM_NAMES(Precision, "fp32", "bf16")
+DDPD_ENUM_NAMES(Attention, "naive", "flash")
+DDPD_ENUM_NAMES(Device, "cpu", "cuda")
+DDPD_ENUM_NAMES(TokenDtype, "uint16", "int32")
 DDPD_ENUM_NAMES(OnStall, "fail", "warn")
 DDPD_ENUM_NAMES(LrSchedule, "constant", "cosine", "linear")
 DDPD_ENUM_NAMES(GradCompression, "none", "fp16", "bf16")
 DDPD_ENUM_NAMES(FsdpUnits, "block", "whole")
 DDPD_ENUM_NAMES(Transport, "auto", "gloo", "shm")
 #undef DDPD_ENUM_NAMES
+
+const std::vector<std::string>& strategy_names() { return EnumInfo<Strategy>::names(); }
+
+Strategy parse_strategy(const std::string& name) { return parse_enum<Strategy>(name); }
+
+std::string to_string(Strategy strategy) { return enum_name(strategy); }
 
 Transport parse_transport(const std::string& name) { return parse_enum<Transport>(name); }
 
@@ -130,13 +118,13 @@ ModelConfig DdpJobOptions::resolved_model() const {
   if (num_heads) config.num_heads = *num_heads;
   if (vocab_size) config.vocab_size = *vocab_size;
   if (!data_text.empty() && !vocab_size) config.vocab_size = 256;  // one token per byte
-  config.flash_attention = attention == "flash";
+  config.flash_attention = attention == Attention::kFlash;
   return config;
 }
 
 void validate(const DdpJobOptions& o, int world_size) {
   const ModelConfig m = o.resolved_model();  // checks --model
-  const Strategy strategy = parse_strategy(o.strategy);
+  const Strategy strategy = o.strategy;
   require(m.d_model > 0, "--d-model", "must be > 0, got " + std::to_string(m.d_model));
   require(m.d_ff > 0, "--d-ff", "must be > 0, got " + std::to_string(m.d_ff));
   require(m.num_layers >= 0, "--layers", "must be >= 0, got " + std::to_string(m.num_layers));
@@ -166,14 +154,6 @@ void validate(const DdpJobOptions& o, int world_size) {
   require(o.beta2 >= 0 && o.beta2 < 1, "--beta2", "must be in [0, 1)");
   require(o.eps > 0, "--eps", "must be > 0");
   require(o.weight_decay >= 0, "--weight-decay", "must be >= 0");
-  require(o.precision == "fp32" || o.precision == "bf16", "--precision",
-          "unknown precision '" + o.precision + "' (expected fp32 or bf16)");
-  require(o.attention == "naive" || o.attention == "flash", "--attention",
-          "unknown attention '" + o.attention + "' (expected naive or flash)");
-  require(o.device == "cpu" || o.device == "cuda", "--device",
-          "unknown device '" + o.device + "' (expected cpu or cuda)");
-  require(o.data_dtype == "uint16" || o.data_dtype == "int32", "--data-dtype",
-          "unknown dtype '" + o.data_dtype + "' (expected uint16 or int32)");
   require(o.spread_every >= 0, "--spread-every", "must be >= 0");
   require(o.max_param_spread >= 0, "--max-param-spread", "must be >= 0");
   require(o.threads >= 0 && o.threads <= kMaxThreadsPerRank, "--threads",
@@ -231,7 +211,7 @@ void validate(const DdpJobOptions& o, int world_size) {
               std::to_string(o.min_world_size));
   require(o.straggler_threshold >= 0 && o.straggler_threshold < 1, "--straggler-threshold",
           "must be in [0, 1) (0: never)");
-  require(o.transport != Transport::kShm || o.device != "cuda", "--transport",
+  require(o.transport != Transport::kShm || o.device != Device::kCuda, "--transport",
           "shm is for CPU ranks (cuda ranks use NCCL)");
   require(o.journal_size >= 1 && o.journal_size <= 1000000, "--journal-size",
           "must be in 1..1000000, got " + std::to_string(o.journal_size));

@@ -23,7 +23,7 @@ int64_t total_steps(const v1::JobSpec& spec) {
 
 std::string required_backend(const v1::JobSpec& spec) {
   if (spec.has_comm()) return spec.comm().backend() == "nccl" ? "nccl" : "gloo";
-  return spec.ddp().device() == "cuda" ? "nccl" : "gloo";
+  return from_proto(spec.ddp()).device == Device::kCuda ? "nccl" : "gloo";
 }
 
 namespace {

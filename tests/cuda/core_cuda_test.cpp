@@ -36,7 +36,7 @@ std::shared_ptr<Communicator> single(at::Device device) {
   return std::make_shared<Communicator>(c10::intrusive_ptr<c10d::Backend>(), 0, 1, options);
 }
 
-DdpJobOptions tiny_job(const std::string& device) {
+DdpJobOptions tiny_job(Device device) {
   DdpJobOptions o;
   o.model = "tiny";
   o.batch_size = 4;
@@ -109,8 +109,8 @@ TEST(FlashCuda, OtherHeadDimsFallBackToTheTiledPath) {
 // both are made on the CPU), within float reassociation.
 TEST(CudaTrainer, OneGpuFollowsTheCpu) {
   REQUIRE_GPUS(1);
-  const auto cpu = Trainer(tiny_job("cpu"), single(at::kCPU)).run();
-  const auto gpu = Trainer(tiny_job("cuda"), single(at::Device(at::kCUDA, 0))).run();
+  const auto cpu = Trainer(tiny_job(Device::kCpu), single(at::kCPU)).run();
+  const auto gpu = Trainer(tiny_job(Device::kCuda), single(at::Device(at::kCUDA, 0))).run();
   ASSERT_EQ(gpu.steps.size(), cpu.steps.size());
   for (size_t i = 0; i < cpu.steps.size(); ++i) {
     EXPECT_NEAR(gpu.steps[i].loss, cpu.steps[i].loss, 2e-3) << "step " << i;
@@ -121,8 +121,8 @@ TEST(CudaTrainer, OneGpuFollowsTheCpu) {
 // peak covers at least the parameters, gradients and optimizer state.
 TEST(CudaTrainer, EventTimelineAndAllocatorFigures) {
   REQUIRE_GPUS(1);
-  auto options = tiny_job("cuda");
-  options.attention = "flash";
+  auto options = tiny_job(Device::kCuda);
+  options.attention = Attention::kFlash;
   const auto r = Trainer(options, single(at::Device(at::kCUDA, 0))).run();
   for (const auto& s : r.steps) {
     EXPECT_GT(s.step_seconds, 0);
@@ -154,9 +154,9 @@ TEST(CudaTrainer, EventTimelineAndAllocatorFigures) {
 // float32 training.
 TEST(CudaTrainer, Bf16AutocastKeepsFp32WeightsAndTracksFp32) {
   REQUIRE_GPUS(1);
-  auto options = tiny_job("cuda");
+  auto options = tiny_job(Device::kCuda);
   const auto fp32 = Trainer(options, single(at::Device(at::kCUDA, 0))).run();
-  options.precision = "bf16";
+  options.precision = Precision::kBf16;
   Trainer trainer(options, single(at::Device(at::kCUDA, 0)));
   const auto bf16 = trainer.run();
   for (const auto& p : trainer.full_parameters()) EXPECT_EQ(p.scalar_type(), torch::kFloat32);
@@ -185,7 +185,7 @@ TEST(CudaTrainer, MemorySnapshotIsWritten) {
 // The communicator refuses a job whose device does not match its own.
 TEST(CudaTrainer, DeviceMismatchIsRefused) {
   REQUIRE_GPUS(1);
-  EXPECT_THROW(Trainer(tiny_job("cpu"), single(at::Device(at::kCUDA, 0))), OptionError);
+  EXPECT_THROW(Trainer(tiny_job(Device::kCpu), single(at::Device(at::kCUDA, 0))), OptionError);
 }
 
 // Two GPUs: 2-rank NCCL jobs (ddpd-train, real processes) follow one process on one GPU, for

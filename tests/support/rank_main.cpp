@@ -219,7 +219,7 @@ int readiness(const ddpd::DdpJobOptions& options, const std::string& out, bool w
   torch::manual_seed(options.seed + rank);  // the synchroniser broadcasts rank 0's
   OutOfOrderNet net(with_unused);
   ddpd::SyncOptions sync_options;
-  sync_options.strategy = ddpd::parse_strategy(options.strategy);
+  sync_options.strategy = options.strategy;
   sync_options.bucket_size_mb = options.bucket_size_mb;
   sync_options.static_buckets = options.static_buckets;
   sync_options.find_unused_parameters = options.find_unused_parameters;

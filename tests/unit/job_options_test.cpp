@@ -25,9 +25,6 @@ TEST(JobOptions, BadValuesNameTheirFlag) {
   o.model = "huge";
   EXPECT_EQ(flag_of_error(o, 1), "--model");
   o = {};
-  o.strategy = "ring";
-  EXPECT_EQ(flag_of_error(o, 1), "--strategy");
-  o = {};
   o.batch_size = 9;
   EXPECT_EQ(flag_of_error(o, 2), "--batch");
   EXPECT_EQ(flag_of_error(o, 3), "");
@@ -43,12 +40,9 @@ TEST(JobOptions, BadValuesNameTheirFlag) {
   o.num_heads = 3;  // 64 does not divide by 3
   EXPECT_EQ(flag_of_error(o, 1), "--heads");
   o = {};
-  o.strategy = "fsdp";
+  o.strategy = Strategy::kFsdp;
   o.shard_optimizer = true;
   EXPECT_EQ(flag_of_error(o, 2), "--shard-optimizer");
-  o = {};
-  o.precision = "fp8";
-  EXPECT_EQ(flag_of_error(o, 1), "--precision");
   o = {};
   o.min_lr = 1.0;  // above --lr
   EXPECT_EQ(flag_of_error(o, 1), "--min-lr");
@@ -259,6 +253,11 @@ void check_enum_names(size_t count) {
 }
 
 TEST(JobEnums, NamesRoundTripAndUnknownNamesNameTheFlag) {
+  check_enum_names<Strategy>(5);
+  check_enum_names<Precision>(2);
+  check_enum_names<Attention>(2);
+  check_enum_names<Device>(2);
+  check_enum_names<TokenDtype>(2);
   check_enum_names<OnStall>(2);
   check_enum_names<LrSchedule>(3);
   check_enum_names<GradCompression>(3);

@@ -257,8 +257,7 @@ int main(int argc, char** argv) {
   }
   if (rank_cmd->parsed()) return ddpd::run_rank_process(rank_options);
 
-  if (comm_cmd->parsed())
-    return run_comm(comm_job, json);
+  if (comm_cmd->parsed()) return run_comm(comm_job, json);
 
   ddpd::RendezvousOptions rendezvous;
   try {
@@ -289,7 +288,8 @@ int main(int argc, char** argv) {
     if (run_metrics.port > 0) run_metrics.port += rendezvous.local_rank;
     ddpd::WorkerMetrics metrics(run_metrics);
     if (!comm->transport_note().empty()) spdlog::warn("{}", comm->transport_note());
-    metrics.ddp_job_started(run_job_id, rendezvous.rank, options.strategy, comm->transport());
+    metrics.ddp_job_started(run_job_id, rendezvous.rank, enum_name(options.strategy),
+                            comm->transport());
     ddpd::Trainer trainer(options, comm);
     metrics.record_memory(trainer.memory(), /*final_points=*/false);
     auto result = trainer.run([&](const ddpd::StepMetrics& s) {

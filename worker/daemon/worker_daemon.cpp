@@ -140,7 +140,8 @@ struct WorkerDaemon::Impl {
       if (a.spec().has_comm()) {
         metrics->comm_job_started(a.job_id(), a.rank(), e.started().transport());
       } else {
-        metrics->ddp_job_started(a.job_id(), a.rank(), from_proto(a.spec().ddp()).strategy,
+        metrics->ddp_job_started(a.job_id(), a.rank(),
+                                 enum_name(from_proto(a.spec().ddp()).strategy),
                                  e.started().transport());
       }
     } else if (e.has_step()) {

@@ -18,7 +18,7 @@ void add_local_run_flags(CLI::App& app, LocalRunOptions& options) {
 }
 
 void validate(const LocalRunOptions& options, const DdpJobOptions& job) {
-  if (!options.cuda_memory_snapshot.empty() && job.device != "cuda") {
+  if (!options.cuda_memory_snapshot.empty() && job.device != Device::kCuda) {
     throw OptionError("--cuda-memory-snapshot", "needs --device cuda");
   }
 }

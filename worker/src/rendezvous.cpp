@@ -100,7 +100,9 @@ RendezvousOptions rendezvous_from_environment(const EnvironmentLookup& lookup) {
   return options;
 }
 
-std::string backend_for(const DdpJobOptions& job) { return job.device == "cuda" ? "nccl" : "gloo"; }
+std::string backend_for(const DdpJobOptions& job) {
+  return job.device == Device::kCuda ? "nccl" : "gloo";
+}
 
 void apply_job_options(RendezvousOptions& options, const DdpJobOptions& job) {
   options.timeout =

@@ -39,9 +39,10 @@ int64_t permute(int64_t x, int64_t n, uint64_t key) {
   return static_cast<int64_t>(v);
 }
 
-int64_t width_of(const std::string& dtype) {
-  if (dtype == "text") return 1;
-  return dtype == "uint16" ? 2 : 4;
+// Bytes per token.
+int64_t width_of(const SampleSource& source) {
+  if (source.text) return 1;
+  return source.dtype == TokenDtype::kUint16 ? 2 : 4;
 }
 
 }  // namespace
@@ -66,12 +67,12 @@ TokenSamples::TokenSamples(const SampleSource& source, int64_t context, int64_t 
   struct stat info {};
   fstat(fd, &info);
   const int64_t bytes = info.st_size;
-  const int64_t width = width_of(source.dtype);
+  const int64_t width = width_of(source);
   if (bytes % width != 0) {
     close(fd);
     throw OptionError(source.flag, "size of '" + source.path + "' (" + std::to_string(bytes) +
                                        " bytes) is not a multiple of " + std::to_string(width) +
-                                       " (--data-dtype " + source.dtype + ")");
+                                       " (--data-dtype " + enum_name(source.dtype) + ")");
   }
   const int64_t tokens = bytes / width;
   if (tokens < context + 1) {
@@ -101,7 +102,7 @@ int64_t TokenSamples::window_of_sample(int64_t g) const {
 }
 
 torch::Tensor TokenSamples::window(int64_t index) const {
-  const int64_t width = width_of(source_.dtype);
+  const int64_t width = width_of(source_);
   const unsigned char* begin = file_->data + index * context_ * width;
   torch::Tensor out = torch::empty({context_ + 1}, torch::kInt64);
   int64_t* tokens = out.data_ptr<int64_t>();
@@ -144,12 +145,12 @@ torch::Tensor TokenSamples::samples(int64_t first, int64_t count) const {
 }
 
 SampleSource training_source(const DdpJobOptions& o) {
-  if (!o.data_text.empty()) return {o.data_text, "text", "--data-text"};
-  return {o.data_path, o.data_dtype, "--data"};
+  if (!o.data_text.empty()) return {o.data_text, true, o.data_dtype, "--data-text"};
+  return {o.data_path, false, o.data_dtype, "--data"};
 }
 
 SampleSource eval_source(const DdpJobOptions& o) {
-  return {o.eval_data, o.data_text.empty() ? o.data_dtype : "text", "--eval-data"};
+  return {o.eval_data, !o.data_text.empty(), o.data_dtype, "--eval-data"};
 }
 
 }  // namespace ddpd::detail

@@ -12,11 +12,12 @@
 namespace ddpd::detail {
 
 // Where samples come from. Exactly one of: random tokens (path empty), a flat binary token file
-// of `dtype` (uint16 | int32), or text whose bytes are the tokens (dtype "text").
+// of `dtype`, or text whose bytes are the tokens (`text`).
 struct SampleSource {
   std::string path;
-  std::string dtype = "uint16";  // uint16 | int32 | text
-  std::string flag = "--data";   // named in errors
+  bool text = false;
+  TokenDtype dtype = TokenDtype::kUint16;  // a token file's (not text)
+  std::string flag = "--data";             // named in errors
 };
 
 // Sample g (a global index counting from the job's start: step s's global batch is samples

@@ -156,7 +156,7 @@ struct Trainer::Impl {
     for (const auto& g : grads) {
       sum_of_squares += g.detach().to(torch::kCPU, torch::kDouble).pow(2).sum();
     }
-    if (options.strategy == "fsdp" && comm->world_size() > 1) {
+    if (options.strategy == Strategy::kFsdp && comm->world_size() > 1) {
       torch::Tensor on_device = sum_of_squares.to(comm->device());
       comm->all_reduce_sum(on_device, "all_reduce/grad_norm").wait();
       sum_of_squares = on_device.cpu();
@@ -258,10 +258,11 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
   Impl& m = *impl_;
   validate(options, comm->world_size());
   const at::Device device = comm->device();
-  if (device.is_cuda() != (options.device == "cuda")) {
-    throw OptionError("--device", options.device + " job on a " + device.str() + " communicator");
+  if (device.is_cuda() != (options.device == Device::kCuda)) {
+    throw OptionError("--device",
+                      enum_name(options.device) + " job on a " + device.str() + " communicator");
   }
-  if (options.precision == "bf16" && !detail::supports_bf16(device)) {
+  if (options.precision == Precision::kBf16 && !detail::supports_bf16(device)) {
     throw OptionError("--precision", "bf16 needs a GPU of compute capability 8.0 or later");
   }
   m.options = options;
@@ -312,7 +313,7 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
     m.load_parameters(*resumed);  // on every rank, before the synchroniser shards or broadcasts
   }
   SyncOptions sync_options;
-  sync_options.strategy = parse_strategy(options.strategy);
+  sync_options.strategy = options.strategy;
   sync_options.bucket_size_mb = options.bucket_size_mb;
   sync_options.gradient_wire = wire_dtype_of(options.grad_compression);
   sync_options.static_buckets = options.static_buckets;
@@ -438,7 +439,7 @@ double Trainer::Impl::save_checkpoint(int64_t steps_done) {
   // Replicated tensors are written once: each parameter (with its plain-AdamW state) by the rank
   // with the fewest bytes assigned so far, the same greedy choice on every rank.
   std::vector<int64_t> assigned_bytes(world, 0);
-  const bool sharded_params = options.strategy == "fsdp" && world > 1;
+  const bool sharded_params = options.strategy == Strategy::kFsdp && world > 1;
   const auto named = named_unique_parameters(*model);
   for (size_t i = 0; i < named.size(); ++i) {
     const auto& [pname, full] = named[i];
@@ -488,7 +489,7 @@ double Trainer::Impl::save_checkpoint(int64_t steps_done) {
                             {"num_heads", c.num_heads},
                             {"context_length", options.context_length},
                             {"tie_embeddings", c.tie_embeddings}}},
-                          {"strategy", options.strategy},
+                          {"strategy", enum_name(options.strategy)},
                           {"shard_optimizer", options.shard_optimizer},
                           {"world_size", world},
                           {"step", steps_done},
@@ -564,7 +565,7 @@ double Trainer::Impl::evaluate() {
   for (int64_t b = 0; b < options.eval_batches; ++b) {
     // The same held-out batches every time: batches 0 .. B-1 of the eval order.
     const torch::Tensor rows = rows_of(*eval_data, b, 0, local_batch);
-    detail::AutocastScope autocast(comm->device(), options.precision == "bf16");
+    detail::AutocastScope autocast(comm->device(), options.precision == Precision::kBf16);
     total +=
         language_model_loss(model->forward(rows.narrow(1, 0, context)), rows.narrow(1, 1, context))
             .to(torch::kFloat32);
@@ -611,7 +612,7 @@ StepMetrics Trainer::train_step(int64_t step) {
     m.enter(kForward);
     torch::Tensor loss;
     {
-      detail::AutocastScope autocast(comm.device(), m.options.precision == "bf16");
+      detail::AutocastScope autocast(comm.device(), m.options.precision == Precision::kBf16);
       loss = language_model_loss(m.model->forward(micro[k].narrow(1, 0, context)),
                                  micro[k].narrow(1, 1, context));
     }

@@ -42,11 +42,6 @@ constexpr double kMaxCollectiveTimeoutSeconds = 30.0 * 24 * 3600;
 // more intra-op threads than cores only oversubscribes them: 1000 threads ran 10x slower).
 constexpr int kMaxThreadsPerRank = 256;
 
-enum class Strategy { kNaive, kFlat, kOverlap, kBucketed, kFsdp };
-const std::vector<std::string>& strategy_names();
-Strategy parse_strategy(const std::string& name);  // throws OptionError(--strategy)
-std::string to_string(Strategy strategy);
-
 // The job model's enums. Each is parsed from its name once, at the boundary (flags, job files,
 // the API), and named back the same way; nothing downstream compares names. EnumInfo<E> gives
 // the flag and the names, in the enum's order.
@@ -65,6 +60,19 @@ const std::string& enum_name(E value) {
   return EnumInfo<E>::names().at(static_cast<size_t>(value));
 }
 
+// The gradient-sync strategy (docs/strategies in the README; worker/src/strategies/).
+enum class Strategy { kNaive, kFlat, kOverlap, kBucketed, kFsdp };
+const std::vector<std::string>& strategy_names();  // EnumInfo<Strategy>::names()
+Strategy parse_strategy(const std::string& name);  // parse_enum<Strategy>
+std::string to_string(Strategy strategy);          // enum_name
+// Compute precision: fp32, or bf16 autocast with FP32 master weights.
+enum class Precision { kFp32, kBf16 };
+// Attention: naive (the full score matrix) | flash (tiled, kernels/).
+enum class Attention { kNaive, kFlash };
+// Where the ranks compute: cpu (Gloo or shared memory) | cuda (NCCL, the GPU of the local rank).
+enum class Device { kCpu, kCuda };
+// The element type of a --data token file.
+enum class TokenDtype { kUint16, kInt32 };
 // What the coordinator does about a stall: fail (the job FAILS with the analysis) | warn (an
 // event only).
 enum class OnStall { kFail, kWarn };
@@ -90,6 +98,11 @@ std::string to_string(Transport transport);          // enum_name
     static constexpr const char* kFlag = flag;      \
     static const std::vector<std::string>& names(); \
   }
+DDPD_ENUM_INFO(Strategy, "--strategy");
+DDPD_ENUM_INFO(Precision, "--precision");
+DDPD_ENUM_INFO(Attention, "--attention");
+DDPD_ENUM_INFO(Device, "--device");
+DDPD_ENUM_INFO(TokenDtype, "--data-dtype");
 DDPD_ENUM_INFO(OnStall, "--on-stall");
 DDPD_ENUM_INFO(LrSchedule, "--lr-schedule");
 DDPD_ENUM_INFO(GradCompression, "--grad-compression");
@@ -124,24 +137,24 @@ struct DdpJobOptions {
   int64_t steps = 10;                 // optimizer steps, warm-up included
   int64_t warmup_steps = 2;           // first steps left out of the summary statistics
   uint64_t seed = 0;                  // model init uses seed + rank (rank 0's is broadcast)
-  std::string strategy = "bucketed";  // naive | flat | overlap | bucketed | fsdp
-  double bucket_size_mb = 25.0;       // bucketed only; MiB (2^20 bytes), as PyTorch DDP
-  bool shard_optimizer = false;       // ZeRO-1 optimizer-state sharding (not with fsdp)
+  Strategy strategy = Strategy::kBucketed;
+  double bucket_size_mb = 25.0;  // bucketed only; MiB (2^20 bytes), as PyTorch DDP
+  bool shard_optimizer = false;  // ZeRO-1 optimizer-state sharding (not with fsdp)
   // AdamW hyper-parameters; defaults are torch.optim.AdamW's.
   double lr = 1e-3;
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.01;
-  std::string precision = "fp32";   // fp32 | bf16 (autocast, FP32 master weights)
-  std::string attention = "naive";  // naive (full score matrix) | flash (tiled, kernels/)
+  Precision precision = Precision::kFp32;
+  Attention attention = Attention::kNaive;
   // cpu (Gloo) | cuda (NCCL, one GPU per local rank; needs a CUDA build, checked at rendezvous)
-  std::string device = "cpu";
-  std::string data_path;              // empty: random tokens; else a flat binary token file
-  std::string data_dtype = "uint16";  // uint16 | int32, element type of data_path
-  int64_t spread_every = 1;           // measure param spread every K steps (0: never)
-  double max_param_spread = 0.0;      // fail the job when spread exceeds it (0: never fail)
-  int threads = 0;                    // intra-op threads per rank; 0: cores / world size (one host)
+  Device device = Device::kCpu;
+  std::string data_path;  // empty: random tokens; else a flat binary token file
+  TokenDtype data_dtype = TokenDtype::kUint16;  // of data_path
+  int64_t spread_every = 1;                     // measure param spread every K steps (0: never)
+  double max_param_spread = 0.0;  // fail the job when spread exceeds it (0: never fail)
+  int threads = 0;                // intra-op threads per rank; 0: cores / world size (one host)
   double collective_timeout_s = kDefaultCollectiveTimeoutSeconds;  // collectives and rendezvous
   int64_t journal_size = 2000;  // collectives each rank's journal keeps (a ring buffer)
   // Daemon jobs: a stall is S seconds in which no rank completes a collective or a step; the
