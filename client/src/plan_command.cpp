@@ -2,12 +2,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 
 #include "bucket_advisor.h"
 #include "ddpd/job_options.h"
+#include "ddpd/result_json.h"
 
 namespace ddpd::client {
 
@@ -159,66 +161,74 @@ void print_plan(const PlanFlags& f) {
               mesh.tp_compute_bound ? "yes" : "no, TP communication dominates");
 }
 
-void print_bucket_plan(const BucketFlags& f, const std::string& comm_result) {
-  double alpha = f.alpha_s, beta = f.beta;
-  std::vector<std::pair<double, double>> measured;  // back-to-back (bytes, seconds per call)
-  if (!f.from_result.empty() || !f.from_job.empty()) {
-    const char* flag = f.from_job.empty() ? "--from-result" : "--from-job";
-    std::string text = comm_result;
-    if (f.from_job.empty()) {
-      std::ifstream in(f.from_result);
-      if (!in) throw OptionError(flag, "cannot read '" + f.from_result + "'");
-      text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    }
-    nlohmann::json result;
-    try {
-      result = nlohmann::json::parse(text);
-    } catch (const std::exception& e) {
-      throw OptionError(flag, "holds no comm result: " + std::string(e.what()));
-    }
+namespace {
+
+// What the bucket advisor takes from a comm result: the all-reduce's α–β fit and the
+// back-to-back rows.
+struct AllReduceMeasurements {
+  double alpha_s = 0;
+  double beta_bytes_per_s = 0;
+  std::vector<std::pair<double, double>> back_to_back;  // (bytes, seconds per call)
+};
+
+CommBenchResult read_comm_result(const std::string& text, const char* flag) {
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text);
     // A sweep (`ddpctl local --json comm --world-sizes …`) is an array: use its largest world.
-    if (result.is_array()) {
-      nlohmann::json largest;
-      for (const auto& r : result) {
-        if (largest.is_null() || r.value("world_size", 0) > largest.value("world_size", 0)) {
-          largest = r;
-        }
-      }
-      result = largest;
+    std::vector<CommBenchResult> results;
+    for (const auto& one : json.is_array() ? json : nlohmann::json::array({json})) {
+      results.push_back(comm_result_from_json(one));
     }
-    if (!result.is_object()) throw OptionError(flag, "holds no comm result");
-    // The back-to-back fit (asynchronous all-reduces with no barrier between them, as DDP
-    // issues buckets) is the per-call overhead DDP pays; older results have only the
-    // barrier-separated fit, which overstates it.
-    bool found = false;
-    for (const char* name : {"all_reduce_back_to_back", "all_reduce"}) {
-      for (const auto& fit : result.value("fits", nlohmann::json::array())) {
-        if (!found && fit.value("collective", "") == name) {
-          alpha = fit["alpha_seconds"].get<double>();
-          beta = fit["beta_bytes_per_second"].get<double>();
-          found = true;
-        }
-      }
-    }
-    if (!found) throw OptionError(flag, "holds no all_reduce fit");
-    for (const auto& row : result.value("rows", nlohmann::json::array())) {
-      if (row.value("collective", "") == "all_reduce_back_to_back") {
-        measured.emplace_back(row["size_bytes"].get<double>(), row["time_seconds"].get<double>());
-      }
+    if (results.empty()) throw std::runtime_error("an empty sweep");
+    return *std::max_element(results.begin(), results.end(), [](const auto& a, const auto& b) {
+      return a.world_size < b.world_size;
+    });
+  } catch (const std::exception& e) {
+    throw OptionError(flag, "holds no comm result: " + std::string(e.what()));
+  }
+}
+
+AllReduceMeasurements measurements(const BucketFlags& f, const std::string& comm_result) {
+  const char* flag = f.from_job.empty() ? "--from-result" : "--from-job";
+  std::string text = comm_result;
+  if (f.from_job.empty()) {
+    std::ifstream in(f.from_result);
+    if (!in) throw OptionError(flag, "cannot read '" + f.from_result + "'");
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const CommBenchResult result = read_comm_result(text, flag);
+  // The back-to-back fit (asynchronous all-reduces with no barrier between them, as DDP issues
+  // buckets) is the per-call overhead DDP pays; older results have only the barrier-separated
+  // fit, which overstates it.
+  AllReduceMeasurements m;
+  const LatencyBandwidthFit* fit = nullptr;
+  for (const char* name : {"all_reduce_back_to_back", "all_reduce"}) {
+    for (const auto& candidate : result.fits) {
+      if (!fit && candidate.collective == name) fit = &candidate;
     }
   }
-  if (alpha <= 0 && !f.from_result.empty()) {
-    throw OptionError("--from-result",
+  if (!fit) throw OptionError(flag, "holds no all_reduce fit");
+  if (fit->alpha_s <= 0) {
+    throw OptionError(flag,
                       "its all_reduce fit found no per-call overhead (alpha 0); "
                       "measure more sizes, small ones included");
   }
-  if (alpha <= 0 && !f.from_job.empty()) {
-    throw OptionError("--from-job",
-                      "its all_reduce fit found no per-call overhead (alpha 0); "
-                      "measure more sizes, small ones included");
+  m.alpha_s = fit->alpha_s;
+  m.beta_bytes_per_s = fit->beta_bytes_per_s;
+  for (const auto& row : result.rows) {
+    if (row.collective == "all_reduce_back_to_back") {
+      m.back_to_back.emplace_back(static_cast<double>(row.size_bytes), row.time_s);
+    }
   }
-  if (alpha <= 0) throw OptionError("--alpha", "the all-reduce overhead must be > 0 seconds");
-  if (beta <= 0) throw OptionError("--beta", "the all-reduce bandwidth must be > 0 bytes/s");
+  return m;
+}
+
+void check_bucket_flags(const BucketFlags& f, const AllReduceMeasurements& m) {
+  if (m.alpha_s <= 0) throw OptionError("--alpha", "the all-reduce overhead must be > 0 seconds");
+  if (m.beta_bytes_per_s <= 0) {
+    throw OptionError("--beta", "the all-reduce bandwidth must be > 0 bytes/s");
+  }
   if (f.params < 0) throw OptionError("--params", "must be > 0");
   if (f.backward_ms < 0) throw OptionError("--backward-ms", "must be >= 0");
   if (f.comm_speed_during_backward < 0 || f.comm_speed_during_backward > 1) {
@@ -229,18 +239,28 @@ void print_bucket_plan(const BucketFlags& f, const std::string& comm_result) {
                       "the simulation needs the model's shape (--model and its "
                       "overrides), not --params");
   }
-  ModelConfig config = model_preset(f.model);
-  if (f.d_model) config.d_model = *f.d_model;
-  if (f.d_ff) config.d_ff = *f.d_ff;
-  if (f.num_layers) config.num_layers = *f.num_layers;
-  if (f.vocab_size) config.vocab_size = *f.vocab_size;
-  const double gradient_bytes = 4.0 * (f.params > 0 ? f.params : count_parameters(config));
-  const double best = plan::recommended_bucket_bytes(gradient_bytes, beta, alpha);
+}
+
+// The preset with the flags' overrides, resolved as a job resolves its model.
+ModelConfig bucket_model(const BucketFlags& f) {
+  DdpJobOptions job;
+  job.model = f.model;
+  job.d_model = f.d_model;
+  job.d_ff = f.d_ff;
+  job.num_layers = f.num_layers;
+  job.vocab_size = f.vocab_size;
+  return job.resolved_model();
+}
+
+// The predicted overhead (and, with --backward-ms, the simulated exposed time) at 1 to 1000 MB.
+nlohmann::json bucket_curve(const BucketFlags& f, const AllReduceMeasurements& m,
+                            const ModelConfig& config, double gradient_bytes) {
+  const double alpha = m.alpha_s, beta = m.beta_bytes_per_s;
   // The simulation's all-reduce cost: the back-to-back measurements where the result has them,
   // else the fit.
   const plan::AllReduceTime all_reduce_time =
-      measured.empty() ? plan::AllReduceTime([=](double b) { return alpha + b / beta; })
-                       : plan::interpolated_all_reduce_time(measured, beta);
+      m.back_to_back.empty() ? plan::AllReduceTime([=](double b) { return alpha + b / beta; })
+                             : plan::interpolated_all_reduce_time(m.back_to_back, beta);
   constexpr double kFirstBucketBytes = 1 << 20;  // ddpd's and c10d's first bucket
   nlohmann::json curve = nlohmann::json::array();
   for (double mb : {1.0, 10.0, 100.0, 1000.0}) {
@@ -255,8 +275,22 @@ void print_bucket_plan(const BucketFlags& f, const std::string& comm_result) {
     }
     curve.push_back(point);
   }
-  const std::string model_name =
-      f.params > 0 ? std::to_string(f.params) + " parameters" : "model " + f.model;
+  return curve;
+}
+
+}  // namespace
+
+void print_bucket_plan(const BucketFlags& f, const std::string& comm_result) {
+  AllReduceMeasurements m;
+  m.alpha_s = f.alpha_s;
+  m.beta_bytes_per_s = f.beta;
+  if (!f.from_result.empty() || !f.from_job.empty()) m = measurements(f, comm_result);
+  check_bucket_flags(f, m);
+  const double alpha = m.alpha_s, beta = m.beta_bytes_per_s;
+  const ModelConfig config = bucket_model(f);
+  const double gradient_bytes = 4.0 * (f.params > 0 ? f.params : count_parameters(config));
+  const double best = plan::recommended_bucket_bytes(gradient_bytes, beta, alpha);
+  const nlohmann::json curve = bucket_curve(f, m, config, gradient_bytes);
   if (f.json) {
     std::cout << nlohmann::json{{"model", f.params > 0 ? "custom" : f.model},
                                 {"gradient_bytes", gradient_bytes},
@@ -270,6 +304,8 @@ void print_bucket_plan(const BucketFlags& f, const std::string& comm_result) {
               << std::endl;
     return;
   }
+  const std::string model_name =
+      f.params > 0 ? std::to_string(f.params) + " parameters" : "model " + f.model;
   std::printf("%s: %.1f MB of FP32 gradients; all-reduce alpha %.1f us, beta %.3f GB/s\n",
               model_name.c_str(), gradient_bytes / (1 << 20), alpha * 1e6, beta / 1e9);
   std::printf("recommended bucket: sqrt(s*w*o) = %.1f MB (overhead after backward %.1f ms)\n",

@@ -48,25 +48,24 @@ std::string quoted(const std::string& s) { return "'" + s + "'"; }
 
 }  // namespace
 
-void plot_comm(const std::vector<nlohmann::json>& results, const std::string& out) {
+void plot_comm(const std::vector<CommBenchResult>& results, const std::string& out) {
   const std::string terminal = terminal_for(out);
   const auto dir = scratch_dir();
   std::string plots;
   int series = 0;
   for (const auto& result : results) {
     std::map<std::string, std::string> by_collective;
-    for (const auto& row : result["rows"]) {
-      by_collective[row["collective"].get<std::string>()] +=
-          std::to_string(row["size_bytes"].get<double>() / (1 << 20)) + " " +
-          std::to_string(row["busbw_bytes_per_second"].get<double>() / 1e9) + "\n";
+    for (const auto& row : result.rows) {
+      by_collective[row.collective] +=
+          std::to_string(static_cast<double>(row.size_bytes) / (1 << 20)) + " " +
+          std::to_string(row.busbw_bytes_per_s / 1e9) + "\n";
     }
     for (const auto& [collective, data] : by_collective) {
       const auto file = dir / ("series" + std::to_string(series++) + ".dat");
       std::ofstream(file) << data;
-      plots +=
-          std::string(plots.empty() ? "" : ", ") + quoted(file.string()) +
-          " using 1:2 with linespoints title " +
-          quoted(collective + ", " + std::to_string(result["world_size"].get<int>()) + " ranks");
+      plots += std::string(plots.empty() ? "" : ", ") + quoted(file.string()) +
+               " using 1:2 with linespoints title " +
+               quoted(collective + ", " + std::to_string(result.world_size) + " ranks");
     }
   }
   if (plots.empty()) throw std::runtime_error("--plot: the job has no comm rows to draw");
@@ -79,25 +78,24 @@ void plot_comm(const std::vector<nlohmann::json>& results, const std::string& ou
   std::filesystem::remove_all(dir);
 }
 
-void plot_ddp(const nlohmann::json& job, const std::string& out) {
+void plot_ddp(const TrainingResult& result, const std::string& job_id, const std::string& out) {
   const std::string terminal = terminal_for(out);
-  if (!job.contains("steps") || job["steps"].empty()) {
+  if (result.steps.empty()) {
     throw std::runtime_error("--plot: the job has no steps to draw");
   }
   const auto dir = scratch_dir();
   const auto file = dir / "steps.dat";
   {
     std::ofstream data(file);
-    for (const auto& s : job["steps"]) {
-      data << s["step"].get<int64_t>() << " " << s["step_seconds"].get<double>() * 1e3 << " "
-           << s["exposed_comm_seconds"].get<double>() * 1e3 << " "
-           << s["comm_fraction"].get<double>() << "\n";
+    for (const auto& s : result.steps) {
+      data << s.step << " " << s.step_seconds * 1e3 << " " << s.exposed_comm_seconds * 1e3 << " "
+           << s.comm_fraction << "\n";
     }
   }
   const std::string f = quoted(file.string());
   run_gnuplot(dir, "set terminal " + terminal + "\nset output " + quoted(out) +
                        "\nset multiplot layout 2,1 title " +
-                       quoted("job " + job.value("job_id", std::string()) + " step times") +
+                       quoted("job " + job_id + " step times") +
                        "\nset grid\nset xlabel 'step'\nset ylabel 'ms'\n"
                        "plot " +
                        f + " using 1:2 with linespoints title 'step time', " + f +

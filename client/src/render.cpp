@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "ddpd/comm_table.h"
+#include "ddpd/result_json.h"
 #include "ddpd/spec_convert.h"
 
 namespace ddpd::client {
@@ -205,23 +206,24 @@ std::string job_summary(const v1::GetJobReply& reply) {
   }
   if (!job.error().empty()) out << "error: " << job.error() << "\n";
   if (!job.result_json().empty() && job.spec().has_comm()) {
-    out << comm_table(nlohmann::json::parse(job.result_json()));
+    out << comm_table(comm_result_from_json(nlohmann::json::parse(job.result_json())));
   } else if (!job.result_json().empty()) {
-    const auto result = nlohmann::json::parse(job.result_json());
-    const auto& s = result["summary"];
+    const TrainingResult result =
+        training_result_from_json(nlohmann::json::parse(job.result_json()));
+    const TrainingSummary& s = result.summary;
     out << format(
         "final loss %.4f  median step %.1f ms (std %.1f)  %.0f tokens/s  comm fraction %.3f  "
         "max param spread %.3g\n",
-        s["final_loss"].get<double>(), s["median_step_seconds"].get<double>() * 1e3,
-        s["std_step_seconds"].get<double>() * 1e3, s["tokens_per_second"].get<double>(),
-        s["median_comm_fraction"].get<double>(), s["max_param_spread"].get<double>());
+        s.final_loss, s.median_step_seconds * 1e3, s.std_step_seconds * 1e3, s.tokens_per_second,
+        s.median_comm_fraction, s.max_param_spread);
     out << "memory (rank 0)      params      grads  optimizer       peak\n";
-    for (const char* point : {"after_init", "before_step", "after_step"}) {
-      const auto& m = result["memory"][point];
-      out << format("  %-12s %10.2f %10.2f %10.2f %10.2f MB\n", point,
-                    m["param_bytes"].get<double>() / 1e6, m["grad_bytes"].get<double>() / 1e6,
-                    m["optimizer_state_bytes"].get<double>() / 1e6,
-                    m["peak_bytes"].get<double>() / 1e6);
+    const std::pair<const char*, const MemoryBytes*> points[] = {
+        {"after_init", &result.memory.after_init},
+        {"before_step", &result.memory.before_step},
+        {"after_step", &result.memory.after_step}};
+    for (const auto& [point, m] : points) {
+      out << format("  %-12s %10.2f %10.2f %10.2f %10.2f MB\n", point, m->param_bytes / 1e6,
+                    m->grad_bytes / 1e6, m->optimizer_state_bytes / 1e6, m->peak_bytes / 1e6);
     }
   }
   return out.str();

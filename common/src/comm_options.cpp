@@ -126,4 +126,23 @@ LatencyBandwidthFit fit_latency_bandwidth(const std::vector<int64_t>& sizes,
   return fit;
 }
 
+double fraction_of(double busbw_bytes_per_s, const Ceiling& ceiling) {
+  return ceiling.median > 0 ? busbw_bytes_per_s / ceiling.median : 0;
+}
+
+MemoryCeilings memory_ceilings_at(const CommBenchResult& result, int64_t size_bytes) {
+  const auto found = result.memory_by_size.find(size_bytes);
+  return found == result.memory_by_size.end() ? MemoryCeilings{} : found->second;
+}
+
+Ceiling own_ceiling(const CommBenchResult& result, int64_t size_bytes) {
+  return result.transport == "shm" ? memory_ceilings_at(result, size_bytes).in_place
+                                   : result.loopback;
+}
+
+bool above_own_ceiling(const CommBenchResult& result, const CommRow& row) {
+  const Ceiling own = own_ceiling(result, row.size_bytes);
+  return own.max > 0 && row.busbw_bytes_per_s > own.max;
+}
+
 }  // namespace ddpd

@@ -5,61 +5,70 @@
 #include <cstdio>
 
 namespace ddpd {
+namespace {
 
-std::string comm_table(const nlohmann::json& result) {
-  std::string out;
-  char line[256];
-  const auto spread = [&](const char* key) {
-    const auto& s = result[std::string(key) + "_spread_bytes_per_second"];
-    return std::make_pair(s[0].get<double>() / 1e9, s[1].get<double>() / 1e9);
-  };
-  const auto [lo_min, lo_max] = spread("loopback");
-  const auto [mc_min, mc_max] = spread("memcpy");
-  const auto [ip_min, ip_max] = spread("in_place");
+constexpr double kGB = 1e9;
+constexpr double kMicroseconds = 1e6;
+
+// The largest size's memory ceilings (DRAM-bound) stand for the host.
+MemoryCeilings host_memory(const CommBenchResult& result) {
+  return result.memory_by_size.empty() ? MemoryCeilings{} : result.memory_by_size.rbegin()->second;
+}
+
+std::string header(const CommBenchResult& result) {
+  char line[320];
+  const MemoryCeilings memory = host_memory(result);
+  const Ceiling& lo = result.loopback;
   std::snprintf(line, sizeof(line),
                 "# world size %d, transport %s; ceilings per rank, all ranks at once (median, "
                 "spread): loopback TCP %.2f GB/s (%.2f-%.2f); at the largest size memcpy %.2f GB/s "
                 "(%.2f-%.2f), in place %.2f GB/s (%.2f-%.2f)\n",
-                result["world_size"].get<int>(),
-                result.value("transport", std::string("gloo")).c_str(),
-                result["loopback_bytes_per_second"].get<double>() / 1e9, lo_min, lo_max,
-                result["memcpy_bytes_per_second"].get<double>() / 1e9, mc_min, mc_max,
-                result["in_place_bytes_per_second"].get<double>() / 1e9, ip_min, ip_max);
-  out += line;
-  if (result.contains("transport_note")) {
-    out += "# " + result["transport_note"].get<std::string>() + "\n";
-  }
+                result.world_size, result.transport.c_str(), lo.median / kGB, lo.min / kGB,
+                lo.max / kGB, memory.memcpy.median / kGB, memory.memcpy.min / kGB,
+                memory.memcpy.max / kGB, memory.in_place.median / kGB, memory.in_place.min / kGB,
+                memory.in_place.max / kGB);
+  std::string out = line;
+  if (!result.transport_note.empty()) out += "# " + result.transport_note + "\n";
+  return out;
+}
+
+std::string row_line(const CommBenchResult& result, const CommRow& r) {
+  double lo = INFINITY, hi = 0;
+  for (double v : r.rank_min_s) lo = std::min(lo, v);
+  for (double v : r.rank_max_s) hi = std::max(hi, v);
+  const MemoryCeilings memory = memory_ceilings_at(result, r.size_bytes);
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "%-15s %12lld %11.1f %11.1f %11.1f %10.3f %10.3f %6.1f%% %6.1f%% %6.1f%% %4s%s\n",
+                r.collective.c_str(), static_cast<long long>(r.size_bytes),
+                r.time_s * kMicroseconds, lo * kMicroseconds, hi * kMicroseconds,
+                r.algbw_bytes_per_s / kGB, r.busbw_bytes_per_s / kGB,
+                100 * fraction_of(r.busbw_bytes_per_s, result.loopback),
+                100 * fraction_of(r.busbw_bytes_per_s, memory.memcpy),
+                100 * fraction_of(r.busbw_bytes_per_s, memory.in_place), r.data_ok ? "yes" : "NO",
+                above_own_ceiling(result, r) ? "  !" : "");
+  return line;
+}
+
+}  // namespace
+
+std::string comm_table(const CommBenchResult& result) {
+  std::string out = header(result);
+  char line[256];
   std::snprintf(line, sizeof(line), "%-15s %12s %11s %11s %11s %10s %10s %7s %7s %7s %4s\n",
                 "# collective", "size(B)", "time(us)", "min(us)", "max(us)", "algbw GB/s",
                 "busbw GB/s", "of lo", "of mc", "of ip", "ok");
   out += line;
   bool above_ceiling = false;
-  for (const auto& r : result["rows"]) {
-    double lo = INFINITY, hi = 0;
-    for (double v : r["rank_min_seconds"]) lo = std::min(lo, v);
-    for (double v : r["rank_max_seconds"]) hi = std::max(hi, v);
-    const bool above = r.value("above_ceiling", false);
-    above_ceiling = above_ceiling || above;
-    std::snprintf(line, sizeof(line),
-                  "%-15s %12lld %11.1f %11.1f %11.1f %10.3f %10.3f %6.1f%% %6.1f%% %6.1f%% %4s%s\n",
-                  r["collective"].get<std::string>().c_str(),
-                  static_cast<long long>(r["size_bytes"].get<int64_t>()),
-                  r["time_seconds"].get<double>() * 1e6, lo * 1e6, hi * 1e6,
-                  r["algbw_bytes_per_second"].get<double>() / 1e9,
-                  r["busbw_bytes_per_second"].get<double>() / 1e9,
-                  100 * r["fraction_of_loopback"].get<double>(),
-                  100 * r.value("fraction_of_memcpy", 0.0),
-                  100 * r.value("fraction_of_in_place", 0.0),
-                  r["data_ok"].get<bool>() ? "yes" : "NO", above ? "  !" : "");
-    out += line;
+  for (const auto& r : result.rows) {
+    above_ceiling = above_ceiling || above_own_ceiling(result, r);
+    out += row_line(result, r);
   }
-  for (const auto& f : result["fits"]) {
+  for (const auto& f : result.fits) {
     std::snprintf(line, sizeof(line),
                   "# fit %s: t(S) = %.1f us + S / %.3f GB/s  (rms relative error %.1f%%)\n",
-                  f["collective"].get<std::string>().c_str(),
-                  f["alpha_seconds"].get<double>() * 1e6,
-                  f["beta_bytes_per_second"].get<double>() / 1e9,
-                  100 * f["rms_relative_error"].get<double>());
+                  f.collective.c_str(), f.alpha_s * kMicroseconds, f.beta_bytes_per_s / kGB,
+                  100 * f.rms_relative_error);
     out += line;
   }
   if (above_ceiling) {
@@ -70,7 +79,7 @@ std::string comm_table(const nlohmann::json& result) {
   return out;
 }
 
-std::string comm_sweep_table(const std::vector<nlohmann::json>& results) {
+std::string comm_sweep_table(const std::vector<CommBenchResult>& results) {
   std::string out;
   char line[256];
   std::snprintf(line, sizeof(line), "%-6s %-9s %-15s %12s %11s %10s %10s %7s %7s\n", "# world",
@@ -78,25 +87,22 @@ std::string comm_sweep_table(const std::vector<nlohmann::json>& results) {
                 "of lo", "of mc");
   out += line;
   for (const auto& result : results) {
-    for (const auto& r : result["rows"]) {
+    for (const auto& r : result.rows) {
       std::snprintf(
           line, sizeof(line), "%-7d %-9s %-15s %12lld %11.1f %10.3f %10.3f %6.1f%% %6.1f%%\n",
-          result["world_size"].get<int>(), result.value("transport", std::string("gloo")).c_str(),
-          r["collective"].get<std::string>().c_str(),
-          static_cast<long long>(r["size_bytes"].get<int64_t>()),
-          r["time_seconds"].get<double>() * 1e6, r["algbw_bytes_per_second"].get<double>() / 1e9,
-          r["busbw_bytes_per_second"].get<double>() / 1e9,
-          100 * r["fraction_of_loopback"].get<double>(), 100 * r.value("fraction_of_memcpy", 0.0));
+          result.world_size, result.transport.c_str(), r.collective.c_str(),
+          static_cast<long long>(r.size_bytes), r.time_s * kMicroseconds, r.algbw_bytes_per_s / kGB,
+          r.busbw_bytes_per_s / kGB, 100 * fraction_of(r.busbw_bytes_per_s, result.loopback),
+          100 * fraction_of(r.busbw_bytes_per_s, memory_ceilings_at(result, r.size_bytes).memcpy));
       out += line;
     }
   }
   for (const auto& result : results) {
-    for (const auto& f : result["fits"]) {
-      std::snprintf(
-          line, sizeof(line), "# world %d fit %s: alpha %.1f us, beta %.3f GB/s (rms %.1f%%)\n",
-          result["world_size"].get<int>(), f["collective"].get<std::string>().c_str(),
-          f["alpha_seconds"].get<double>() * 1e6, f["beta_bytes_per_second"].get<double>() / 1e9,
-          100 * f["rms_relative_error"].get<double>());
+    for (const auto& f : result.fits) {
+      std::snprintf(line, sizeof(line),
+                    "# world %d fit %s: alpha %.1f us, beta %.3f GB/s (rms %.1f%%)\n",
+                    result.world_size, f.collective.c_str(), f.alpha_s * kMicroseconds,
+                    f.beta_bytes_per_s / kGB, 100 * f.rms_relative_error);
       out += line;
     }
   }

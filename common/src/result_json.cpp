@@ -66,19 +66,9 @@ nlohmann::json to_json(const TrainingResult& result) {
 }
 
 nlohmann::json to_json(const CommBenchResult& result) {
-  // A transport's busbw cannot pass its own ceiling: Gloo's loopback TCP, shm's memcpy. A row
-  // above the ceiling's best trial is flagged, not hidden: it means the ceiling was mismeasured.
-  auto fraction = [](double busbw, const Ceiling& c) {
-    return c.median > 0 ? busbw / c.median : 0;
-  };
-  auto memory_at = [&](int64_t size) {
-    auto found = result.memory_by_size.find(size);
-    return found == result.memory_by_size.end() ? MemoryCeilings{} : found->second;
-  };
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& r : result.rows) {
-    const MemoryCeilings memory = memory_at(r.size_bytes);
-    const Ceiling& own = result.transport == "shm" ? memory.in_place : result.loopback;
+    const MemoryCeilings memory = memory_ceilings_at(result, r.size_bytes);
     rows.push_back({{"collective", r.collective},
                     {"size_bytes", r.size_bytes},
                     {"time_seconds", r.time_s},
@@ -88,10 +78,10 @@ nlohmann::json to_json(const CommBenchResult& result) {
                     {"rank_max_seconds", r.rank_max_s},
                     {"algbw_bytes_per_second", r.algbw_bytes_per_s},
                     {"busbw_bytes_per_second", r.busbw_bytes_per_s},
-                    {"fraction_of_loopback", fraction(r.busbw_bytes_per_s, result.loopback)},
-                    {"fraction_of_memcpy", fraction(r.busbw_bytes_per_s, memory.memcpy)},
-                    {"fraction_of_in_place", fraction(r.busbw_bytes_per_s, memory.in_place)},
-                    {"above_ceiling", own.max > 0 && r.busbw_bytes_per_s > own.max},
+                    {"fraction_of_loopback", fraction_of(r.busbw_bytes_per_s, result.loopback)},
+                    {"fraction_of_memcpy", fraction_of(r.busbw_bytes_per_s, memory.memcpy)},
+                    {"fraction_of_in_place", fraction_of(r.busbw_bytes_per_s, memory.in_place)},
+                    {"above_ceiling", above_own_ceiling(result, r)},
                     {"data_ok", r.data_ok}});
   }
   nlohmann::json fits = nlohmann::json::array();

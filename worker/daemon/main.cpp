@@ -118,8 +118,10 @@ int run_comm(const ddpd::CommJob& job, bool json) {
   }
   try {
     auto comm = ddpd::connect(rendezvous);
-    const auto result = ddpd::to_json(ddpd::run_comm_benchmark(options, *comm));
-    if (rendezvous.rank == 0) std::cout << (json ? result.dump() + "\n" : ddpd::comm_table(result));
+    const auto result = ddpd::run_comm_benchmark(options, *comm);
+    if (rendezvous.rank == 0) {
+      std::cout << (json ? ddpd::to_json(result).dump() + "\n" : ddpd::comm_table(result));
+    }
     return 0;
   } catch (const std::invalid_argument& e) {  // e.g. nccl in a CPU build, LOCAL_RANK past the GPUs
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "ddpd/comm_table.h"
 #include "ddpd/ddp_flags.h"
+#include "ddpd/result_json.h"
 #include "ddpd/spec_convert.h"
 #include "job_specs.h"
 #include "local_cluster.h"
@@ -52,8 +53,8 @@ void wait_for_workers(LocalCluster& cluster, ControlClient& control, int workers
 }
 
 struct LocalRun {
-  std::vector<nlohmann::json> outputs;       // every job's result, in order
-  std::vector<nlohmann::json> comm_results;  // the comm jobs that succeeded
+  std::vector<nlohmann::json> outputs;        // every job's job_json, in order
+  std::vector<CommBenchResult> comm_results;  // the comm jobs that succeeded
   bool all_succeeded = true;
 };
 
@@ -73,7 +74,9 @@ LocalRun run_jobs(ControlClient& control, const LocalFlags& flags,
     auto out = job_json(reply);
     out["end_to_end_seconds"] = seconds;
     run.outputs.push_back(out);
-    if (state == v1::SUCCEEDED && spec.has_comm()) run.comm_results.push_back(out);
+    if (state == v1::SUCCEEDED && spec.has_comm()) {
+      run.comm_results.push_back(comm_result_from_json(out));
+    }
     if (!flags.json && specs.size() == 1) {
       std::cout << job_summary(reply);
       std::printf("end to end %.2f s (submit to result, %d workers on loopback)\n", seconds,
@@ -105,7 +108,8 @@ void print_results(const LocalFlags& flags, const std::vector<v1::JobSpec>& spec
   if (specs.front().has_comm()) {
     plot_comm(run.comm_results, flags.plot_path);
   } else {
-    plot_ddp(run.outputs.front(), flags.plot_path);
+    plot_ddp(training_result_from_json(run.outputs.front()),
+             run.outputs.front()["job_id"].get<std::string>(), flags.plot_path);
   }
   if (!flags.json) std::cout << "wrote " << flags.plot_path << std::endl;
 }

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "ddpd/result_json.h"
 #include "job_file.h"
 #include "plot.h"
 #include "render.h"
@@ -20,6 +21,19 @@ struct ShowFlags {
   std::string trace_path;
 };
 
+void plot(const v1::Job& job, const std::string& path) {
+  if (job.result_json().empty()) {
+    throw std::runtime_error("--plot: job " + job.job_id() + " has no result to draw (" +
+                             v1::JobState_Name(job.state()) + ")");
+  }
+  const auto result = nlohmann::json::parse(job.result_json());
+  if (job.spec().has_comm()) {
+    plot_comm({comm_result_from_json(result)}, path);
+  } else {
+    plot_ddp(training_result_from_json(result), job.job_id(), path);
+  }
+}
+
 int show(Commands& commands, const ShowFlags& flags) {
   ControlClient control(commands.connection());
   const bool with_steps =
@@ -30,12 +44,7 @@ int show(Commands& commands, const ShowFlags& flags) {
   } else if (!flags.trace_path.empty()) {
     write_trace(reply, flags.trace_path, std::cout);
   } else if (!flags.plot_path.empty()) {
-    const auto job_json = client::job_json(reply);
-    if (reply.job().spec().has_comm()) {
-      plot_comm({job_json}, flags.plot_path);
-    } else {
-      plot_ddp(job_json, flags.plot_path);
-    }
+    plot(reply.job(), flags.plot_path);
     std::cout << "wrote " << flags.plot_path << std::endl;
   } else if (flags.json) {
     std::cout << job_json(reply).dump() << std::endl;

@@ -85,11 +85,21 @@ struct CommBenchResult {
   std::map<int64_t, MemoryCeilings> memory_by_size;
 };
 
+// A row's busbw as a fraction of a ceiling's median (0 when it was not measured).
+double fraction_of(double busbw_bytes_per_s, const Ceiling& ceiling);
+// The memory ceilings measured at a row's size (zeros when none were).
+MemoryCeilings memory_ceilings_at(const CommBenchResult& result, int64_t size_bytes);
+// The ceiling of the result's own transport: in-place memory for shm, loopback TCP otherwise.
+Ceiling own_ceiling(const CommBenchResult& result, int64_t size_bytes);
+// A transport's busbw cannot pass its own ceiling; a row above the ceiling's best trial is
+// flagged, not hidden: it means the ceiling was mismeasured.
+bool above_own_ceiling(const CommBenchResult& result, const CommRow& row);
+
 // A comm job: the benchmark options plus the backend, the transport and the collective timeout.
 struct CommJob {
   CommBenchOptions bench;
-  std::string backend = "gloo";                                        // gloo | nccl
-  Transport transport = Transport::kAuto;                              // gloo backend only
+  std::string backend = "gloo";            // gloo | nccl
+  Transport transport = Transport::kAuto;  // gloo backend only
   double collective_timeout_s = kDefaultCollectiveTimeoutSeconds;
 };
 

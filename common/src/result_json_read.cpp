@@ -1,0 +1,188 @@
+// The result JSON's readers (result_json.h), the mirror of result_json.cpp's writers.
+#include <stdexcept>
+
+#include "ddpd/result_json.h"
+
+namespace ddpd {
+namespace {
+
+// Reads keys of one JSON object, naming the path of a missing or mistyped one.
+class Reader {
+ public:
+  Reader(const nlohmann::json& json, std::string path) : json_(json), path_(std::move(path)) {
+    if (!json_.is_object()) fail("", "not an object");
+  }
+
+  template <typename T>
+  T get(const char* key) const {
+    const auto found = json_.find(key);
+    if (found == json_.end()) fail(key, "missing");
+    try {
+      return found->get<T>();
+    } catch (const nlohmann::json::exception&) {
+      fail(key, "has the wrong type (" + std::string(found->type_name()) + ")");
+    }
+  }
+  template <typename T>
+  T get_or(const char* key, T otherwise) const {
+    const auto found = json_.find(key);
+    return found == json_.end() || found->is_null() ? otherwise : get<T>(key);
+  }
+  template <typename T>
+  std::optional<T> optional(const char* key) const {
+    const auto found = json_.find(key);
+    if (found == json_.end() || found->is_null()) return std::nullopt;
+    return get<T>(key);
+  }
+  Reader object(const char* key) const {
+    const auto found = json_.find(key);
+    if (found == json_.end()) fail(key, "missing");
+    return Reader(*found, child(key));
+  }
+  // Each element of the array under `key` (an empty array when `required` is false and it is
+  // missing).
+  std::vector<Reader> array(const char* key, bool required = true) const {
+    const auto found = json_.find(key);
+    std::vector<Reader> out;
+    if (found == json_.end()) {
+      if (required) fail(key, "missing");
+      return out;
+    }
+    if (!found->is_array()) fail(key, "not an array");
+    for (size_t i = 0; i < found->size(); ++i) {
+      out.emplace_back((*found)[i], child(key) + "[" + std::to_string(i) + "]");
+    }
+    return out;
+  }
+  bool has(const char* key) const { return json_.contains(key); }
+
+ private:
+  std::string child(const char* key) const { return path_.empty() ? key : path_ + "." + key; }
+  [[noreturn]] void fail(const char* key, const std::string& what) const {
+    const std::string where = *key ? child(key) : (path_.empty() ? "(top)" : path_);
+    throw std::runtime_error("result JSON: " + where + ": " + what);
+  }
+
+  const nlohmann::json& json_;
+  std::string path_;
+};
+
+MemoryBytes memory_bytes(const Reader& m) {
+  return {m.get<int64_t>("param_bytes"), m.get<int64_t>("grad_bytes"),
+          m.get<int64_t>("optimizer_state_bytes"), m.get<int64_t>("peak_bytes")};
+}
+
+StepMetrics step_metrics(const Reader& s) {
+  StepMetrics step;
+  step.step = s.get<int64_t>("step");
+  step.loss = s.get<double>("loss");
+  step.step_seconds = s.get<double>("step_seconds");
+  step.forward_seconds = s.get<double>("forward_seconds");
+  step.backward_seconds = s.get<double>("backward_seconds");
+  step.optimizer_seconds = s.get<double>("optimizer_seconds");
+  step.comm_seconds = s.get<double>("comm_seconds");
+  step.exposed_comm_seconds = s.get<double>("exposed_comm_seconds");
+  step.comm_fraction = s.get<double>("comm_fraction");
+  step.tokens_per_second = s.get<double>("tokens_per_second");
+  step.gradient_sync_bytes = s.get_or<int64_t>("gradient_sync_bytes", 0);
+  step.checkpoint_seconds = s.get_or<double>("checkpoint_seconds", 0);
+  step.lr = s.get_or<double>("lr", 0);
+  step.grad_norm = s.optional<double>("grad_norm");
+  step.param_spread = s.optional<double>("param_spread");
+  step.eval_loss = s.optional<double>("eval_loss");
+  return step;
+}
+
+MemoryProfile memory_profile(const Reader& m) {
+  MemoryProfile memory;
+  memory.after_init = memory_bytes(m.object("after_init"));
+  memory.before_step = memory_bytes(m.object("before_step"));
+  memory.after_step = memory_bytes(m.object("after_step"));
+  memory.step_peak_unsharded_bytes = m.get_or<int64_t>("step_peak_unsharded_bytes", 0);
+  memory.step_peak_unsharded_parameter_bytes =
+      m.get_or<int64_t>("step_peak_unsharded_parameter_bytes", 0);
+  memory.step_peak_unsharded_gradient_bytes =
+      m.get_or<int64_t>("step_peak_unsharded_gradient_bytes", 0);
+  memory.step_peak_full_gradient_units = m.get_or<int64_t>("step_peak_full_gradient_units", 0);
+  return memory;
+}
+
+Ceiling ceiling(const Reader& r, const char* median_key, const char* spread_key) {
+  Ceiling c;
+  c.median = r.get_or<double>(median_key, 0);
+  const auto spread = r.get_or<std::vector<double>>(spread_key, {});
+  if (spread.size() == 2) {
+    c.min = spread[0];
+    c.max = spread[1];
+  }
+  return c;
+}
+
+CommRow comm_row(const Reader& r) {
+  CommRow row;
+  row.collective = r.get<std::string>("collective");
+  row.size_bytes = r.get<int64_t>("size_bytes");
+  row.time_s = r.get<double>("time_seconds");
+  row.rank_mean_s = r.get_or<std::vector<double>>("rank_mean_seconds", {});
+  row.rank_std_s = r.get_or<std::vector<double>>("rank_std_seconds", {});
+  row.rank_min_s = r.get_or<std::vector<double>>("rank_min_seconds", {});
+  row.rank_max_s = r.get_or<std::vector<double>>("rank_max_seconds", {});
+  row.algbw_bytes_per_s = r.get<double>("algbw_bytes_per_second");
+  row.busbw_bytes_per_s = r.get<double>("busbw_bytes_per_second");
+  row.data_ok = r.get<bool>("data_ok");
+  return row;
+}
+
+}  // namespace
+
+TrainingResult training_result_from_json(const nlohmann::json& json) {
+  const Reader r(json, "");
+  TrainingResult result;
+  result.synchronization = r.get<std::string>("synchronization");
+  result.transport = r.get_or<std::string>("transport", "none");
+  result.transport_note = r.get_or<std::string>("transport_note", "");
+  result.optimizer_sharding = r.get_or<bool>("optimizer_sharding", false);
+  result.micro_batches = r.get_or<int64_t>("micro_batches", 1);
+  result.gradient_wire_dtype = r.get_or<std::string>("gradient_wire_dtype", "fp32");
+  for (const auto& s : r.array("steps")) result.steps.push_back(step_metrics(s));
+  const Reader sum = r.object("summary");
+  result.summary.final_loss = sum.get<double>("final_loss");
+  result.summary.median_step_seconds = sum.get<double>("median_step_seconds");
+  result.summary.std_step_seconds = sum.get<double>("std_step_seconds");
+  result.summary.max_param_spread = sum.get<double>("max_param_spread");
+  result.summary.tokens_per_second = sum.get<double>("tokens_per_second");
+  result.summary.median_comm_fraction = sum.get<double>("median_comm_fraction");
+  result.memory = memory_profile(r.object("memory"));
+  return result;
+}
+
+CommBenchResult comm_result_from_json(const nlohmann::json& json) {
+  const Reader r(json, "");
+  CommBenchResult result;
+  result.world_size = r.get<int>("world_size");
+  result.transport = r.get_or<std::string>("transport", "gloo");
+  result.transport_note = r.get_or<std::string>("transport_note", "");
+  for (const auto& row : r.array("rows")) result.rows.push_back(comm_row(row));
+  for (const auto& f : r.array("fits", false)) {
+    result.fits.push_back({f.get<std::string>("collective"), f.get<double>("alpha_seconds"),
+                           f.get<double>("beta_bytes_per_second"),
+                           f.get<double>("rms_relative_error")});
+  }
+  result.loopback = ceiling(r, "loopback_bytes_per_second", "loopback_spread_bytes_per_second");
+  for (const auto& m : r.array("memory_by_size", false)) {
+    result.memory_by_size[m.get<int64_t>("size_bytes")] = {
+        ceiling(m.object("memcpy"), "bytes_per_second", "spread_bytes_per_second"),
+        ceiling(m.object("in_place"), "bytes_per_second", "spread_bytes_per_second")};
+  }
+  if (result.memory_by_size.empty() && r.has("memcpy_bytes_per_second") && !result.rows.empty()) {
+    // Older results kept only the largest size's ceilings.
+    int64_t largest = 0;
+    for (const auto& row : result.rows) largest = std::max(largest, row.size_bytes);
+    result.memory_by_size[largest] = {
+        ceiling(r, "memcpy_bytes_per_second", "memcpy_spread_bytes_per_second"),
+        ceiling(r, "in_place_bytes_per_second", "in_place_spread_bytes_per_second")};
+  }
+  return result;
+}
+
+}  // namespace ddpd

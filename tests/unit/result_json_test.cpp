@@ -1,0 +1,128 @@
+// The result JSON's typed readers against its writers: every field written comes back, a
+// missing field is named with its path, and the comm table reads the figures it prints from the
+// typed result.
+#include <gtest/gtest.h>
+
+#include "ddpd/comm_table.h"
+#include "ddpd/result_json.h"
+
+namespace ddpd {
+namespace {
+
+TrainingResult training_result_setting_every_field() {
+  TrainingResult r;
+  r.synchronization = "bucketed";
+  r.transport = "shm";
+  r.transport_note = "auto chose shm";
+  r.optimizer_sharding = true;
+  r.micro_batches = 3;
+  r.gradient_wire_dtype = "bf16";
+  for (int64_t i = 0; i < 2; ++i) {
+    StepMetrics s;
+    s.step = i;
+    s.loss = 5.5 - i;
+    s.step_seconds = 0.25 + i;
+    s.forward_seconds = 0.125;
+    s.backward_seconds = 0.0625;
+    s.optimizer_seconds = 0.03125;
+    s.comm_seconds = 0.015625;
+    s.exposed_comm_seconds = 0.0078125;
+    s.comm_fraction = 0.1 * (i + 1);
+    s.tokens_per_second = 4096;
+    s.gradient_sync_bytes = 123456789012;
+    s.checkpoint_seconds = i == 1 ? 0.5 : 0;
+    s.lr = 3e-4;
+    if (i == 1) {
+      s.grad_norm = 1.5;
+      s.param_spread = 1e-7;
+      s.eval_loss = 4.25;
+    }
+    r.steps.push_back(s);
+  }
+  r.summary = {4.5, 0.75, 0.01, 1e-7, 8192, 0.15};
+  r.memory.after_init = {1, 2, 3, 4};
+  r.memory.before_step = {5, 6, 7, 8};
+  r.memory.after_step = {9, 10, 11, 12};
+  r.memory.step_peak_unsharded_bytes = 13;
+  r.memory.step_peak_unsharded_parameter_bytes = 14;
+  r.memory.step_peak_unsharded_gradient_bytes = 15;
+  r.memory.step_peak_full_gradient_units = 16;
+  return r;
+}
+
+CommBenchResult comm_result_with_two_sizes() {
+  CommBenchResult r;
+  r.world_size = 2;
+  r.transport = "shm";
+  r.loopback = {2e9, 1.5e9, 2.5e9};
+  r.memory_by_size[1 << 20] = {{10e9, 9e9, 11e9}, {20e9, 19e9, 21e9}};
+  r.memory_by_size[1 << 24] = {{8e9, 7e9, 9e9}, {16e9, 15e9, 17e9}};
+  for (int64_t size : {int64_t{1} << 20, int64_t{1} << 24}) {
+    CommRow row;
+    row.collective = "all_reduce";
+    row.size_bytes = size;
+    row.rank_mean_s = {1e-3, 2e-3};
+    row.rank_std_s = {1e-5, 2e-5};
+    row.rank_min_s = {0.5e-3, 1.5e-3};
+    row.rank_max_s = {2e-3, 3e-3};
+    row.time_s = 2e-3;
+    row.algbw_bytes_per_s = 4e9;
+    // At 16 MiB, above the in-place ceiling's best trial (17 GB/s): flagged.
+    row.busbw_bytes_per_s = size == (1 << 20) ? 5e9 : 18e9;
+    row.data_ok = true;
+    r.rows.push_back(row);
+  }
+  r.fits.push_back({"all_reduce", 25e-6, 6e9, 0.05});
+  return r;
+}
+
+// Writing what was read gives back what was written: every field survives the round trip.
+TEST(ResultJson, TrainingResultRoundTripsEveryField) {
+  const nlohmann::json written = to_json(training_result_setting_every_field());
+  const TrainingResult read = training_result_from_json(written);
+  EXPECT_EQ(to_json(read), written);
+  EXPECT_EQ(read.steps[1].grad_norm, 1.5);
+  EXPECT_FALSE(read.steps[0].grad_norm.has_value());
+  EXPECT_EQ(read.steps[0].gradient_sync_bytes, 123456789012);  // int64 beyond 2^32, exact
+}
+
+TEST(ResultJson, CommResultRoundTripsEveryField) {
+  const nlohmann::json written = to_json(comm_result_with_two_sizes());
+  EXPECT_EQ(to_json(comm_result_from_json(written)), written);
+}
+
+TEST(ResultJson, AMissingOrMistypedFieldIsNamedWithItsPath) {
+  nlohmann::json json = to_json(training_result_setting_every_field());
+  json["steps"][1].erase("loss");
+  try {
+    training_result_from_json(json);
+    FAIL() << "accepted a step without its loss";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "result JSON: steps[1].loss: missing");
+  }
+  json = to_json(comm_result_with_two_sizes());
+  json["rows"][0]["size_bytes"] = "big";
+  try {
+    comm_result_from_json(json);
+    FAIL() << "accepted a string size";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "result JSON: rows[0].size_bytes: has the wrong type (string)");
+  }
+}
+
+// The table's shares are the row's busbw over each ceiling measured at its size: 5 GB/s at 1 MiB
+// is 250.0 % of loopback's 2, 50.0 % of memcpy's 10 and 25.0 % of in place's 20.
+TEST(ResultJson, CommTableShowsEachRowAgainstTheCeilingsAtItsSize) {
+  const std::string table =
+      comm_table(comm_result_from_json(to_json(comm_result_with_two_sizes())));
+  EXPECT_NE(table.find("world size 2, transport shm"), std::string::npos) << table;
+  EXPECT_NE(table.find("250.0%   50.0%   25.0%  yes\n"), std::string::npos) << table;
+  // 18 GB/s at 16 MiB: 900.0 % of loopback, 225.0 % of memcpy's 8, 112.5 % of in place's 16,
+  // and above in place's best trial (17): flagged.
+  EXPECT_NE(table.find("900.0%  225.0%  112.5%  yes  !\n"), std::string::npos) << table;
+  EXPECT_NE(table.find("# ! busbw above the transport's ceiling"), std::string::npos);
+  EXPECT_NE(table.find("t(S) = 25.0 us + S / 6.000 GB/s"), std::string::npos) << table;
+}
+
+}  // namespace
+}  // namespace ddpd
