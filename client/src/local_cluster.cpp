@@ -1,12 +1,9 @@
 #include "local_cluster.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <random>
@@ -14,8 +11,7 @@
 #include <thread>
 
 #include "ddpd/net.h"
-
-extern char** environ;
+#include "ddpd/spawn.h"
 
 namespace ddpd::client {
 namespace {
@@ -77,53 +73,9 @@ LocalCluster::LocalCluster(const LocalClusterOptions& options) {
 LocalCluster::~LocalCluster() { stop(); }
 
 pid_t LocalCluster::spawn(const std::vector<std::string>& argv, const std::string& log_name) {
-  // The token goes through the environment, not the command line (visible in ps).
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) {
-    if (std::string(*e).rfind("DDPD_TOKEN=", 0) != 0) env_strings.emplace_back(*e);
-  }
-  env_strings.push_back("DDPD_TOKEN=" + token_);
-  std::vector<char*> envp, args;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_copy = argv;
-  for (auto& s : argv_copy) args.push_back(s.data());
-  args.push_back(nullptr);
-  const std::string log = directory_ + "/" + log_name;
-  // fork + exec rather than posix_spawn, so that each daemon asks for SIGKILL when ddpctl dies
-  // (PR_SET_PDEATHSIG): a ddpctl killed outright leaves no coordinator or worker behind. Only
-  // async-signal-safe calls before exec; a failed exec comes back through a close-on-exec pipe.
-  int report[2];
-  if (pipe2(report, O_CLOEXEC) != 0) throw std::runtime_error("cannot start " + argv[0]);
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    // The parent may have died between fork and prctl: then no signal would ever come.
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0 && (fd == 1 || dup2(fd, 1) == 1) && dup2(1, 2) == 2) {
-      if (fd != 1) close(fd);
-      execve(args[0], args.data(), envp.data());
-    }
-    const int error = errno;
-    ssize_t ignored = write(report[1], &error, sizeof(error));
-    (void)ignored;
-    _exit(127);
-  }
-  close(report[1]);
-  int error = 0;
-  ssize_t n = -1;
-  if (pid > 0) {
-    do {
-      n = read(report[0], &error, sizeof(error));
-    } while (n < 0 && errno == EINTR);
-  }
-  close(report[0]);
-  if (pid < 0) throw std::runtime_error("cannot start " + argv[0]);
-  if (n > 0) {  // the child did not reach exec
-    waitpid(pid, nullptr, 0);
-    throw std::runtime_error("cannot start " + argv[0]);
-  }
+  // The token goes through the environment, not the command line (visible in ps); each daemon
+  // dies with ddpctl (spawn.h), so a ddpctl killed outright leaves none behind.
+  const pid_t pid = spawn_child(argv, {{"DDPD_TOKEN", token_}}, directory_ + "/" + log_name);
   children_.push_back(pid);
   return pid;
 }

@@ -28,21 +28,27 @@ std::string fault_name(const ::testing::TestParamInfo<Fault>& info) {
   return info.param.kind + "_" + info.param.strategy + "_rank" + std::to_string(info.param.rank);
 }
 
-// When the faulty rank printed "FAULT <unix seconds>" just before failing.
-double fault_time(const ProcessOutcome& faulty) {
-  const auto at = faulty.err.find("FAULT ");
-  if (at == std::string::npos) return 0;
-  return std::strtod(faulty.err.c_str() + at + 6, nullptr);
+// "ddpd: inject KIND rank R step S at unix T", which the product's --inject prints as it fires
+// → T (0: not found).
+double injected_at(const ProcessOutcome& rank) {
+  const auto at = rank.err.find(" at unix ", rank.err.find("ddpd: inject "));
+  return at == std::string::npos ? 0 : std::strtod(rank.err.c_str() + at + 9, nullptr);
+}
+
+// The hung rank stops for three collective timeouts: its survivor fails after one, and the hung
+// rank then fails in its next collective.
+std::string injection(const Fault& f) {
+  const std::string where = ":rank=" + std::to_string(f.rank) + ",step=2";
+  return f.kind == "die" ? "exit" + where
+                         : "hang" + where + ",seconds=" + std::to_string(3 * kTimeoutSeconds);
 }
 
 std::vector<ProcessOutcome> run_faulty(const Fault& f) {
   const std::string prefix = temp_dir() + "/fault-" + fault_name({f, 0});
-  std::vector<std::string> argv{rank_helper(),  "train", "--out",        prefix,
-                                "--model",      "tiny",  "--context",    "16",
-                                "--batch",      "4",     "--steps",      "50",
-                                "--timeout",    "5",     "--threads",    "1",
-                                "--fault",      f.kind,  "--fault-rank", std::to_string(f.rank),
-                                "--fault-step", "2"};
+  std::vector<std::string> argv{rank_helper(), "train",     "--out",     prefix,    "--model",
+                                "tiny",        "--context", "16",        "--batch", "4",
+                                "--steps",     "50",        "--timeout", "5",       "--threads",
+                                "1",           "--inject",  injection(f)};
   if (f.strategy == "zero1") {
     argv.insert(argv.end(), {"--strategy", "flat", "--shard-optimizer"});
   } else {
@@ -61,8 +67,9 @@ TEST_P(RankFailure, SurvivorFailsWithTheCauseSoonAfterTheFault) {
   const ProcessOutcome& faulty = outcomes[f.rank];
   const ProcessOutcome& alive = outcomes[survivor];
 
-  EXPECT_EQ(faulty.exit_code, f.kind == "die" ? 3 : 4) << faulty.err;
-  const double fault_at = fault_time(faulty);
+  // --inject exit ends the process with status 3; a hung rank fails (1) once it resumes.
+  EXPECT_EQ(faulty.exit_code, f.kind == "die" ? 3 : 1) << faulty.err;
+  const double fault_at = injected_at(faulty);
   ASSERT_GT(fault_at, 0) << "the faulty rank never reached the fault:\n" << faulty.err;
   EXPECT_FALSE(alive.timed_out) << "rank " << survivor << " hung after the fault";
   EXPECT_EQ(alive.exit_code, 1) << alive.err;
@@ -122,12 +129,6 @@ std::vector<std::string> standalone_train(const std::vector<std::string>& extra)
                                 "flat"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;
-}
-
-// "ddpd: inject KIND rank R step S at unix T" → T (0: not found).
-double injected_at(const ProcessOutcome& rank) {
-  const auto at = rank.err.find(" at unix ", rank.err.find("ddpd: inject "));
-  return at == std::string::npos ? 0 : std::strtod(rank.err.c_str() + at + 9, nullptr);
 }
 
 // Rank 1 hangs in compute; ranks 0 and 2 time out in the step's all-reduce, exchange their

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,7 +18,7 @@
 #include <stdexcept>
 #include <thread>
 
-extern char** environ;
+#include "ddpd/spawn.h"
 
 namespace ddpd::testing {
 namespace {
@@ -31,55 +30,6 @@ std::string slurp(const std::string& path) {
   return buffer.str();
 }
 
-// Starts argv with envp, stdout to out_path and stderr to err_path (to stdout when empty).
-// fork + exec rather than posix_spawn, so that the child asks for SIGKILL when this process
-// dies (PR_SET_PDEATHSIG): a test binary killed by CTest's timeout runs no destructors, and its
-// daemons and ranks must not outlive it. The signal follows the thread that forked; every caller
-// spawns from the thread that waits for or owns the child. Between fork and exec the child makes
-// only async-signal-safe calls; a failed exec is reported back through a close-on-exec pipe.
-pid_t spawn_child(char* const argv[], char* const envp[], const std::string& out_path,
-                  const std::string& err_path) {
-  int report[2];
-  if (pipe2(report, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
-  const pid_t parent = getpid();
-  const char* out = out_path.c_str();
-  const char* err = err_path.empty() ? nullptr : err_path.c_str();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    // The parent may have died between fork and prctl: then no signal would ever come.
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
-    auto redirect = [](const char* path, int target) {
-      const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd < 0) return false;
-      if (fd == target) return true;
-      const bool ok = dup2(fd, target) == target;
-      close(fd);
-      return ok;
-    };
-    if (redirect(out, 1) && (err ? redirect(err, 2) : dup2(1, 2) == 2)) execve(argv[0], argv, envp);
-    const int error = errno;
-    ssize_t ignored = write(report[1], &error, sizeof(error));
-    (void)ignored;
-    _exit(127);
-  }
-  close(report[1]);
-  if (pid < 0) {
-    close(report[0]);
-    throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
-  }
-  int error = 0;
-  ssize_t n;
-  do {
-    n = read(report[0], &error, sizeof(error));
-  } while (n < 0 && errno == EINTR);
-  close(report[0]);
-  if (n > 0) {  // the child did not reach exec
-    waitpid(pid, nullptr, 0);
-    throw std::runtime_error(std::string("cannot start ") + argv[0] + ": " + std::strerror(error));
-  }
-  return pid;
-}
-
 struct Running {
   pid_t pid = -1;
   std::string out_path, err_path;
@@ -87,26 +37,10 @@ struct Running {
 
 Running start(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
               const std::string& tag, bool merge_stderr = false) {
-  std::map<std::string, std::string> merged;
-  for (char** e = environ; *e; ++e) {
-    std::string entry(*e);
-    auto eq = entry.find('=');
-    if (eq != std::string::npos) merged[entry.substr(0, eq)] = entry.substr(eq + 1);
-  }
-  for (const auto& [k, v] : env) merged[k] = v;
-  std::vector<std::string> env_strings;
-  for (const auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp, args;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_copy = argv;
-  for (auto& s : argv_copy) args.push_back(s.data());
-  args.push_back(nullptr);
-
   Running r;
   r.out_path = temp_dir() + "/" + tag + ".out";
   r.err_path = temp_dir() + "/" + tag + ".err";
-  r.pid = spawn_child(args.data(), envp.data(), r.out_path, merge_stderr ? "" : r.err_path);
+  r.pid = spawn_child(argv, env, r.out_path, merge_stderr ? "" : r.err_path);
   return r;
 }
 

@@ -2,15 +2,14 @@
 // torchrun-style variables.
 //
 //   ddpd-test-rank train --out PREFIX [job flags] [--tie-embeddings] [--freeze-embedding]
-//                        [--fault die|hang --fault-rank R --fault-step S]
 //     Runs the product's Trainer (the one step sequence users run) with the job flags, through
 //     TrainerHooks for what the job options keep fixed, and saves what the tests compare.
 //     Files, for rank R: PREFIX.rankR.init_local.pt (this rank's own initialisation),
 //     PREFIX.rankR.init_synced.pt (full parameters after construction), PREFIX.rankR.gradsK.pt
 //     (step K's averaged gradients; fsdp: this rank's shards), PREFIX.rankR.final.pt, and
 //     PREFIX.rankR.json (the result JSON, the collective journal and model facts).
-//     A fault makes rank R exit (die) or stop responding (hang) at the start of step S, after
-//     printing "FAULT <unix seconds>" to stderr so the test can time the survivors from it.
+//     Faults come from the job flags' own --inject (the product's one injector), which prints
+//     "ddpd: inject KIND rank R step S at unix T" to stderr as it fires.
 //
 //   --float64 (train, readiness, zero1) makes float64 torch's default dtype before the model is
 //     built, as PyTorch's own DDP tests call model.double(): the model, its gradients, buckets and
@@ -61,26 +60,8 @@ std::string rank_prefix(const std::string& out, int rank) {
   return out + ".rank" + std::to_string(rank);
 }
 
-struct Fault {
-  std::string kind;  // "", die or hang
-  int rank = 1;
-  int64_t step = 2;
-};
-
-// Exits (die) or stops responding for three collective timeouts, then exits (hang).
-[[noreturn]] void inject(const Fault& fault, double collective_timeout_s) {
-  const double now = ddpd::unix_now();
-  std::fprintf(stderr, "FAULT %.6f\n", now);
-  std::fflush(stderr);
-  if (fault.kind == "hang") {
-    std::this_thread::sleep_for(std::chrono::duration<double>(3 * collective_timeout_s));
-    std::_Exit(4);
-  }
-  std::_Exit(3);
-}
-
 int train(const ddpd::DdpJobOptions& options, const std::string& out, bool tie_embeddings,
-          bool freeze_embedding, const Fault& fault) {
+          bool freeze_embedding) {
   const auto rendezvous = ddpd::rendezvous_for_job(options);
   const int rank = rendezvous.rank;
   const std::string prefix = rank_prefix(out, rank);
@@ -98,11 +79,6 @@ int train(const ddpd::DdpJobOptions& options, const std::string& out, bool tie_e
     report["trainable_bytes"] = trainable_bytes;
     report["head_shares_embedding"] = model.named_parameters()["head.weight"].is_same(
         model.named_parameters()["embedding.weight"]);
-  };
-  hooks.before_step = [&](int64_t step) {
-    if (!fault.kind.empty() && rank == fault.rank && step == fault.step) {
-      inject(fault, options.collective_timeout_s);
-    }
   };
   hooks.after_gradient_sync = [&](int64_t step, ddpd::GradientSynchronizer& sync) {
     std::vector<torch::Tensor> grads;
@@ -346,12 +322,8 @@ int main(int argc, char** argv) {
   ddpd::add_ddp_flags(*train_cmd, options);
   train_cmd->add_option("--out", out)->required();
   bool tie_embeddings = false, freeze_embedding = false;
-  Fault fault;
   train_cmd->add_flag("--tie-embeddings", tie_embeddings);
   train_cmd->add_flag("--freeze-embedding", freeze_embedding);
-  train_cmd->add_option("--fault", fault.kind)->check(CLI::IsMember({"die", "hang"}));
-  train_cmd->add_option("--fault-rank", fault.rank);
-  train_cmd->add_option("--fault-step", fault.step);
 
   auto* readiness_cmd =
       app.add_subcommand("readiness", "overlap/bucketed launch order on an out-of-order net");
@@ -378,7 +350,7 @@ int main(int argc, char** argv) {
   if (float64) torch::set_default_dtype(caffe2::TypeMeta::Make<double>());
 
   try {
-    if (train_cmd->parsed()) return train(options, out, tie_embeddings, freeze_embedding, fault);
+    if (train_cmd->parsed()) return train(options, out, tie_embeddings, freeze_embedding);
     if (readiness_cmd->parsed()) return readiness(options, out, with_unused);
     if (collectives_cmd->parsed()) return collectives(options, out);
     return zero1(options, out, add_group_at);

@@ -26,6 +26,7 @@
 #include "ddpd/rendezvous.h"
 #include "ddpd/result_json.h"
 #include "ddpd/service/logging.h"
+#include "ddpd/standalone_run.h"
 #include "ddpd/trainer.h"
 #include "rank_main.h"
 #include "worker_daemon.h"
@@ -75,13 +76,6 @@ void keep_freed_memory_for_reuse() {
   mallopt(M_TOP_PAD, 256 * 1024 * 1024);
 }
 
-// The admission check's limit, in words: ranks on one host share its memory.
-std::string local_memory_share(int local_ranks) {
-  return local_ranks > 1 ? "this machine's available memory shared by its " +
-                               std::to_string(local_ranks) + " ranks"
-                         : "this machine's available memory";
-}
-
 void print_summary(const ddpd::DdpJobOptions& o, int world, const ddpd::TrainingResult& r) {
   // The synchronisation that ran, which at world size 1 is none whatever --strategy said.
   std::printf("SUCCEEDED  model=%s sync=%s%s world=%d steps=%ld\n", o.model.c_str(),
@@ -99,6 +93,42 @@ void print_summary(const ddpd::DdpJobOptions& o, int world, const ddpd::Training
       "max spread %.3g\n",
       s.final_loss, s.median_step_seconds * 1e3, s.std_step_seconds * 1e3, s.tokens_per_second,
       s.median_comm_fraction, s.max_param_spread);
+}
+
+// `ddpd-worker run ddp`: the standalone run, with /metrics (the job's series) and a log line per
+// step.
+int run_ddp(const ddpd::DdpJobOptions& options, const ddpd::LocalRunOptions& local, bool json,
+            ddpd::WorkerMetricsOptions metrics_options, const std::string& job_id) {
+  std::unique_ptr<ddpd::WorkerMetrics> metrics;
+  int rank = 0;
+  ddpd::StandaloneHooks hooks;
+  hooks.connected = [&](const ddpd::RendezvousOptions& r, const ddpd::Communicator& comm) {
+    char host[256] = "?";
+    gethostname(host, sizeof(host) - 1);
+    spdlog::info("rank={} world={} local_rank={} host={} rendezvous at {}:{}", r.rank, r.world_size,
+                 r.local_rank, host, r.master_addr, r.master_port);
+    rank = r.rank;
+    if (metrics_options.port > 0) metrics_options.port += r.local_rank;
+    metrics = std::make_unique<ddpd::WorkerMetrics>(metrics_options);
+    if (!comm.transport_note().empty()) spdlog::warn("{}", comm.transport_note());
+    metrics->ddp_job_started(job_id, r.rank, enum_name(options.strategy), comm.transport());
+  };
+  hooks.trainer_ready = [&](const ddpd::Trainer& trainer) {
+    metrics->record_memory(trainer.memory(), /*final_points=*/false);
+  };
+  hooks.step = [&](const ddpd::StepMetrics& s) {
+    metrics->record_step(s);
+    spdlog::info("rank={} step={} loss={:.4f} step_ms={:.2f}", rank, s.step, s.loss,
+                 s.step_seconds * 1e3);
+  };
+  hooks.succeeded = [&](const ddpd::TrainingResult& result) {
+    metrics->record_memory(result.memory, /*final_points=*/true);
+    metrics->job_finished(true);
+  };
+  ddpd::StandaloneOutput output{json, [&](const ddpd::TrainingResult& result, int world) {
+                                  print_summary(options, world, result);
+                                }};
+  return ddpd::run_standalone(options, local, output, hooks);
 }
 
 int run_comm(const ddpd::CommJob& job, bool json) {
@@ -146,6 +176,50 @@ void prefer_passive_openmp_threads(char** argv) {
   execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
 }
 
+// `serve`'s flags (--memory-gb is converted once parsed).
+void add_serve_flags(CLI::App& serve_cmd, ddpd::WorkerDaemonOptions& daemon_options,
+                     double& memory_gb) {
+  serve_cmd.add_option("--coordinator", daemon_options.coordinator, "Coordinator host:port")
+      ->capture_default_str();
+  serve_cmd.add_option("--token", daemon_options.token, "Shared token (default: $DDPD_TOKEN)");
+  serve_cmd.add_option("--tls-ca", daemon_options.tls_ca, "PEM CA: connect with TLS");
+  serve_cmd.add_option("--worker-id", daemon_options.worker_id, "Stable id (default host-pid-tag)");
+  serve_cmd
+      .add_option("--advertise-host", daemon_options.advertise_host,
+                  "Address other ranks reach this worker at")
+      ->capture_default_str();
+  serve_cmd.add_option("--memory-gb", memory_gb,
+                       "Memory a job's rank may use here, GB (10^9 B), advertised to the "
+                       "coordinator's admission check (default: MemAvailable at start-up)");
+  serve_cmd
+      .add_option("--rendezvous-port", daemon_options.rendezvous_port,
+                  "TCPStore port when rank 0 (0: pick a free one)")
+      ->capture_default_str();
+  serve_cmd
+      .add_option("--cuda-device", daemon_options.cuda_device,
+                  "GPU index for cuda/nccl jobs (CUDA builds; one daemon per GPU)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  // Bounded: 0 or less sent heartbeats in a busy loop (9 s of CPU in 8 s).
+  serve_cmd
+      .add_option("--heartbeat", daemon_options.heartbeat_seconds, "Heartbeat seconds (0.05 to 60)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 60.0));
+  serve_cmd
+      .add_option("--metrics-port", daemon_options.metrics.port,
+                  "Serve Prometheus /metrics on this port (0: off)")
+      ->capture_default_str();
+  serve_cmd
+      .add_option("--metrics-port-attempts", daemon_options.metrics.port_attempts,
+                  "Try --metrics-port and the ports after it, up to this many (workers "
+                  "started alike on one host, e.g. docker-compose --scale)")
+      ->capture_default_str();
+  serve_cmd
+      .add_option("--metrics-host", daemon_options.metrics.bind_host,
+                  "Address the /metrics endpoint listens on")
+      ->capture_default_str();
+}
+
 int main(int argc, char** argv) {
   ddpd::ignore_broken_pipes();
   ddpd::remove_stale_shm_segments();
@@ -175,48 +249,8 @@ int main(int argc, char** argv) {
   comm_cmd->add_flag("--json", json, "Print the result as JSON (rank 0)");
   auto* serve_cmd = app.add_subcommand("serve", "Register with a coordinator and run its jobs");
   ddpd::WorkerDaemonOptions daemon_options;
-  serve_cmd->add_option("--coordinator", daemon_options.coordinator, "Coordinator host:port")
-      ->capture_default_str();
-  serve_cmd->add_option("--token", daemon_options.token, "Shared token (default: $DDPD_TOKEN)");
-  serve_cmd->add_option("--tls-ca", daemon_options.tls_ca, "PEM CA: connect with TLS");
-  serve_cmd->add_option("--worker-id", daemon_options.worker_id,
-                        "Stable id (default host-pid-tag)");
-  serve_cmd
-      ->add_option("--advertise-host", daemon_options.advertise_host,
-                   "Address other ranks reach this worker at")
-      ->capture_default_str();
   double memory_gb = 0;
-  serve_cmd->add_option("--memory-gb", memory_gb,
-                        "Memory a job's rank may use here, GB (10^9 B), advertised to the "
-                        "coordinator's admission check (default: MemAvailable at start-up)");
-  serve_cmd
-      ->add_option("--rendezvous-port", daemon_options.rendezvous_port,
-                   "TCPStore port when rank 0 (0: pick a free one)")
-      ->capture_default_str();
-  serve_cmd
-      ->add_option("--cuda-device", daemon_options.cuda_device,
-                   "GPU index for cuda/nccl jobs (CUDA builds; one daemon per GPU)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  // Bounded: 0 or less sent heartbeats in a busy loop (9 s of CPU in 8 s).
-  serve_cmd
-      ->add_option("--heartbeat", daemon_options.heartbeat_seconds,
-                   "Heartbeat seconds (0.05 to 60)")
-      ->capture_default_str()
-      ->check(CLI::Range(0.05, 60.0));
-  serve_cmd
-      ->add_option("--metrics-port", daemon_options.metrics.port,
-                   "Serve Prometheus /metrics on this port (0: off)")
-      ->capture_default_str();
-  serve_cmd
-      ->add_option("--metrics-port-attempts", daemon_options.metrics.port_attempts,
-                   "Try --metrics-port and the ports after it, up to this many (workers "
-                   "started alike on one host, e.g. docker-compose --scale)")
-      ->capture_default_str();
-  serve_cmd
-      ->add_option("--metrics-host", daemon_options.metrics.bind_host,
-                   "Address the /metrics endpoint listens on")
-      ->capture_default_str();
+  add_serve_flags(*serve_cmd, daemon_options, memory_gb);
   // The process of one rank, started by `serve` for each assignment (rank_process.h).
   auto* rank_cmd = app.add_subcommand("rank", "One rank of an assigned job (started by serve)");
   rank_cmd->group("");  // internal: not listed in --help
@@ -261,61 +295,5 @@ int main(int argc, char** argv) {
 
   if (comm_cmd->parsed()) return run_comm(comm_job, json);
 
-  ddpd::RendezvousOptions rendezvous;
-  try {
-    rendezvous = ddpd::rendezvous_for_job(options);
-    ddpd::validate(local_run, options);
-    ddpd::check_fits_in_memory(options, rendezvous.world_size,
-                               ddpd::available_memory_bytes() / rendezvous.local_world_size,
-                               local_memory_share(rendezvous.local_world_size));
-  } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
-  }
-
-  const bool prints_result = rendezvous.rank == 0;
-  std::shared_ptr<ddpd::Communicator> comm;
-  try {
-    char host[256] = "?";
-    gethostname(host, sizeof(host) - 1);
-    spdlog::info("rank={} world={} local_rank={} host={} rendezvous at {}:{}", rendezvous.rank,
-                 rendezvous.world_size, rendezvous.local_rank, host, rendezvous.master_addr,
-                 rendezvous.master_port);
-    try {
-      comm = ddpd::connect(rendezvous);
-    } catch (const std::invalid_argument& e) {  // --device cuda in a CPU build, too few GPUs
-      std::fprintf(stderr, "error: %s\n", e.what());
-      return 2;
-    }
-    if (run_metrics.port > 0) run_metrics.port += rendezvous.local_rank;
-    ddpd::WorkerMetrics metrics(run_metrics);
-    if (!comm->transport_note().empty()) spdlog::warn("{}", comm->transport_note());
-    metrics.ddp_job_started(run_job_id, rendezvous.rank, enum_name(options.strategy),
-                            comm->transport());
-    ddpd::Trainer trainer(options, comm);
-    metrics.record_memory(trainer.memory(), /*final_points=*/false);
-    auto result = trainer.run([&](const ddpd::StepMetrics& s) {
-      metrics.record_step(s);
-      spdlog::info("rank={} step={} loss={:.4f} step_ms={:.2f}", rendezvous.rank, s.step, s.loss,
-                   s.step_seconds * 1e3);
-    });
-    metrics.record_memory(result.memory, /*final_points=*/true);
-    ddpd::finish_local_run(local_run, comm.get(), /*succeeded=*/true);
-    metrics.job_finished(true);
-    if (prints_result) {
-      if (json) {
-        std::cout << ddpd::to_json(result).dump() << std::endl;
-      } else {
-        print_summary(options, rendezvous.world_size, result);
-      }
-    }
-    return 0;
-  } catch (const std::exception& e) {
-    const std::string error = "rank " + std::to_string(rendezvous.rank) + ": " + e.what();
-    if (prints_result && json) std::cout << ddpd::failure_json(error).dump() << std::endl;
-    std::fprintf(stderr, "FAILED: %s\n", error.c_str());
-    const std::string dump_error = ddpd::finish_failed_local_run(local_run, comm.get());
-    if (!dump_error.empty()) std::fprintf(stderr, "error: %s\n", dump_error.c_str());
-    return 1;
-  }
+  return run_ddp(options, local_run, json, run_metrics, run_job_id);
 }
