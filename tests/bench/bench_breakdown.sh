@@ -8,16 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 steps=${1:-12}
-D=256 FF=1024 L=4 H=4 V=10000 CTX=128 BATCH=8 BUCKET=25
-peer=../shared/peers/torch_ddp_ref.py
-worker=build/bin/ddpd-worker
-python=$PWD/.venv/bin/python
-export OPENBLAS_NUM_THREADS=1
-[ -x "$python" ] || { echo "no $python: run scripts/setup.sh" >&2; exit 1; }
-[ -x "$worker" ] || { echo "build first: bash scripts/build.sh" >&2; exit 1; }
-[ -f "$peer" ] || { echo "peer script not found at $peer" >&2; exit 1; }
-common=(run ddp --d-model $D --d-ff $FF --layers $L --heads $H --vocab $V --context $CTX
-        --batch $BATCH --steps "$steps" --warmup-steps 2 --threads 1 --spread-every 0 --json)
+source tests/bench/bench_config.sh
 ours() {
   if [ "$1" = 1 ]; then "$worker" "${common[@]}"
   else bash scripts/launch-local.sh "$1" -- "$worker" "${common[@]}"; fi | "$python" tests/bench/phase_figures.py
