@@ -1,0 +1,194 @@
+#include "train/training_checkpoint.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+namespace ddpd::detail {
+namespace {
+
+bool holds_state_of(const TrainingState& s, const torch::Tensor& optimizer_param) {
+  return !s.sharded || s.sharded->owner_of(optimizer_param) == s.comm.rank();
+}
+
+nlohmann::json checkpoint_header(const TrainingState& s, int64_t steps_done) {
+  const ModelConfig& c = s.model.config();
+  const DdpJobOptions& o = s.options;
+  return {{"format_version", kCheckpointFormatVersion},
+          {"model",
+           {{"vocab_size", c.vocab_size},
+            {"d_model", c.d_model},
+            {"d_ff", c.d_ff},
+            {"num_layers", c.num_layers},
+            {"num_heads", c.num_heads},
+            {"context_length", o.context_length},
+            {"tie_embeddings", c.tie_embeddings}}},
+          {"strategy", enum_name(o.strategy)},
+          {"shard_optimizer", o.shard_optimizer},
+          {"world_size", s.comm.world_size()},
+          {"step", steps_done},
+          {"tokens_seen", steps_done * o.batch_size * o.context_length},
+          {"data_position", steps_done * o.batch_size},
+          {"rng", {{"seed", o.seed}}},
+          {"optimizer",
+           {{"kind", "adamw"},
+            {"lr", o.lr},
+            {"beta1", o.beta1},
+            {"beta2", o.beta2},
+            {"eps", o.eps},
+            {"weight_decay", o.weight_decay}}}};
+}
+
+// Adds this rank's part of every parameter and its AdamW state to `writer`. Replicated tensors
+// are written once: each parameter (with its plain-AdamW state) by the rank with the fewest bytes
+// assigned so far, the same greedy choice on every rank.
+void add_tensors(const TrainingState& s, CheckpointShardWriter& writer) {
+  const int rank = s.comm.rank(), world = s.comm.world_size();
+  const auto held = s.sync.optimizer_parameters();
+  const auto held_ranges = s.sync.optimizer_parameter_ranges();
+  auto& state = s.local_optimizer.state();
+  size_t index = 0;
+  std::vector<int64_t> assigned_bytes(world, 0);
+  const bool sharded_params = s.options.strategy == Strategy::kFsdp && world > 1;
+  const auto named = named_unique_parameters(s.model);
+  for (size_t i = 0; i < named.size(); ++i) {
+    const auto& [pname, full] = named[i];
+    const bool trainable = full.requires_grad();
+    const HeldRange range = trainable ? held_ranges.at(index) : HeldRange{};
+    const torch::Tensor* shard = trainable ? &held.at(index++) : nullptr;
+    const auto& shape = s.parameter_shapes.at(i).second;
+    const int64_t numel = c10::multiply_integers(shape);
+    const int writing_rank = static_cast<int>(
+        std::min_element(assigned_bytes.begin(), assigned_bytes.end()) - assigned_bytes.begin());
+    assigned_bytes[writing_rank] += numel * ((shard && !s.sharded) ? 3 : 1);
+    const bool my_turn = writing_rank == rank;
+    if (sharded_params && shard) {
+      writer.add("param/" + pname, shape,
+                 shard->detach().reshape(-1).narrow(0, 0, range.end - range.begin), range.begin);
+    } else if (my_turn) {
+      writer.add("param/" + pname, shape, full, 0);
+    }
+    if (!shard) continue;
+    auto it = state.find(shard->unsafeGetTensorImpl());
+    if (it == state.end() || !holds_state_of(s, *shard)) continue;
+    // ZeRO-1 state is written by its owner; fsdp's by every rank (its shard); plain AdamW's once.
+    if (!s.sharded && !sharded_params && !my_turn) continue;
+    auto& adam = static_cast<torch::optim::AdamWParamState&>(*it->second);
+    for (const auto& [kind, values] :
+         {std::pair<std::string, torch::Tensor>{"exp_avg", adam.exp_avg()},
+          {"exp_avg_sq", adam.exp_avg_sq()}}) {
+      writer.add(kind + "/" + pname, shape,
+                 values.reshape(-1).narrow(0, 0, range.end - range.begin), range.begin,
+                 adam.step());
+    }
+  }
+}
+
+}  // namespace
+
+void check_checkpoint_dir_writable(const DdpJobOptions& options, int rank) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(options.checkpoint_dir, ec);
+  const std::string probe = options.checkpoint_dir + "/.probe-rank-" + std::to_string(rank);
+  std::ofstream out(probe);
+  if (ec || !(out << "ok") || !out.flush()) {
+    throw OptionError("--checkpoint-dir", "rank " + std::to_string(rank) + " cannot write '" +
+                                              options.checkpoint_dir +
+                                              "' (every worker of the job must reach it)");
+  }
+  out.close();
+  fs::remove(probe, ec);
+}
+
+void load_parameters(CheckpointReader& reader, TransformerLMImpl& model) {
+  const auto& saved = reader.metadata().at("model");
+  const ModelConfig& config = model.config();
+  for (const auto& [key, value] : std::map<std::string, int64_t>{{"vocab_size", config.vocab_size},
+                                                                 {"d_model", config.d_model},
+                                                                 {"d_ff", config.d_ff},
+                                                                 {"num_layers", config.num_layers},
+                                                                 {"num_heads", config.num_heads}}) {
+    if (saved.at(key).get<int64_t>() != value) {
+      throw OptionError("--resume", "the checkpoint's model has " + key + " " +
+                                        saved.at(key).dump() + ", this job's " +
+                                        std::to_string(value));
+    }
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& [name, p] : named_unique_parameters(model)) {
+    const std::string tensor = "param/" + name;
+    if (reader.shape(tensor) != p.sizes().vec()) {
+      throw OptionError("--resume", "the checkpoint's " + tensor + " has another shape");
+    }
+    p.copy_(reader.read(tensor, 0, p.numel()).reshape(p.sizes()).to(p.device(), p.scalar_type()));
+  }
+}
+
+void load_optimizer_state(CheckpointReader& reader, const TrainingState& s) {
+  auto& state = s.local_optimizer.state();
+  const auto targets = s.sync.optimizer_parameters();
+  const auto ranges = s.sync.optimizer_parameter_ranges();
+  size_t index = 0;
+  const auto named = named_unique_parameters(s.model);
+  for (size_t i = 0; i < named.size(); ++i) {
+    const auto& [name, full] = named[i];
+    if (!full.requires_grad()) continue;
+    const HeldRange range = ranges.at(index);
+    const torch::Tensor& held = targets.at(index++);
+    if (!holds_state_of(s, held) || !reader.has("exp_avg/" + name)) continue;
+    auto load = [&](const std::string& kind) {
+      return reader.read(kind + "/" + name, range.begin, range.end)
+          .reshape(held.sizes())
+          .to(held.device(), held.scalar_type());
+    };
+    auto adam = std::make_unique<torch::optim::AdamWParamState>();
+    adam->step(reader.adam_step("exp_avg/" + name));
+    adam->exp_avg(load("exp_avg"));
+    adam->exp_avg_sq(load("exp_avg_sq"));
+    state[held.unsafeGetTensorImpl()] = std::move(adam);
+  }
+}
+
+int64_t resumed_step(const CheckpointReader& reader, const DdpJobOptions& options) {
+  // The data continue at the saved global sample index (step s reads samples from s × batch):
+  // the same global batches at any world size, none repeated or skipped.
+  const int64_t position = reader.metadata().at("data_position");
+  const int64_t step = reader.metadata().at("step");
+  if (position != step * options.batch_size) {
+    throw OptionError("--batch", "the checkpoint's data position " + std::to_string(position) +
+                                     " is not " + std::to_string(step) + " global batches of " +
+                                     std::to_string(options.batch_size));
+  }
+  return step;
+}
+
+double save_checkpoint(const TrainingState& s, int64_t steps_done, int64_t crash_after_bytes) {
+  // Protocol: rank 0 makes a fresh temporary directory; barrier; every rank writes and fsyncs its
+  // file and index; barrier; rank 0 commits (metadata.json, rename, `latest`); barrier, so no rank
+  // goes on (or ends the job) before the checkpoint is whole.
+  namespace fs = std::filesystem;
+  const auto start = std::chrono::steady_clock::now();
+  const std::string name = checkpoint_name(steps_done);
+  const std::string tmp = s.options.checkpoint_dir + "/.tmp-" + name;
+  const int rank = s.comm.rank();
+  if (rank == 0) {
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+  }
+  s.comm.barrier();
+  CheckpointShardWriter writer(tmp, rank);
+  add_tensors(s, writer);
+  writer.finish(crash_after_bytes);
+  s.comm.barrier();
+  if (rank == 0) {
+    commit_checkpoint(tmp, s.options.checkpoint_dir + "/" + name, checkpoint_header(s, steps_done),
+                      s.comm.world_size(), static_cast<int>(s.options.keep_checkpoints));
+  }
+  s.comm.barrier();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace ddpd::detail
