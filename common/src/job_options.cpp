@@ -122,9 +122,9 @@ ModelConfig DdpJobOptions::resolved_model() const {
   return config;
 }
 
-void validate(const DdpJobOptions& o, int world_size) {
-  const ModelConfig m = o.resolved_model();  // checks --model
-  const Strategy strategy = o.strategy;
+namespace {
+
+void validate_shape(const DdpJobOptions& o, const ModelConfig& m) {
   require(m.d_model > 0, "--d-model", "must be > 0, got " + std::to_string(m.d_model));
   require(m.d_ff > 0, "--d-ff", "must be > 0, got " + std::to_string(m.d_ff));
   require(m.num_layers >= 0, "--layers", "must be >= 0, got " + std::to_string(m.num_layers));
@@ -137,6 +137,10 @@ void validate(const DdpJobOptions& o, int world_size) {
   require(m.vocab_size > 1, "--vocab", "must be > 1, got " + std::to_string(m.vocab_size));
   require(o.context_length > 0, "--context",
           "must be > 0, got " + std::to_string(o.context_length));
+}
+
+void validate_batch(const DdpJobOptions& o, int world_size) {
+  const Strategy strategy = o.strategy;
   require(world_size >= 1, "WORLD_SIZE", "must be >= 1, got " + std::to_string(world_size));
   require(o.batch_size > 0, "--batch", "must be > 0, got " + std::to_string(o.batch_size));
   require(o.batch_size % world_size == 0, "--batch",
@@ -149,6 +153,9 @@ void validate(const DdpJobOptions& o, int world_size) {
           "must be > 0, got " + std::to_string(o.bucket_size_mb));
   require(!(o.shard_optimizer && strategy == Strategy::kFsdp), "--shard-optimizer",
           "fsdp already shards optimizer state; use it with another strategy");
+}
+
+void validate_optimizer_and_run(const DdpJobOptions& o) {
   require(std::isfinite(o.lr) && o.lr > 0, "--lr", "must be > 0");
   require(o.beta1 >= 0 && o.beta1 < 1, "--beta1", "must be in [0, 1)");
   require(o.beta2 >= 0 && o.beta2 < 1, "--beta2", "must be in [0, 1)");
@@ -167,6 +174,9 @@ void validate(const DdpJobOptions& o, int world_size) {
               std::to_string(static_cast<int64_t>(kMaxCollectiveTimeoutSeconds)) +
               " seconds (30 days)");
   require(o.stall_seconds >= 0, "--stall-seconds", "must be >= 0 (0: never)");
+}
+
+void validate_faults_and_checkpoints(const DdpJobOptions& o, int world_size) {
   if (const auto fault = parse_fault_injection(o.inject, world_size)) {
     // A fault that can never fire would let a drill pass without testing anything.
     require(fault->step < o.steps, "--inject",
@@ -185,6 +195,10 @@ void validate(const DdpJobOptions& o, int world_size) {
   require((o.resume != "latest" && o.resume != "auto") || !o.checkpoint_dir.empty(), "--resume",
           "'" + o.resume + "' needs --checkpoint-dir");
   require(o.max_restarts >= 0, "--max-restarts", "must be >= 0");
+}
+
+void validate_schedule_and_data(const DdpJobOptions& o, const ModelConfig& m, int world_size) {
+  const Strategy strategy = o.strategy;
   require(o.lr_warmup_steps >= 0, "--lr-warmup-steps", "must be >= 0");
   require(o.min_lr >= 0 && o.min_lr <= o.lr, "--min-lr", "must be in 0..--lr");
   require(o.clip_grad_norm >= 0, "--clip-grad-norm", "must be >= 0 (0: no clipping)");
@@ -215,6 +229,18 @@ void validate(const DdpJobOptions& o, int world_size) {
           "shm is for CPU ranks (cuda ranks use NCCL)");
   require(o.journal_size >= 1 && o.journal_size <= 1000000, "--journal-size",
           "must be in 1..1000000, got " + std::to_string(o.journal_size));
+}
+
+}  // namespace
+
+// The checks in groups, in this order, so the first error named is the same as ever.
+void validate(const DdpJobOptions& o, int world_size) {
+  const ModelConfig m = o.resolved_model();  // checks --model
+  validate_shape(o, m);
+  validate_batch(o, world_size);
+  validate_optimizer_and_run(o);
+  validate_faults_and_checkpoints(o, world_size);
+  validate_schedule_and_data(o, m, world_size);
 }
 
 double learning_rate_at(const DdpJobOptions& o, int64_t step) {

@@ -12,6 +12,9 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "comm/collective_check.h"
+#include "comm/failure_exchange.h"
+#include "comm/gloo_fallbacks.h"
 #include "ddpd/unix_time.h"
 #include "device.h"
 #include "shm/shm_process_group.h"
@@ -39,56 +42,18 @@ std::string tag_of(const std::string& name) {
   return slash == std::string::npos ? name : name.substr(slash + 1);
 }
 
-// The journal's dtype, as users write it: float32, bfloat16, int64.
-std::string dtype_name(at::ScalarType type) {
-  switch (type) {
-    case at::kFloat:
-      return "float32";
-    case at::kDouble:
-      return "float64";
-    case at::kBFloat16:
-      return "bfloat16";
-    case at::kHalf:
-      return "float16";
-    case at::kLong:
-      return "int64";
-    case at::kInt:
-      return "int32";
-    default:
-      return c10::toString(type);
-  }
-}
-
 // A closed connection says the peer's rank ended, not how: its process exited, or the rank
 // failed or was cancelled under a daemon that lives on.
 constexpr const char* kPeerExitedText =
     "a peer rank closed its connection (its rank ended: its process exited, or the rank failed "
     "or was cancelled)";
 
-// Ops as --check-collectives' fingerprint encodes them.
-constexpr const char* kFingerprintOps[] = {"all_reduce", "broadcast", "all_gather",
-                                           "reduce_scatter", "barrier"};
-
-int64_t op_code(const std::string& op) {
-  for (int64_t i = 0; i < static_cast<int64_t>(std::size(kFingerprintOps)); ++i) {
-    if (op == kFingerprintOps[i]) return i;
-  }
-  return -1;
-}
-
-// "all_gather(4096 × float32)".
-std::string fingerprint_text(const int64_t* f) {
-  const std::string op = f[1] >= 0 && f[1] < static_cast<int64_t>(std::size(kFingerprintOps))
-                             ? kFingerprintOps[f[1]]
-                             : "op" + std::to_string(f[1]);
-  return op + "(" + std::to_string(f[2]) + " × " + dtype_name(static_cast<at::ScalarType>(f[3])) +
-         ")";
-}
-
-std::string ranks_text(const std::vector<int>& ranks) {
-  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) text += (i ? "," : "") + std::to_string(ranks[i]);
-  return text;
+// Whether the backend gathers into and reduce-scatters out of flat buffers itself: NCCL, and
+// the shared-memory group (which splits a reduce-scatter across the ranks). Gloo's flat forms
+// in LibTorch 2.11 stage copies, so its collectives take detail::list_all_gather and
+// detail::alltoall_reduce_scatter instead (comm/gloo_fallbacks.h).
+bool gathers_into_flat_buffers(const c10d::Backend* group, const at::Device& device) {
+  return device.is_cuda() || dynamic_cast<const shm::ShmProcessGroup*>(group) != nullptr;
 }
 
 }  // namespace
@@ -203,7 +168,7 @@ Communicator::Communicator(c10::intrusive_ptr<c10d::Backend> group, int rank, in
                  : options.device.is_cuda() ? "nccl"
                                             : options.transport),
       transport_note_(options.transport_note),
-      shm_(transport_ == "shm"),
+      flat_buffers_(gathers_into_flat_buffers(group_.get(), options.device)),
       store_(std::move(store)),
       server_(std::move(server)),
       epoch_(std::chrono::steady_clock::now()),
@@ -251,7 +216,9 @@ std::vector<CommSpan> Communicator::take_spans() {
 int64_t Communicator::journal_launch(const std::string& op, const std::string& name,
                                      const at::Tensor& data) {
   if (check_collectives_) {
-    check_fingerprint(journal_->progress().last_enqueued + 1, op, data.numel(), data.scalar_type());
+    detail::check_fingerprint(
+        *group_, world_size_, device_, timeout_,
+        {journal_->progress().last_enqueued + 1, op, data.numel(), data.scalar_type()});
   }
   {
     std::lock_guard<std::mutex> lock(traffic_mutex_);
@@ -259,60 +226,13 @@ int64_t Communicator::journal_launch(const std::string& op, const std::string& n
     ++count.calls;
     count.bytes += static_cast<int64_t>(data.nbytes());
   }
-  return journal_->enqueue(op, tag_of(name), data.numel(), dtype_name(data.scalar_type()), now());
+  return journal_->enqueue(op, tag_of(name), data.numel(), detail::dtype_name(data.scalar_type()),
+                           now());
 }
 
 std::map<std::string, TrafficCount> Communicator::traffic() const {
   std::lock_guard<std::mutex> lock(traffic_mutex_);
   return traffic_;
-}
-
-void Communicator::check_fingerprint(int64_t seq, const std::string& op, int64_t numel,
-                                     at::ScalarType dtype) {
-  constexpr int64_t kFields = 4;  // seq, op, numel, dtype
-  at::Tensor mine = at::tensor({seq, op_code(op), numel, static_cast<int64_t>(dtype)},
-                               at::TensorOptions().dtype(at::kLong))
-                        .to(device_);
-  at::Tensor all = at::empty({kFields * world_size_}, mine.options());
-  std::vector<std::vector<at::Tensor>> outputs(1);
-  for (int r = 0; r < world_size_; ++r) outputs[0].push_back(all.narrow(0, r * kFields, kFields));
-  std::vector<at::Tensor> inputs{mine};
-  c10d::AllgatherOptions options;
-  options.timeout = timeout_;
-  auto work = group_->allgather(outputs, inputs, options);
-  try {
-    work->wait(timeout_);
-  } catch (const std::exception& e) {
-    throw CollectiveError(describe_collective_failure(
-        "all_gather/fingerprint of " + op + " #" + std::to_string(seq), timeout_, e.what()));
-  }
-  const at::Tensor host = all.cpu();
-  const int64_t* f = host.data_ptr<int64_t>();
-  // The majority's fingerprint is taken as the intended collective.
-  std::map<std::vector<int64_t>, std::vector<int>> by_fingerprint;
-  for (int r = 0; r < world_size_; ++r) {
-    by_fingerprint[std::vector<int64_t>(f + r * kFields, f + (r + 1) * kFields)].push_back(r);
-  }
-  if (by_fingerprint.size() == 1) return;
-  auto majority = std::max_element(
-      by_fingerprint.begin(), by_fingerprint.end(), [](const auto& a, const auto& b) {
-        return a.second.size() < b.second.size() ||
-               (a.second.size() == b.second.size() && a.second.front() > b.second.front());
-      });
-  std::string message;
-  bool first = true;
-  int named_rank = world_size_;
-  for (const auto& [fingerprint, ranks] : by_fingerprint) {
-    if (&fingerprint == &majority->first) continue;
-    named_rank = std::min(named_rank, ranks.front());
-    message += std::string(first ? "" : "; ") + ranks_text(ranks) + " launched " +
-               fingerprint_text(fingerprint.data()) + " as #" + std::to_string(fingerprint[0]);
-    first = false;
-  }
-  message += " where " + ranks_text(majority->second) + " launched " +
-             fingerprint_text(majority->first.data()) + " as #" +
-             std::to_string(majority->first[0]);
-  throw CollectiveDesync(message, named_rank);
 }
 
 bool Communicator::skip_injected(const std::string& name) {
@@ -323,61 +243,6 @@ bool Communicator::skip_injected(const std::string& name) {
   return true;
 }
 
-namespace {
-
-std::vector<std::optional<std::string>> exchange_reports_on(
-    const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
-    const std::vector<bool>& gone, const std::string& report, std::chrono::milliseconds wait,
-    const std::function<void()>& posted) {
-  // Protocol (every failing rank runs it once; a rank stuck in compute may never join):
-  //  1. write failure_report/<rank>;
-  //  2. read the others' reports until all are there or `wait` has passed;
-  //  3. write failure_report_read/<rank>;
-  //  4. rank 0 serves the store, so before it returns (and its process exits, taking the store
-  //     with it) it waits, briefly, until every rank that reported has also finished reading.
-  //     Without step 4 a rank whose deadline falls a moment after rank 0's loses the store in
-  //     the middle of step 2.
-  std::vector<std::optional<std::string>> reports(world_size);
-  reports[rank] = report;
-  auto key = [](const char* what, int rank) { return std::string(what) + std::to_string(rank); };
-  auto put = [&](const std::string& k, const std::string& value) {
-    store->set(k, std::vector<uint8_t>(value.begin(), value.end()));
-  };
-  put(key("failure_report/", rank), report);
-  posted();
-  const auto deadline = std::chrono::steady_clock::now() + wait;
-  while (true) {
-    bool all = true;
-    for (int r = 0; r < world_size; ++r) {
-      if (reports[r] || gone[r]) continue;
-      if (store->check({key("failure_report/", r)})) {
-        const auto bytes = store->get(key("failure_report/", r));
-        reports[r] = std::string(bytes.begin(), bytes.end());
-      } else {
-        all = false;
-      }
-    }
-    if (all || std::chrono::steady_clock::now() >= deadline) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  put(key("failure_report_read/", rank), "1");
-  if (rank != 0) return reports;
-  // The readers' deadlines differ from ours by their collective's start: allow one more `wait`
-  // plus a little, and never for a rank that did not report (it may never come).
-  const auto readers_deadline =
-      std::chrono::steady_clock::now() + wait + std::chrono::milliseconds(500);
-  for (int r = 0; r < world_size; ++r) {
-    if (!reports[r]) continue;
-    while (!store->check({key("failure_report_read/", r)}) &&
-           std::chrono::steady_clock::now() < readers_deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
-  return reports;
-}
-
-}  // namespace
-
 std::vector<std::optional<std::string>> Communicator::exchange_failure_reports(
     const std::string& report, std::chrono::milliseconds wait) {
   std::vector<std::optional<std::string>> own(world_size_);
@@ -385,7 +250,9 @@ std::vector<std::optional<std::string>> Communicator::exchange_failure_reports(
   if (!store_) return own;
   // Ranks the shared-memory segment shows gone will never report: no wait for them.
   std::vector<bool> gone(world_size_, false);
-  if (shm_) gone = static_cast<const shm::ShmProcessGroup*>(group_.get())->gone_ranks();
+  if (const auto* shm_group = dynamic_cast<const shm::ShmProcessGroup*>(group_.get())) {
+    gone = shm_group->gone_ranks();
+  }
   // On its own thread, so that the rank never waits on it past its deadline: LibTorch 2.x's
   // TCPStore client reads check()'s answer with no socket timeout, and with the store's host
   // cut off (a partition) the read never returned, holding the rank past cancel and every
@@ -400,8 +267,8 @@ std::vector<std::optional<std::string>> Communicator::exchange_failure_reports(
   auto future = exchange->result.get_future();
   std::thread([exchange, store = store_, rank = rank_, world = world_size_, gone, report, wait] {
     try {
-      exchange->result.set_value(exchange_reports_on(store, rank, world, gone, report, wait,
-                                                     [&] { exchange->posted.set_value(); }));
+      exchange->result.set_value(detail::exchange_reports_on(
+          store, rank, world, gone, report, wait, [&] { exchange->posted.set_value(); }));
     } catch (...) {
       exchange->result.set_exception(std::current_exception());
     }
@@ -455,33 +322,38 @@ PendingCollective Communicator::track(c10::intrusive_ptr<c10d::Work> work, const
                            std::move(keep_alive), ticket(seq));
 }
 
-PendingCollective Communicator::all_reduce_sum(at::Tensor& tensor, const std::string& name) {
-  if (world_size_ == 1) return {};
+template <typename Call>
+PendingCollective Communicator::launch(const char* op, const std::string& name,
+                                       const at::Tensor& journaled, int64_t bytes, Call&& call,
+                                       std::vector<at::Tensor> keep_alive) {
   std::lock_guard<std::mutex> lock(launch_mutex_);
   if (skip_injected(name)) return {};
-  std::vector<at::Tensor> tensors{tensor};
-  c10d::AllreduceOptions options;
-  options.reduceOp = c10d::ReduceOp::SUM;
-  options.timeout = timeout_;
-  const auto launch = timeline_->mark();
-  const int64_t seq = journal_launch("all_reduce", name, tensor);
-  return track(group_->allreduce(tensors, options), name, seq, tensor.nbytes(), launch);
+  const auto launched = timeline_->mark();
+  const int64_t seq = journal_launch(op, name, journaled);
+  return track(call(), name, seq, bytes, launched, std::move(keep_alive));
+}
+
+PendingCollective Communicator::all_reduce_sum(at::Tensor& tensor, const std::string& name) {
+  if (world_size_ == 1) return {};
+  return launch("all_reduce", name, tensor, tensor.nbytes(), [&] {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::SUM;
+    options.timeout = timeout_;
+    return group_->allreduce(tensors, options);
+  });
 }
 
 void Communicator::blocking_all_reduce(at::Tensor& tensor, c10d::ReduceOp op,
                                        const std::string& name) {
   if (world_size_ == 1) return;
-  std::lock_guard<std::mutex> lock(launch_mutex_);
-  if (skip_injected(name)) return;
-  std::vector<at::Tensor> tensors{tensor};
-  c10d::AllreduceOptions options;
-  options.reduceOp = op;
-  options.timeout = timeout_;
-  const int64_t seq = journal_launch("all_reduce", name, tensor);
-  PendingCollective(group_->allreduce(tensors, options), name, timeout_, device_.is_cuda(), {},
-                    ticket(seq))
-      .wait();
-  journal_->complete(seq, now());
+  launch("all_reduce", name, tensor, tensor.nbytes(), [&] {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::AllreduceOptions options;
+    options.reduceOp = op;
+    options.timeout = timeout_;
+    return group_->allreduce(tensors, options);
+  }).wait();
 }
 
 void Communicator::all_reduce_max(at::Tensor& tensor) {
@@ -494,15 +366,13 @@ void Communicator::all_reduce_min(at::Tensor& tensor) {
 
 PendingCollective Communicator::broadcast(at::Tensor& tensor, int root, const std::string& name) {
   if (world_size_ == 1) return {};
-  std::lock_guard<std::mutex> lock(launch_mutex_);
-  if (skip_injected(name)) return {};
-  std::vector<at::Tensor> tensors{tensor};
-  c10d::BroadcastOptions options;
-  options.rootRank = root;
-  options.timeout = timeout_;
-  const auto launch = timeline_->mark();
-  const int64_t seq = journal_launch("broadcast", name, tensor);
-  return track(group_->broadcast(tensors, options), name, seq, tensor.nbytes(), launch);
+  return launch("broadcast", name, tensor, tensor.nbytes(), [&] {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    options.timeout = timeout_;
+    return group_->broadcast(tensors, options);
+  });
 }
 
 PendingCollective Communicator::all_gather(at::Tensor& output, const at::Tensor& input,
@@ -514,26 +384,18 @@ PendingCollective Communicator::all_gather(at::Tensor& output, const at::Tensor&
     output.copy_(input.reshape(-1));
     return {};
   }
-  std::lock_guard<std::mutex> lock(launch_mutex_);
-  if (skip_injected(name)) return {};
   at::Tensor flat_input = input.reshape(-1).contiguous();
-  c10d::AllgatherOptions options;
-  options.timeout = timeout_;
-  const auto launch = timeline_->mark();
-  const int64_t seq = journal_launch("all_gather", name, flat_input);
-  if (device_.is_cuda() || shm_) {
-    // NCCL and shm gather straight into the flat output (the list form stages a copy).
-    return track(group_->_allgather_base(output, flat_input, options), name, seq, output.nbytes(),
-                 launch, {flat_input});
-  }
-  // Outputs are views into `output`, so the gathered chunks land in place.
-  std::vector<std::vector<at::Tensor>> outputs(1);
-  for (int r = 0; r < world_size_; ++r) {
-    outputs[0].push_back(output.narrow(0, r * input.numel(), input.numel()));
-  }
-  std::vector<at::Tensor> inputs{flat_input};
-  return track(group_->allgather(outputs, inputs, options), name, seq, output.nbytes(), launch,
-               {flat_input});
+  return launch("all_gather", name, flat_input, output.nbytes(),
+                [&] {
+                  if (!flat_buffers_) {
+                    return detail::list_all_gather(*group_, output, flat_input, world_size_,
+                                                   timeout_);
+                  }
+                  c10d::AllgatherOptions options;
+                  options.timeout = timeout_;
+                  return group_->_allgather_base(output, flat_input, options);
+                },
+                {flat_input});
 }
 
 PendingReduceScatter::PendingReduceScatter(PendingCollective exchange, at::Tensor received,
@@ -559,29 +421,24 @@ PendingReduceScatter Communicator::reduce_scatter_sum_async(at::Tensor& output,
     output.copy_(input);
     return {};
   }
-  std::lock_guard<std::mutex> lock(launch_mutex_);
-  if (skip_injected(name)) return {};
-  const auto launch = timeline_->mark();
   at::Tensor flat_input = input.contiguous();
-  const int64_t seq = journal_launch("reduce_scatter", name, flat_input);
-  if (device_.is_cuda() || shm_) {  // a real reduce-scatter (shm: split across the ranks)
-    c10d::ReduceScatterOptions options;
-    options.reduceOp = c10d::ReduceOp::SUM;
-    options.timeout = timeout_;
-    return PendingReduceScatter(track(group_->_reduce_scatter_base(output, flat_input, options),
-                                      name, seq, flat_input.nbytes(), launch, {flat_input}),
-                                {}, output);
-  }
-  // Row r of `received` is rank r's copy of this rank's chunk.
-  at::Tensor received = at::empty({world_size_, chunk}, flat_input.options());
-  c10d::AllToAllOptions options;
-  options.timeout = timeout_;
-  std::vector<int64_t> equal_splits;  // empty: N equal chunks
-  at::Tensor received_flat = received.view({-1});
-  return PendingReduceScatter(
-      track(group_->alltoall_base(received_flat, flat_input, equal_splits, equal_splits, options),
-            name, seq, flat_input.nbytes(), launch, {flat_input}),
-      received, output);
+  at::Tensor received;  // the all-to-all fallback's copies of this rank's chunk
+  PendingCollective exchange = launch(
+      "reduce_scatter", name, flat_input, flat_input.nbytes(),
+      [&] {
+        if (!flat_buffers_) {
+          auto fallback =
+              detail::alltoall_reduce_scatter(*group_, flat_input, world_size_, chunk, timeout_);
+          received = fallback.received;
+          return fallback.work;
+        }
+        c10d::ReduceScatterOptions options;  // a real reduce-scatter (shm: split across ranks)
+        options.reduceOp = c10d::ReduceOp::SUM;
+        options.timeout = timeout_;
+        return group_->_reduce_scatter_base(output, flat_input, options);
+      },
+      {flat_input});
+  return PendingReduceScatter(std::move(exchange), received, output);
 }
 
 void Communicator::barrier() {
@@ -591,7 +448,8 @@ void Communicator::barrier() {
   options.timeout = timeout_;
   if (device_.is_cuda()) options.device_ids = {device_.index()};  // else NCCL guesses one
   if (check_collectives_) {
-    check_fingerprint(journal_->progress().last_enqueued + 1, "barrier", 0, at::kByte);
+    detail::check_fingerprint(*group_, world_size_, device_, timeout_,
+                              {journal_->progress().last_enqueued + 1, "barrier", 0, at::kByte});
   }
   const int64_t seq = journal_->enqueue("barrier", "barrier", 0, "none", now());
   PendingCollective(group_->barrier(options), "barrier", timeout_, device_.is_cuda(), {},

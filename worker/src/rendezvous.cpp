@@ -120,6 +120,104 @@ RendezvousOptions rendezvous_for_job(const DdpJobOptions& job) {
   return options;
 }
 
+namespace {
+
+// The rendezvous store and, on rank 0, its server: the server is held by the communicator apart
+// from the store its group uses, because a group that Communicator::abort() abandons keeps its
+// store, and a server inside it would keep this worker's rendezvous port, which the job's
+// restart reuses (EADDRINUSE).
+struct RendezvousStore {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::Store> server;  // rank 0's, unless torchrun's agent serves it
+};
+
+std::string endpoint_of(const RendezvousOptions& options) {
+  return options.master_addr + ":" + std::to_string(options.master_port);
+}
+
+RendezvousStore open_store(const RendezvousOptions& options) {
+  RendezvousStore out;
+  // c10d's client retries a refused connection only once a second; polling for rank 0's store
+  // first saves that second on every job start. A store that never comes up fails below.
+  const bool serves_store = options.rank == 0 && !options.use_agent_store;
+  if (!serves_store) wait_for_port(options.master_addr, options.master_port, options.timeout);
+  try {
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<std::uint16_t>(options.master_port);
+    store_options.isServer = serves_store;
+    store_options.numWorkers = options.world_size;
+    store_options.waitWorkers = true;
+    store_options.timeout = options.timeout;
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+    if (serves_store) {  // rank 0 uses the server through a client of its own
+      out.server = tcp;
+      store_options.isServer = false;
+      store_options.waitWorkers = false;  // counted already, by the server's own client
+      tcp = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+    }
+    out.store = c10::make_intrusive<c10d::PrefixStore>("ddpd", tcp);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("rendezvous at " + endpoint_of(options) + " failed for rank " +
+                             std::to_string(options.rank) + ": " + e.what());
+  }
+  return out;
+}
+
+// CPU ranks: shared memory when --transport allows and every rank can map the segment
+// (transport.h), else Gloo over TCP.
+std::shared_ptr<Communicator> connect_cpu(const RendezvousOptions& options,
+                                          CommunicatorOptions comm_options,
+                                          const RendezvousStore& rendezvous) {
+  const std::string endpoint = endpoint_of(options);
+  TransportChoice choice;
+  try {
+    choice = choose_transport(options.transport, *rendezvous.store, options.rank,
+                              options.world_size, shm::kDefaultSlotBytes);
+  } catch (const std::invalid_argument&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw std::runtime_error("rendezvous " + endpoint + ", rank " + std::to_string(options.rank) +
+                             ": " + e.what());
+  }
+  comm_options.transport = choice.transport;
+  comm_options.transport_note = choice.note;
+  c10::intrusive_ptr<c10d::Backend> group;
+  if (choice.transport == "shm") {
+    group = c10::make_intrusive<shm::ShmProcessGroup>(std::move(*choice.segment), options.rank,
+                                                      options.world_size, options.timeout);
+  } else {
+    std::string bind = options.local_address;
+    if (bind.empty() && is_loopback(options.master_addr)) bind = "127.0.0.1";
+    try {
+      group = make_gloo_backend(rendezvous.store, options.rank, options.world_size, options.timeout,
+                                bind);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("creating the gloo process group (rendezvous " + endpoint +
+                               ", rank " + std::to_string(options.rank) + ") failed: " + e.what());
+    }
+  }
+  return std::make_shared<Communicator>(group, options.rank, options.world_size, comm_options,
+                                        rendezvous.store, rendezvous.server);
+}
+
+std::shared_ptr<Communicator> connect_nccl(const RendezvousOptions& options,
+                                           const CommunicatorOptions& comm_options,
+                                           const RendezvousStore& rendezvous) {
+  try {
+    auto group = detail::make_nccl_group(rendezvous.store, options.rank, options.world_size,
+                                         options.timeout);
+    return std::make_shared<Communicator>(group, options.rank, options.world_size, comm_options,
+                                          rendezvous.store, rendezvous.server);
+  } catch (const std::invalid_argument&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw std::runtime_error("creating the nccl process group (rendezvous " + endpoint_of(options) +
+                             ", rank " + std::to_string(options.rank) + ") failed: " + e.what());
+  }
+}
+
+}  // namespace
+
 std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
   if (options.backend != "gloo" && options.backend != "nccl") {
     throw std::invalid_argument("backend: unknown backend '" + options.backend +
@@ -136,77 +234,9 @@ std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
   if (options.world_size == 1) {
     return std::make_shared<Communicator>(c10::intrusive_ptr<c10d::Backend>(), 0, 1, comm_options);
   }
-  const std::string endpoint = options.master_addr + ":" + std::to_string(options.master_port);
-  c10::intrusive_ptr<c10d::Store> store;
-  // Rank 0's server, held by the communicator apart from the store its group uses: a group that
-  // Communicator::abort() abandons keeps its store, and a server inside it would keep this
-  // worker's rendezvous port, which the job's restart reuses (EADDRINUSE).
-  c10::intrusive_ptr<c10d::Store> server;
-  // c10d's client retries a refused connection only once a second; polling for rank 0's store
-  // first saves that second on every job start. A store that never comes up fails below.
-  const bool serves_store = options.rank == 0 && !options.use_agent_store;
-  if (!serves_store) wait_for_port(options.master_addr, options.master_port, options.timeout);
-  try {
-    c10d::TCPStoreOptions store_options;
-    store_options.port = static_cast<std::uint16_t>(options.master_port);
-    store_options.isServer = serves_store;
-    store_options.numWorkers = options.world_size;
-    store_options.waitWorkers = true;
-    store_options.timeout = options.timeout;
-    auto tcp = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
-    if (serves_store) {  // rank 0 uses the server through a client of its own
-      server = tcp;
-      store_options.isServer = false;
-      store_options.waitWorkers = false;  // counted already, by the server's own client
-      tcp = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
-    }
-    store = c10::make_intrusive<c10d::PrefixStore>("ddpd", tcp);
-  } catch (const std::exception& e) {
-    throw std::runtime_error("rendezvous at " + endpoint + " failed for rank " +
-                             std::to_string(options.rank) + ": " + e.what());
-  }
-
-  if (options.backend == "gloo") {
-    TransportChoice choice;
-    try {
-      choice = choose_transport(options.transport, *store, options.rank, options.world_size,
-                                shm::kDefaultSlotBytes);
-    } catch (const std::invalid_argument&) {
-      throw;
-    } catch (const std::exception& e) {
-      throw std::runtime_error("rendezvous " + endpoint + ", rank " + std::to_string(options.rank) +
-                               ": " + e.what());
-    }
-    comm_options.transport = choice.transport;
-    comm_options.transport_note = choice.note;
-    if (choice.transport == "shm") {
-      auto group = c10::make_intrusive<shm::ShmProcessGroup>(
-          std::move(*choice.segment), options.rank, options.world_size, options.timeout);
-      return std::make_shared<Communicator>(group, options.rank, options.world_size, comm_options,
-                                            store, server);
-    }
-    std::string bind = options.local_address;
-    if (bind.empty() && is_loopback(options.master_addr)) bind = "127.0.0.1";
-    try {
-      auto group =
-          make_gloo_backend(store, options.rank, options.world_size, options.timeout, bind);
-      return std::make_shared<Communicator>(group, options.rank, options.world_size, comm_options,
-                                            store, server);
-    } catch (const std::exception& e) {
-      throw std::runtime_error("creating the gloo process group (rendezvous " + endpoint +
-                               ", rank " + std::to_string(options.rank) + ") failed: " + e.what());
-    }
-  }
-  try {
-    auto group = detail::make_nccl_group(store, options.rank, options.world_size, options.timeout);
-    return std::make_shared<Communicator>(group, options.rank, options.world_size, comm_options,
-                                          store, server);
-  } catch (const std::invalid_argument&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw std::runtime_error("creating the nccl process group (rendezvous " + endpoint + ", rank " +
-                             std::to_string(options.rank) + ") failed: " + e.what());
-  }
+  const RendezvousStore rendezvous = open_store(options);
+  return options.backend == "gloo" ? connect_cpu(options, comm_options, rendezvous)
+                                   : connect_nccl(options, comm_options, rendezvous);
 }
 
 }  // namespace ddpd

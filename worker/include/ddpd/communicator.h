@@ -134,8 +134,8 @@ struct TrafficCount {
 
 // How a communicator runs its collectives. Defaults suit a CPU rank.
 struct CommunicatorOptions {
-  std::chrono::milliseconds timeout{  // every collective (--timeout)
-      static_cast<int64_t>(kDefaultCollectiveTimeoutSeconds * 1000)};
+  std::chrono::milliseconds timeout{// every collective (--timeout)
+                                    static_cast<int64_t>(kDefaultCollectiveTimeoutSeconds * 1000)};
   at::Device device = at::kCPU;  // where collectives' tensors live: CPU (Gloo), the rank's GPU
   size_t journal_size = CollectiveJournal::kDefaultCapacity;  // --journal-size (2000)
   // --check-collectives (debug, off): before each collective the ranks all-gather its
@@ -188,6 +188,12 @@ class Communicator {
   // same axis as now(). Shared by the trainer and the benchmarks.
   detail::Timeline& timeline() { return *timeline_; }
 
+  // The collectives. Naming rule: a collective that returns a Pending… is asynchronous (launched
+  // in order on every rank; wait() before reading its result), as c10d's return a Work; one that
+  // returns void blocks until it is done. `_async` marks the asynchronous form only where the
+  // same op also has a blocking one (reduce_scatter_sum). Every collective carries the
+  // communicator's timeout and is journaled.
+  //
   // In-place sum across ranks (fp32, bf16 and fp16 on every transport).
   PendingCollective all_reduce_sum(at::Tensor& tensor, const std::string& name);
   // In-place element-wise max / min (used for the param spread).
@@ -246,12 +252,15 @@ class Communicator {
   // Journals a launch (call with launch_mutex_ held, so sequence numbers follow launch order).
   // With --check-collectives it first compares the collective's fingerprint across ranks.
   int64_t journal_launch(const std::string& op, const std::string& name, const at::Tensor& data);
-  // --check-collectives: all-gathers (seq, op, numel, dtype) and throws CollectiveError naming
-  // the ranks that differ from the majority. Called with launch_mutex_ held.
-  void check_fingerprint(int64_t seq, const std::string& op, int64_t numel, at::ScalarType dtype);
   // Consumes an armed skip_next_collective() (call with launch_mutex_ held).
   bool skip_injected(const std::string& name);
   JournalTicket ticket(int64_t seq) const { return {journal_, seq, epoch_, aborted_}; }
+  // The one launch path of the asynchronous collectives: under launch_mutex_, an injected skip,
+  // the launch mark, the journal (and --check-collectives), `call` (the backend's collective),
+  // and the span's tracking.
+  template <typename Call>
+  PendingCollective launch(const char* op, const std::string& name, const at::Tensor& journaled,
+                           int64_t bytes, Call&& call, std::vector<at::Tensor> keep_alive = {});
   PendingCollective track(c10::intrusive_ptr<c10d::Work> work, const std::string& name, int64_t seq,
                           int64_t bytes, const detail::TimePoint& launch,
                           std::vector<at::Tensor> keep_alive = {});
@@ -264,8 +273,9 @@ class Communicator {
   bool check_collectives_;
   std::string transport_;
   std::string transport_note_;
-  bool shm_ =
-      false;  // the group is the shared-memory one: native bf16, flat gathers, reduce-scatter
+  // The backend gathers into and reduce-scatters out of flat buffers (NCCL, shm); else the
+  // Gloo fallbacks (comm/gloo_fallbacks.h).
+  bool flat_buffers_ = false;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Store> server_;  // rank 0's; freed even when abort() leaves group_
   std::atomic<bool> skip_next_{false};
