@@ -197,13 +197,11 @@ void JobManager::on_result(const std::string& worker_id, const v1::JobResult& re
 void JobManager::record_failure(JobEntry& entry, const WorkerEntry& worker,
                                 const v1::JobResult& result) {
   // --check-collectives' verdict is the same on every rank: the first report records it.
-  std::string error = result.error();
   if (result.cause() == v1::RANK_FAILURE_DESYNC) {
     record_incident(entry, "desync", result.named_rank(), "desync: " + result.error());
-    error = "collective desync (--check-collectives): " + result.error();
   }
   fail_or_restart(entry, "rank " + std::to_string(result.rank()) + " (worker " +
-                             worker.hello.worker_id() + ") failed: " + error);
+                             worker.hello.worker_id() + ") failed: " + failure_text(result));
 }
 
 void JobManager::lost(const std::string& worker_id, const WorkerLink* link,

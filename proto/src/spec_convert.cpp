@@ -286,4 +286,10 @@ bool is_terminal(v1::JobState state) {
   return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
 }
 
+std::string failure_text(const v1::JobResult& result) {
+  return result.cause() == v1::RANK_FAILURE_DESYNC
+             ? "collective desync (--check-collectives): " + result.error()
+             : result.error();
+}
+
 }  // namespace ddpd

@@ -44,4 +44,8 @@ OptionError naming_proto_field(const OptionError& error);
 
 bool is_terminal(v1::JobState state);
 
+// A failed rank's error as the job's history states it, from its cause: a desync reads
+// "collective desync (--check-collectives): <the finding>", any other cause its error as sent.
+std::string failure_text(const v1::JobResult& result);
+
 }  // namespace ddpd
