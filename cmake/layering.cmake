@@ -72,17 +72,17 @@ function(ddpd_check_layering)
   set(torch_targets torch torch_library torch_cpu c10)
   set(core_targets ddpd_core ddpd_kernels ${torch_targets})
   ddpd_forbid(ddpd_common FORBID_TARGETS ddpd_proto ddpd_api ddpd_service ${core_targets}
-              gRPC::grpc++ protobuf::libprotobuf FORBID_DIRS proto service worker kernels
-              coordinator client)
+              gRPC::grpc++ protobuf::libprotobuf FORBID_DIRS proto service core worker
+              kernels coordinator client)
   foreach(target ddpd_proto ddpd_api)
     ddpd_forbid(${target} FORBID_TARGETS ddpd_service ${core_targets} ddpd_coordinator_core
-                FORBID_DIRS service worker kernels coordinator client)
+                FORBID_DIRS service core worker kernels coordinator client)
   endforeach()
   ddpd_forbid(ddpd_service FORBID_TARGETS ddpd_proto ddpd_api ${core_targets}
-              FORBID_DIRS proto worker kernels coordinator client)
+              FORBID_DIRS proto core worker kernels coordinator client)
   ddpd_forbid(ddpd_core FORBID_TARGETS ddpd_proto ddpd_api ddpd_service gRPC::grpc++
-              FORBID_DIRS proto service coordinator client)
+              FORBID_DIRS proto service worker coordinator client)
   foreach(target ddpd_coordinator_core ddpd-coordinator ddpctl ddpd_plan)
-    ddpd_forbid(${target} FORBID_TARGETS ${core_targets} FORBID_DIRS worker kernels)
+    ddpd_forbid(${target} FORBID_TARGETS ${core_targets} FORBID_DIRS core worker kernels)
   endforeach()
 endfunction()

@@ -9,12 +9,12 @@ repo=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$repo"
 
 # Allowed arrows, from the folder that includes to the folder it may include.
-# worker/daemon (ddpd-worker) is a node of its own: the daemon above the training core.
-allowed="proto>common  service>common  worker>common worker>kernels
-worker/daemon>common worker/daemon>proto worker/daemon>service worker/daemon>worker
+# core/ is the training core; worker/ (ddpd-worker) the daemon above it.
+allowed="proto>common  service>common  core>common core>kernels
+worker>common worker>proto worker>service worker>core
 coordinator>common coordinator>proto coordinator>service
 client>common client>proto client>service"
-sources=(common proto service kernels worker worker/daemon coordinator client)
+sources=(common proto service kernels core worker coordinator client)
 
 files=$(git ls-files --cached --others --exclude-standard -- '*.h' '*.cuh' '*.hpp')
 owner_of() {  # folder that holds the header a quoted include names
@@ -24,22 +24,17 @@ owner_of() {  # folder that holds the header a quoted include names
   esac
   local match
   match=$(grep -E "(^|/)${include//./\\.}$" <<<"$files" | head -n 1 || true)
-  case "$match" in
-    worker/daemon/*) echo worker/daemon ;;
-    ?*) echo "${match%%/*}" ;;
-  esac
+  [ -z "$match" ] || echo "${match%%/*}"
 }
 
 declare -A edges=()
 for from in "${sources[@]}"; do
   [ -d "$from" ] || continue
-  exclude=()
-  if [ "$from" = worker ]; then exclude=(':!worker/daemon'); fi
   while IFS= read -r include; do
     to=$(owner_of "$include")
     [ -n "$to" ] && [ "$to" != "$from" ] || continue
     edges["$from>$to"]=$((${edges["$from>$to"]:-0} + 1))
-  done < <(git grep --untracked -h -o -E '^#include "[^"]+"' -- "$from" "${exclude[@]}" |
+  done < <(git grep --untracked -h -o -E '^#include "[^"]+"' -- "$from" |
     sed -E 's/^#include "(.*)"/\1/')
 done
 

@@ -5,7 +5,7 @@
 #include <functional>
 #include <vector>
 
-#include "ddpd/job_options.h"
+#include "ddpd/common/job_options.h"
 
 namespace ddpd::plan {
 

@@ -11,8 +11,8 @@
 #include <cstdlib>
 #include <set>
 
-#include "ddpd/ddp_flags.h"
-#include "ddpd/job_options.h"
+#include "ddpd/common/ddp_flags.h"
+#include "ddpd/common/job_options.h"
 
 namespace ddpd::client {
 namespace {
@@ -121,7 +121,6 @@ void emit_fields(YAML::Emitter& out, const google::protobuf::Message& message,
 }
 
 }  // namespace
-
 
 void apply_job_file(const std::string& path, CLI::App& command) {
   // yaml-cpp reads a directory or an unreadable special file (/proc/self/mem) by throwing

@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "ddpd/spec_convert.h"
+#include "ddpd/api/spec_convert.h"
 #include "ddpd/v1/ddpd.pb.h"
 
 namespace ddpd::client {

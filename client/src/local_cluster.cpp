@@ -10,8 +10,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "ddpd/net.h"
-#include "ddpd/spawn.h"
+#include "ddpd/common/net.h"
+#include "ddpd/common/spawn.h"
 
 namespace ddpd::client {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "commands/commands.h"
 #include "control_client.h"
-#include "ddpd/job_options.h"
+#include "ddpd/common/job_options.h"
 
 int main(int argc, char** argv) {
   using namespace ddpd;

@@ -8,8 +8,8 @@
 #include <iostream>
 
 #include "bucket_advisor.h"
-#include "ddpd/job_options.h"
-#include "ddpd/result_json.h"
+#include "ddpd/common/job_options.h"
+#include "ddpd/common/result_json.h"
 
 namespace ddpd::client {
 

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "ddpd/job_options.h"
+#include "ddpd/common/job_options.h"
 
 namespace ddpd::client {
 namespace {

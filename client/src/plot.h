@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "ddpd/comm_options.h"
-#include "ddpd/training_result.h"
+#include "ddpd/common/comm_options.h"
+#include "ddpd/common/training_result.h"
 
 namespace ddpd::client {
 

@@ -6,9 +6,9 @@
 #include <ctime>
 #include <sstream>
 
-#include "ddpd/comm_table.h"
-#include "ddpd/result_json.h"
-#include "ddpd/spec_convert.h"
+#include "ddpd/api/spec_convert.h"
+#include "ddpd/common/comm_table.h"
+#include "ddpd/common/result_json.h"
 
 namespace ddpd::client {
 namespace {

@@ -1,6 +1,6 @@
 #include "trace.h"
 
-#include "ddpd/intervals.h"
+#include "ddpd/common/intervals.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,11 +1,11 @@
-#include "ddpd/comm_options.h"
+#include "ddpd/common/comm_options.h"
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <stdexcept>
 
-#include "ddpd/job_options.h"
+#include "ddpd/common/job_options.h"
 
 namespace ddpd {
 namespace {

@@ -1,4 +1,4 @@
-#include "ddpd/comm_table.h"
+#include "ddpd/common/comm_table.h"
 
 #include <algorithm>
 #include <cmath>

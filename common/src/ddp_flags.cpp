@@ -1,4 +1,4 @@
-#include "ddpd/ddp_flags.h"
+#include "ddpd/common/ddp_flags.h"
 
 #include <charconv>
 #include <climits>

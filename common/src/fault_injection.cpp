@@ -1,11 +1,11 @@
-#include "ddpd/fault_injection.h"
+#include "ddpd/common/fault_injection.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <set>
 #include <sstream>
 
-#include "ddpd/job_options.h"
+#include "ddpd/common/job_options.h"
 
 namespace ddpd {
 namespace {

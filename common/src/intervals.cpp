@@ -1,4 +1,4 @@
-#include "ddpd/intervals.h"
+#include "ddpd/common/intervals.h"
 
 #include <algorithm>
 

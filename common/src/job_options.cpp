@@ -1,11 +1,11 @@
-#include "ddpd/job_options.h"
+#include "ddpd/common/job_options.h"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <sstream>
 
-#include "ddpd/fault_injection.h"
+#include "ddpd/common/fault_injection.h"
 
 namespace ddpd {
 namespace {

@@ -1,4 +1,4 @@
-#include "ddpd/memory_estimate.h"
+#include "ddpd/common/memory_estimate.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "ddpd/net.h"
+#include "ddpd/common/net.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>

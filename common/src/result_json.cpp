@@ -1,4 +1,4 @@
-#include "ddpd/result_json.h"
+#include "ddpd/common/result_json.h"
 
 #include <cmath>
 #include <cstdio>

@@ -1,7 +1,7 @@
 // The result JSON's readers (result_json.h), the mirror of result_json.cpp's writers.
 #include <stdexcept>
 
-#include "ddpd/result_json.h"
+#include "ddpd/common/result_json.h"
 
 namespace ddpd {
 namespace {

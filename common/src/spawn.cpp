@@ -1,4 +1,4 @@
-#include "ddpd/spawn.h"
+#include "ddpd/common/spawn.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -1,4 +1,4 @@
-#include "ddpd/stall_analysis.h"
+#include "ddpd/common/stall_analysis.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "ddpd/training_result.h"
+#include "ddpd/common/training_result.h"
 
 #include <algorithm>
 #include <cmath>

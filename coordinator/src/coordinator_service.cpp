@@ -4,8 +4,8 @@
 
 #include <string_view>
 
-#include "ddpd/memory_estimate.h"
-#include "ddpd/spec_convert.h"
+#include "ddpd/api/spec_convert.h"
+#include "ddpd/common/memory_estimate.h"
 #include "session_outbox.h"
 
 namespace ddpd::coordinator {

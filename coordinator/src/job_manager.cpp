@@ -6,8 +6,8 @@
 
 #include <cstdio>
 
-#include "ddpd/restart_policy.h"
-#include "ddpd/spec_convert.h"
+#include "ddpd/api/restart_policy.h"
+#include "ddpd/api/spec_convert.h"
 
 namespace ddpd::coordinator {
 namespace {

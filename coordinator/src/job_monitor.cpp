@@ -5,9 +5,9 @@
 
 #include <cstdio>
 
-#include "ddpd/restart_policy.h"
-#include "ddpd/spec_convert.h"
-#include "ddpd/stall_analysis.h"
+#include "ddpd/api/restart_policy.h"
+#include "ddpd/api/spec_convert.h"
+#include "ddpd/common/stall_analysis.h"
 #include "job_manager.h"
 #include "prometheus_targets.h"
 

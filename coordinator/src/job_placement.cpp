@@ -2,9 +2,9 @@
 // rule), the Assignment each rank gets, and the restart that a later attempt records.
 #include <spdlog/spdlog.h>
 
-#include "ddpd/fault_injection.h"
-#include "ddpd/restart_policy.h"
-#include "ddpd/spec_convert.h"
+#include "ddpd/api/restart_policy.h"
+#include "ddpd/api/spec_convert.h"
+#include "ddpd/common/fault_injection.h"
 #include "job_manager.h"
 
 namespace ddpd::coordinator {

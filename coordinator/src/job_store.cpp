@@ -1,6 +1,6 @@
 #include "job_store.h"
 
-#include "ddpd/spec_convert.h"
+#include "ddpd/api/spec_convert.h"
 
 #include <stdexcept>
 

@@ -5,7 +5,7 @@
 
 #include <chrono>
 
-#include "ddpd/unix_time.h"
+#include "ddpd/common/unix_time.h"
 
 namespace ddpd::coordinator {
 

@@ -13,8 +13,8 @@
 
 #include "coordinator_metrics.h"
 #include "coordinator_service.h"
-#include "ddpd/job_options.h"
-#include "ddpd/net.h"
+#include "ddpd/common/job_options.h"
+#include "ddpd/common/net.h"
 #include "ddpd/service/logging.h"
 #include "store_lock.h"
 

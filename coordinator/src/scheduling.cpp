@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "ddpd/spec_convert.h"
+#include "ddpd/api/spec_convert.h"
 
 namespace ddpd::coordinator {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "ddpd/restart_policy.h"
+#include "ddpd/api/restart_policy.h"
 #include "ddpd/v1/ddpd.pb.h"
 
 namespace ddpd::coordinator {

@@ -1,8 +1,8 @@
-#include "ddpd/restart_policy.h"
+#include "ddpd/api/restart_policy.h"
 
 #include <algorithm>
 
-#include "ddpd/spec_convert.h"
+#include "ddpd/api/spec_convert.h"
 
 namespace ddpd {
 

@@ -1,4 +1,4 @@
-#include "ddpd/spec_convert.h"
+#include "ddpd/api/spec_convert.h"
 
 #include <algorithm>
 #include <map>

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <memory>
 
-#include "ddpd/job_options.h"
+#include "ddpd/common/job_options.h"
 
 namespace ddpd {
 namespace {

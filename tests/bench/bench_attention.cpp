@@ -16,7 +16,7 @@
 #include <string>
 
 #include "ddpd/kernels/flash_attention.h"
-#include "device.h"
+#include "device/device.h"
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "ddpd/collective_journal.h"
+#include "ddpd/core/collective_journal.h"
 
 namespace {
 

@@ -10,13 +10,13 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "ddpd/comm_bench.h"
-#include "ddpd/communicator.h"
+#include "ddpd/core/comm_bench.h"
+#include "ddpd/core/communicator.h"
+#include "ddpd/core/model.h"
+#include "ddpd/core/rendezvous.h"
+#include "ddpd/core/trainer.h"
 #include "ddpd/kernels/flash_attention.h"
-#include "ddpd/model.h"
-#include "ddpd/rendezvous.h"
-#include "ddpd/trainer.h"
-#include "device.h"
+#include "device/device.h"
 #include "flash_attention_cuda_op.h"
 #include "support/process.h"
 

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "ddpd/comm_options.h"
+#include "ddpd/common/comm_options.h"
 #include "support/process.h"
 
 namespace ddpd::testing {

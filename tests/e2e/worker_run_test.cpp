@@ -8,7 +8,7 @@
 #include <memory>
 #include <thread>
 
-#include "ddpd/job_options.h"
+#include "ddpd/common/job_options.h"
 #include "support/process.h"
 
 namespace ddpd::testing {

@@ -29,8 +29,8 @@
 #include <random>
 #include <thread>
 
-#include "ddpd/net.h"
-#include "ddpd/spec_convert.h"
+#include "ddpd/api/spec_convert.h"
+#include "ddpd/common/net.h"
 #include "ddpd/v1/ddpd.grpc.pb.h"
 #include "process_usage.h"
 #include "support/process.h"

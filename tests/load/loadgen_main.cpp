@@ -20,7 +20,7 @@
 #include <sstream>
 #include <thread>
 
-#include "ddpd/net.h"
+#include "ddpd/common/net.h"
 #include "process_usage.h"
 #include "simulated_workers.h"
 #include "support/http.h"

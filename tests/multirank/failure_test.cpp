@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "ddpd/communicator.h"
+#include "ddpd/core/communicator.h"
 #include "multirank/multirank_test_util.h"
 
 namespace ddpd::testing {

@@ -1,5 +1,5 @@
 // FSDP: padding when lengths do not divide by N, and gathered parameters equal the originals.
-#include "ddpd/grad_sync.h"
+#include "ddpd/core/grad_sync.h"
 #include "multirank/multirank_test_util.h"
 
 namespace ddpd::testing {

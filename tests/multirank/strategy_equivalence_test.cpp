@@ -1,7 +1,7 @@
 // Every strategy, with and without the sharded optimizer, at world sizes 2 and 3, run by the
 // product's Trainer: all ranks agree, and match single-process training on the same global
 // batch — the averaged gradients at every step, and the parameters after several AdamW steps.
-#include "ddpd/job_options.h"
+#include "ddpd/common/job_options.h"
 #include "multirank/multirank_test_util.h"
 
 namespace ddpd::testing {

@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "ddpd/grad_sync.h"
-#include "ddpd/model.h"
+#include "ddpd/core/grad_sync.h"
+#include "ddpd/core/model.h"
 #include "multirank/multirank_test_util.h"
 
 namespace ddpd::testing {

@@ -18,7 +18,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "ddpd/spawn.h"
+#include "ddpd/common/spawn.h"
 
 namespace ddpd::testing {
 namespace {

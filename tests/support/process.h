@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "ddpd/net.h"  // free_port, wait_for_port
-#include "ddpd/unix_time.h"
+#include "ddpd/common/net.h"  // free_port, wait_for_port
+#include "ddpd/common/unix_time.h"
 
 namespace ddpd::testing {
 

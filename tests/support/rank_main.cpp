@@ -37,16 +37,16 @@
 #include <iostream>
 #include <thread>
 
-#include "ddpd/collective_journal.h"
-#include "ddpd/communicator.h"
-#include "ddpd/ddp_flags.h"
-#include "ddpd/grad_sync.h"
-#include "ddpd/model.h"
-#include "ddpd/rendezvous.h"
-#include "ddpd/result_json.h"
-#include "ddpd/sharded_optimizer.h"
-#include "ddpd/trainer.h"
-#include "ddpd/unix_time.h"
+#include "ddpd/common/ddp_flags.h"
+#include "ddpd/common/result_json.h"
+#include "ddpd/common/unix_time.h"
+#include "ddpd/core/collective_journal.h"
+#include "ddpd/core/communicator.h"
+#include "ddpd/core/grad_sync.h"
+#include "ddpd/core/model.h"
+#include "ddpd/core/rendezvous.h"
+#include "ddpd/core/sharded_optimizer.h"
+#include "ddpd/core/trainer.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "ddpd/grad_sync.h"
-#include "ddpd/trainer.h"
+#include "ddpd/core/grad_sync.h"
+#include "ddpd/core/trainer.h"
 
 namespace ddpd {
 namespace {

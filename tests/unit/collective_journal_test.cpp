@@ -4,7 +4,7 @@
 
 #include <stdexcept>
 
-#include "ddpd/collective_journal.h"
+#include "ddpd/core/collective_journal.h"
 
 namespace ddpd {
 namespace {

@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "ddpd/comm_bench.h"
-#include "ddpd/job_options.h"
+#include "ddpd/common/job_options.h"
+#include "ddpd/core/comm_bench.h"
 
 namespace ddpd {
 namespace {

@@ -2,8 +2,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include "ddpd/spec_convert.h"
-#include "ddpd/stall_analysis.h"
+#include "ddpd/api/spec_convert.h"
+#include "ddpd/common/stall_analysis.h"
 #include "job_store.h"
 #include "scheduling.h"
 #include "straggler_watch.h"

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <tuple>
 
+#include "ddpd/core/model.h"
 #include "ddpd/kernels/flash_attention.h"
-#include "ddpd/model.h"
 
 namespace ddpd {
 namespace {

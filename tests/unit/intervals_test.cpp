@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "ddpd/intervals.h"
+#include "ddpd/common/intervals.h"
 
 namespace ddpd {
 namespace {

@@ -2,9 +2,9 @@
 
 #include <limits>
 
-#include "ddpd/fault_injection.h"
-#include "ddpd/job_options.h"
-#include "ddpd/memory_estimate.h"
+#include "ddpd/common/fault_injection.h"
+#include "ddpd/common/job_options.h"
+#include "ddpd/common/memory_estimate.h"
 
 namespace ddpd {
 namespace {

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <regex>
 
-#include "ddpd/model.h"
+#include "ddpd/core/model.h"
 #include "support/process.h"
 
 namespace ddpd {

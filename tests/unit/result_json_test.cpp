@@ -3,8 +3,8 @@
 // typed result.
 #include <gtest/gtest.h>
 
-#include "ddpd/comm_table.h"
-#include "ddpd/result_json.h"
+#include "ddpd/common/comm_table.h"
+#include "ddpd/common/result_json.h"
 
 namespace ddpd {
 namespace {

@@ -5,7 +5,7 @@
 #include <map>
 #include <stdexcept>
 
-#include "ddpd/rendezvous.h"
+#include "ddpd/core/rendezvous.h"
 
 namespace {
 

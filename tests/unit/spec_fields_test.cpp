@@ -11,8 +11,8 @@
 #include <fstream>
 #include <map>
 
-#include "ddpd/ddp_flags.h"
-#include "ddpd/spec_convert.h"
+#include "ddpd/api/spec_convert.h"
+#include "ddpd/common/ddp_flags.h"
 #include "job_file.h"
 
 namespace ddpd {

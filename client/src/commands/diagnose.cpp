@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "commands.h"
-#include "ddpd/unix_time.h"
+#include "ddpd/common/unix_time.h"
 #include "render.h"
 
 namespace ddpd::client {

@@ -3,8 +3,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "ddpd/comm_options.h"
-#include "ddpd/job_options.h"
+#include "ddpd/common/comm_options.h"
+#include "ddpd/common/job_options.h"
 #include "ddpd/v1/ddpd.pb.h"
 
 namespace ddpd::client {

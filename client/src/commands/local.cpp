@@ -7,10 +7,10 @@
 #include <thread>
 
 #include "commands.h"
-#include "ddpd/comm_table.h"
-#include "ddpd/ddp_flags.h"
-#include "ddpd/result_json.h"
-#include "ddpd/spec_convert.h"
+#include "ddpd/api/spec_convert.h"
+#include "ddpd/common/comm_table.h"
+#include "ddpd/common/ddp_flags.h"
+#include "ddpd/common/result_json.h"
 #include "job_specs.h"
 #include "local_cluster.h"
 #include "plot.h"

@@ -3,7 +3,7 @@
 #include <memory>
 
 #include "commands.h"
-#include "ddpd/job_options.h"
+#include "ddpd/common/job_options.h"
 #include "plan_command.h"
 
 namespace ddpd::client {

@@ -4,8 +4,8 @@
 #include <memory>
 
 #include "commands.h"
-#include "ddpd/restart_policy.h"
-#include "ddpd/spec_convert.h"
+#include "ddpd/api/restart_policy.h"
+#include "ddpd/api/spec_convert.h"
 
 namespace ddpd::client {
 namespace {

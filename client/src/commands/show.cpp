@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "commands.h"
-#include "ddpd/result_json.h"
+#include "ddpd/common/result_json.h"
 #include "job_file.h"
 #include "plot.h"
 #include "render.h"

@@ -3,8 +3,8 @@
 #include <memory>
 
 #include "commands.h"
-#include "ddpd/ddp_flags.h"
-#include "ddpd/spec_convert.h"
+#include "ddpd/api/spec_convert.h"
+#include "ddpd/common/ddp_flags.h"
 #include "job_specs.h"
 
 namespace ddpd::client {

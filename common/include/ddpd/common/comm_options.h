@@ -1,0 +1,106 @@
+// Collective-benchmark options and the plain arithmetic around them (docs/metrics.md): no LibTorch,
+// so the coordinator and ddpctl can validate and report comm jobs too.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ddpd/common/job_options.h"
+
+namespace ddpd {
+
+struct CommBenchOptions {
+  std::vector<std::string> collectives{
+      "all_reduce"};  // all_reduce, all_gather, reduce_scatter, broadcast
+  std::vector<int64_t> sizes_bytes{1 << 20, 10 << 20, 100 << 20, int64_t{1} << 30};
+  std::string dtype = "float32";  // float32 | bfloat16
+  int warmup = 5;                 // untimed iterations per size
+  int iters = 20;                 // timed iterations per size
+};
+
+const std::vector<std::string>& collective_names();
+// "1MB", "10MB", "1GB", "512KB", "4096B", "4096": binary units (1 MB = 2^20 bytes, as the
+// peer's size_mb). Throws OptionError("--sizes") naming the bad entry.
+int64_t parse_size(const std::string& text);
+std::vector<int64_t> parse_sizes(const std::string& comma_separated);
+// Throws OptionError naming the flag for unknown collectives, dtypes, sizes < 1 element or
+// above 8 GiB, warmup < 0, iters < 1.
+void validate(const CommBenchOptions& options);
+
+// nccl-tests' bus-bandwidth factor: 2(n-1)/n all_reduce, (n-1)/n all_gather and
+// reduce_scatter, 1 broadcast.
+double busbw_factor(const std::string& collective, int world_size);
+
+struct CommRow {
+  std::string collective;
+  int64_t size_bytes = 0;  // the per-rank buffer: all_gather's input is size/N (nccl-tests)
+  std::vector<double> rank_mean_s, rank_std_s, rank_min_s, rank_max_s;  // by rank
+  double time_s = 0;  // the slowest rank's mean iteration time
+  double algbw_bytes_per_s = 0;
+  double busbw_bytes_per_s = 0;
+  bool data_ok = false;
+};
+
+// t(S) = alpha + S / beta, least squares on relative residuals over one collective's rows;
+// alpha >= 0 and beta > 0 always (noisy data falls back to the bandwidth term alone).
+struct LatencyBandwidthFit {
+  std::string collective;
+  double alpha_s = 0;
+  double beta_bytes_per_s = 0;
+  double rms_relative_error = 0;  // of the fitted times against the measured ones
+};
+LatencyBandwidthFit fit_latency_bandwidth(const std::vector<int64_t>& sizes,
+                                          const std::vector<double>& times_s);
+
+// A physical ceiling in bytes/s per rank, measured by every rank at once over several trials
+// after a warm-up; each trial counts its slowest rank (docs/metrics.md#ceilings).
+struct Ceiling {
+  double median = 0;
+  double min = 0;  // the spread over trials
+  double max = 0;
+};
+
+struct MemoryCeilings {
+  // memcpy into another buffer: the host's copy bandwidth.
+  Ceiling memcpy;
+  // The buffer read and written back in place: the least memory traffic an in-place collective
+  // has per rank (it reads its buffer and writes its result), so the ceiling of shared-memory
+  // busbw. Faster than memcpy, which also fetches the destination's lines before writing them.
+  Ceiling in_place;
+};
+
+struct CommBenchResult {
+  int world_size = 1;
+  std::string transport = "none";  // gloo, shm, nccl; and why auto chose gloo, if it did
+  std::string transport_note;
+  std::vector<CommRow> rows;
+  std::vector<LatencyBandwidthFit> fits;
+  // Loopback TCP: one stream per rank, all at once (as many as a ring's), bytes/s each. The
+  // ceiling of busbw over Gloo on one host.
+  Ceiling loopback;
+  // Memory by every rank at once, bytes/s each, by buffer size (each row's size; small buffers
+  // run from cache, so the figures depend on it).
+  std::map<int64_t, MemoryCeilings> memory_by_size;
+};
+
+// A row's busbw as a fraction of a ceiling's median (0 when it was not measured).
+double fraction_of(double busbw_bytes_per_s, const Ceiling& ceiling);
+// The memory ceilings measured at a row's size (zeros when none were).
+MemoryCeilings memory_ceilings_at(const CommBenchResult& result, int64_t size_bytes);
+// The ceiling of the result's own transport: in-place memory for shm, loopback TCP otherwise.
+Ceiling own_ceiling(const CommBenchResult& result, int64_t size_bytes);
+// A transport's busbw cannot pass its own ceiling; a row above the ceiling's best trial is
+// flagged, not hidden: it means the ceiling was mismeasured.
+bool above_own_ceiling(const CommBenchResult& result, const CommRow& row);
+
+// A comm job: the benchmark options plus the backend, the transport and the collective timeout.
+struct CommJob {
+  CommBenchOptions bench;
+  std::string backend = "gloo";            // gloo | nccl
+  Transport transport = Transport::kAuto;  // gloo backend only
+  double collective_timeout_s = kDefaultCollectiveTimeoutSeconds;
+};
+
+}  // namespace ddpd

@@ -1,0 +1,19 @@
+// Command-line flags of a DDP job, declared once for every front end (ddpd-worker run ddp,
+// and later ddpctl submit ddp / ddpctl local).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "ddpd/common/comm_options.h"
+#include "ddpd/common/job_options.h"
+
+namespace ddpd {
+
+void add_ddp_flags(CLI::App& app, DdpJobOptions& options);
+// Comm-benchmark flags; --sizes is parsed into options.sizes_bytes (OptionError on bad sizes).
+void add_comm_flags(CLI::App& app, CommBenchOptions& options);
+// A comm job's flags: add_comm_flags plus --backend, --transport and --timeout (ddpctl submit
+// comm, ddpctl local comm, ddpd-worker run comm).
+void add_comm_job_flags(CLI::App& app, CommJob& job);
+
+}  // namespace ddpd

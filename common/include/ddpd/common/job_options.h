@@ -1,0 +1,241 @@
+// Job options for DDP training: the one options struct shared by `ddpd-worker run ddp`,
+// `ddpctl submit ddp` and `ddpctl local`. Plain C++ (no LibTorch, no gRPC) so the
+// coordinator and client can validate specs without linking the training core.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ddpd {
+
+// Shape of the Transformer LM (core/include/ddpd/core/model.h).
+struct ModelConfig {
+  int64_t vocab_size = 10000;
+  int64_t d_model = 64;
+  int64_t d_ff = 256;
+  int64_t num_layers = 2;
+  int64_t num_heads = 4;
+  double rope_theta = 10000.0;
+  // The LM head reuses the embedding matrix. Off in every preset (an untied head); tests use
+  // it to check that a parameter shared by two modules is synchronised once.
+  bool tie_embeddings = false;
+  // Attention by the tiled FlashAttention-2 algorithm (kernels/) instead of the full score
+  // matrix; same values and gradients within float tolerance.
+  bool flash_attention = false;
+};
+
+// Preset names, smallest first: tiny, small, medium, large, xl, 2.7B.
+const std::vector<std::string>& model_preset_names();
+// Throws OptionError(--model) for an unknown name.
+ModelConfig model_preset(const std::string& name);
+// Parameter count of the LM for `config` (equals the Python peer's for the same shape).
+int64_t count_parameters(const ModelConfig& config);
+
+// --timeout's default: every collective and the rendezvous, 5 minutes as in torch.distributed.
+constexpr double kDefaultCollectiveTimeoutSeconds = 300.0;
+// The largest --timeout accepted: 30 days, in seconds.
+constexpr double kMaxCollectiveTimeoutSeconds = 30.0 * 24 * 3600;
+// --threads above this is refused; below it, a worker clamps it to its own cores (a rank with
+// more intra-op threads than cores only oversubscribes them: 1000 threads ran 10x slower).
+constexpr int kMaxThreadsPerRank = 256;
+
+// The job model's enums. Each is parsed from its name once, at the boundary (flags, job files,
+// the API), and named back the same way; nothing downstream compares names. EnumInfo<E> gives
+// the flag and the names, in the enum's order.
+template <typename E>
+struct EnumInfo;
+
+// "a, b or c".
+std::string choices_text(const std::vector<std::string>& names);
+
+// Throws OptionError(EnumInfo<E>::kFlag, "must be a, b or c, got 'x'").
+template <typename E>
+E parse_enum(const std::string& name);
+
+template <typename E>
+const std::string& enum_name(E value) {
+  return EnumInfo<E>::names().at(static_cast<size_t>(value));
+}
+
+// The gradient-sync strategy (docs/strategies in the README; core/src/strategies/).
+enum class Strategy { kNaive, kFlat, kOverlap, kBucketed, kFsdp };
+const std::vector<std::string>& strategy_names();  // EnumInfo<Strategy>::names()
+Strategy parse_strategy(const std::string& name);  // parse_enum<Strategy>
+std::string to_string(Strategy strategy);          // enum_name
+// Compute precision: fp32, or bf16 autocast with FP32 master weights.
+enum class Precision { kFp32, kBf16 };
+// Attention: naive (the full score matrix) | flash (tiled, kernels/).
+enum class Attention { kNaive, kFlash };
+// Where the ranks compute: cpu (Gloo or shared memory) | cuda (NCCL, the GPU of the local rank).
+enum class Device { kCpu, kCuda };
+// The element type of a --data token file.
+enum class TokenDtype { kUint16, kInt32 };
+// What the coordinator does about a stall: fail (the job FAILS with the analysis) | warn (an
+// event only).
+enum class OnStall { kFail, kWarn };
+// The learning-rate schedule after warm-up (learning_rate_at).
+enum class LrSchedule { kConstant, kCosine, kLinear };
+// Gradients on the wire: none (fp32) | fp16 | bf16 (PyTorch's fp16/bf16_compress_hook).
+enum class GradCompression { kNone, kFp16, kBf16 };
+// FSDP's units: block (the embedding, each block, the final norm with the head) | whole.
+enum class FsdpUnits { kBlock, kWhole };
+
+// How CPU ranks exchange data (docs/shm-transport.md). kAuto, the default: shared memory when
+// every rank is on one host and can map the segment, else Gloo with the reason in the result
+// (at 2 ranks shm's all-reduce busbw is 4.6x Gloo's and a bucketed DDP step 10 % shorter,
+// docs/shm-transport.md). kGloo: TCP. kShm: shared memory or an error. CUDA ranks use NCCL
+// whatever it says, so kShm is refused there and kAuto means NCCL.
+enum class Transport { kAuto, kGloo, kShm };
+Transport parse_transport(const std::string& name);  // parse_enum<Transport>
+std::string to_string(Transport transport);          // enum_name
+
+#define DDPD_ENUM_INFO(Enum, flag)                  \
+  template <>                                       \
+  struct EnumInfo<Enum> {                           \
+    static constexpr const char* kFlag = flag;      \
+    static const std::vector<std::string>& names(); \
+  }
+DDPD_ENUM_INFO(Strategy, "--strategy");
+DDPD_ENUM_INFO(Precision, "--precision");
+DDPD_ENUM_INFO(Attention, "--attention");
+DDPD_ENUM_INFO(Device, "--device");
+DDPD_ENUM_INFO(TokenDtype, "--data-dtype");
+DDPD_ENUM_INFO(OnStall, "--on-stall");
+DDPD_ENUM_INFO(LrSchedule, "--lr-schedule");
+DDPD_ENUM_INFO(GradCompression, "--grad-compression");
+DDPD_ENUM_INFO(FsdpUnits, "--fsdp-units");
+DDPD_ENUM_INFO(Transport, "--transport");
+#undef DDPD_ENUM_INFO
+
+// A bad option value. `flag()` is the command-line flag name (e.g. "--batch") so every
+// front end can say which field is wrong; what() is one line: "--batch: <reason>".
+class OptionError : public std::invalid_argument {
+ public:
+  OptionError(std::string flag, const std::string& reason)
+      : std::invalid_argument(flag + ": " + reason), flag_(std::move(flag)) {}
+  const std::string& flag() const { return flag_; }
+
+ private:
+  std::string flag_;
+};
+
+// Throws OptionError(flag, reason) unless `ok`: the one check every validator is written with.
+void require(bool ok, const std::string& flag, const std::string& reason);
+
+struct DdpJobOptions {
+  std::string model = "tiny";         // preset name; the overrides below win
+  std::optional<int64_t> d_model;     // --d-model
+  std::optional<int64_t> d_ff;        // --d-ff
+  std::optional<int64_t> num_layers;  // --layers
+  std::optional<int64_t> num_heads;   // --heads
+  std::optional<int64_t> vocab_size;  // --vocab
+  int64_t context_length = 64;        // tokens per sample
+  int64_t batch_size = 8;             // global batch; each rank gets batch_size / world_size
+  int64_t steps = 10;                 // optimizer steps, warm-up included
+  int64_t warmup_steps = 2;           // first steps left out of the summary statistics
+  uint64_t seed = 0;                  // model init uses seed + rank (rank 0's is broadcast)
+  Strategy strategy = Strategy::kBucketed;
+  double bucket_size_mb = 25.0;  // bucketed only; MiB (2^20 bytes), as PyTorch DDP
+  bool shard_optimizer = false;  // ZeRO-1 optimizer-state sharding (not with fsdp)
+  // AdamW hyper-parameters; defaults are torch.optim.AdamW's.
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+  Precision precision = Precision::kFp32;
+  Attention attention = Attention::kNaive;
+  // cpu (Gloo) | cuda (NCCL, one GPU per local rank; needs a CUDA build, checked at rendezvous)
+  Device device = Device::kCpu;
+  std::string data_path;  // empty: random tokens; else a flat binary token file
+  TokenDtype data_dtype = TokenDtype::kUint16;  // of data_path
+  int64_t spread_every = 1;                     // measure param spread every K steps (0: never)
+  double max_param_spread = 0.0;  // fail the job when spread exceeds it (0: never fail)
+  int threads = 0;                // intra-op threads per rank; 0: cores / world size (one host)
+  double collective_timeout_s = kDefaultCollectiveTimeoutSeconds;  // collectives and rendezvous
+  int64_t journal_size = 2000;  // collectives each rank's journal keeps (a ring buffer)
+  // Daemon jobs: a stall is S seconds in which no rank completes a collective or a step; the
+  // coordinator then names the waiting and the missing ranks (docs/diagnosis.md). 0: never.
+  double stall_seconds = 60;
+  OnStall on_stall = OnStall::kFail;
+  // Daemon jobs: a rank whose compute score (1 / its median over the last 10 steps of compute
+  // time relative to the step's median rank) stays below this for 3 steps is reported as a
+  // straggler (coordinator/src/straggler_watch.h). 0: never.
+  double straggler_threshold = 0.75;
+  std::string inject;  // fault injection (ddpd/fault_injection.h); empty: none
+  // Debug: every collective is preceded by an all-gather of its fingerprint, and a mismatch
+  // fails the job naming both sides (CommunicatorOptions::check_collectives). Off.
+  bool check_collectives = false;
+  Transport transport = Transport::kAuto;  // how CPU ranks exchange data (Transport)
+  // Checkpoints (docs/checkpoints.md): every K steps into DIR/step-NNNNNN, keeping the newest N
+  // (0: all). Off while checkpoint_every is 0.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  int64_t keep_checkpoints = 0;
+  // Continue from DIR/step-N, from DIR's `latest`, or "latest" under checkpoint_dir. --steps stays
+  // the job's total: resuming step 4 with --steps 8 trains steps 5-8.
+  // "auto": the latest checkpoint under checkpoint_dir if there is one, else the start (what an
+  // automatic restart runs with).
+  std::string resume;
+  // Daemon jobs: restart the job from its latest checkpoint after a lost rank, a failed rank or
+  // a stall under --on-stall fail, at most this many times; a restart may shrink the job to
+  // min_world_size ranks when too few workers are idle (0: the job's world size, no shrink).
+  int max_restarts = 0;
+  int min_world_size = 0;
+  // Learning-rate schedule over the job's --steps: constant | cosine | linear (decaying to
+  // min_lr), after a linear warm-up of lr_warmup_steps from lr / W to lr. See learning_rate_at.
+  LrSchedule lr_schedule = LrSchedule::kConstant;
+  int64_t lr_warmup_steps = 0;
+  double min_lr = 0.0;
+  // Clip the gradients' global norm (over every rank's shard, each parameter once) to this,
+  // as torch.nn.utils.clip_grad_norm_ does (0: no clipping).
+  double clip_grad_norm = 0.0;
+  // Gradient accumulation: each rank's share of the global batch (--batch stays the global batch
+  // per optimizer step) runs as K micro-batches; only the last backward synchronises.
+  int64_t grad_accum = 1;
+  // Gradient communication: none (fp32) | fp16 | bf16 (PyTorch's fp16/bf16_compress_hook: divide
+  // by N, cast, all-reduce, cast back). naive, flat, overlap and bucketed only.
+  GradCompression grad_compression = GradCompression::kNone;
+  // Byte-level text (vocab 256, each byte a token) instead of --data / random tokens.
+  std::string data_text;
+  // Held-out loss: every eval_every steps, eval_batches global batches of eval_data (in the
+  // training data's format), the mean over ranks reported as eval_loss. Off while eval_every is 0.
+  std::string eval_data;
+  int64_t eval_every = 0;
+  int64_t eval_batches = 4;
+  // overlap and bucketed launch gradient collectives in one order every rank agrees on. After
+  // the first step they adopt the order in which rank 0's gradients became ready, as c10d's
+  // Reducer rebuilds its buckets; static_buckets keeps reverse registration order.
+  bool static_buckets = false;
+  // A trainable parameter that gets no gradient in a step's backward is an error naming it,
+  // unless this is set: then it is reduced as zeros (overlap, bucketed).
+  bool find_unused_parameters = false;
+  // fsdp (docs/fsdp.md). block: one unit per Transformer block, plus the embedding and the final
+  // norm with the LM head (tied weights share one unit), each gathered just before its forward
+  // and backward and reduce-scattered as soon as its gradients are complete. whole: the model is
+  // one unit, gathered for the whole step (no memory saving; kept for comparison).
+  FsdpUnits fsdp_units = FsdpUnits::kBlock;
+  // fsdp: units whose all-gather starts ahead of the one computing (0: gather on demand). One
+  // unit ahead hides most of the gather behind compute; each adds a unit of full parameters.
+  int64_t fsdp_prefetch = 1;
+  // fsdp: free a unit's full parameters after its forward and gather them again for its backward
+  // (PyTorch FSDP's default). false keeps them from forward to backward: one all-gather less per
+  // unit and step, the full model's parameters alive at the end of forward (ZeRO-2-like).
+  bool reshard_after_forward = true;
+
+  // The preset with the overrides applied.
+  ModelConfig resolved_model() const;
+};
+
+// Checks every field for a job of `world_size` ranks; throws OptionError naming the flag.
+void validate(const DdpJobOptions& options, int world_size);
+
+// The learning rate of step `step` (0-based) under the job's schedule: lr * (step + 1) / W during
+// the warm-up, then constant lr, or from lr down to min_lr over the remaining steps by half a
+// cosine or linearly (reaching min_lr at the last step).
+double learning_rate_at(const DdpJobOptions& options, int64_t step);
+
+}  // namespace ddpd

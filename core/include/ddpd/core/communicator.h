@@ -1,0 +1,294 @@
+// Collectives over a c10d process group, each with a timeout and a recorded time span.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include "ddpd/common/job_options.h"
+#include "ddpd/core/collective_journal.h"
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ddpd {
+
+namespace detail {
+class Timeline;
+struct TimePoint;
+}  // namespace detail
+
+// One collective from launch to completion, in seconds on the communicator's clock.
+struct CommSpan {
+  std::string name;
+  double launch_s = 0;
+  double complete_s = 0;
+  int64_t bytes = 0;
+};
+
+// The error message of a failed collective, naming its cause: "timed out after N ms: a rank
+// did not join it in time", "failed: a peer rank closed its connection (its process exited)",
+// or the backend's own words. Exposed for tests.
+std::string describe_collective_failure(const std::string& collective,
+                                        std::chrono::milliseconds timeout,
+                                        const std::string& backend_message);
+
+// A collective that failed or timed out (its message names the collective and the cause), or a
+// desync --check-collectives found. The trainer catches it to run the cross-rank analysis.
+class CollectiveError : public std::runtime_error {
+ public:
+  explicit CollectiveError(const std::string& message, bool peer_exited = false)
+      : std::runtime_error(message), peer_exited_(peer_exited) {}
+  // A peer closed its connection (its process exited), rather than a timeout: the survivors
+  // learn it within moments of each other.
+  bool peer_exited() const { return peer_exited_; }
+
+ private:
+  bool peer_exited_;
+};
+// --check-collectives found ranks launching different collectives under one sequence number;
+// the message names both sides, so no further analysis is needed.
+class CollectiveDesync : public CollectiveError {
+ public:
+  // `finding`: "rank 1 launched … as #7 where ranks 0, 2 launched … as #7".
+  CollectiveDesync(const std::string& finding, int named_rank)
+      : CollectiveError("collective desync (--check-collectives): " + finding),
+        finding_(finding),
+        named_rank_(named_rank) {}
+  const std::string& finding() const { return finding_; }
+  int named_rank() const { return named_rank_; }  // the lowest rank outside the majority
+
+ private:
+  std::string finding_;
+  int named_rank_;
+};
+
+// An asynchronous collective. On CPU (Gloo), wait() blocks until it completes or the
+// communicator's timeout passes, and throws std::runtime_error (with the collective's name) on
+// timeout or failure (a CollectiveError). On CUDA (NCCL), wait() makes the caller's current stream
+// wait for the collective without blocking the host (a timeout there would turn newer PyTorch's
+// wait into a host-side poll); NCCL's watchdog enforces the timeout given to the process group. The
+// tensors passed in `keep_alive` stay referenced until wait(), so their memory is not reused
+// by the caller's stream before the collective is done with it.
+// A collective's entry in its communicator's journal, marked failed when wait() throws.
+struct JournalTicket {
+  std::shared_ptr<CollectiveJournal> journal;  // null: not journalled
+  int64_t seq = 0;
+  std::chrono::steady_clock::time_point epoch;       // the communicator's clock
+  std::shared_ptr<const std::atomic<bool>> aborted;  // Communicator::abort(); null: never
+};
+
+class PendingCollective {
+ public:
+  PendingCollective() = default;
+  PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string name,
+                    std::chrono::milliseconds timeout, bool on_device = false,
+                    std::vector<at::Tensor> keep_alive = {}, JournalTicket ticket = {});
+  ~PendingCollective();
+  PendingCollective(PendingCollective&&) noexcept;
+  PendingCollective& operator=(PendingCollective&&) noexcept;
+
+  void wait();
+
+ private:
+  // Waits for a host-side work (Gloo, shm) up to timeout_ in slices of kAbortCheck, so that an
+  // aborted communicator stops waiting within a slice; the last slice's timeout is the
+  // backend's own error, as a single wait would throw it.
+  void wait_on_host(c10d::Work& work);
+
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::string name_;
+  std::chrono::milliseconds timeout_{0};
+  bool on_device_ = false;
+  std::vector<at::Tensor> keep_alive_;
+  JournalTicket ticket_;
+};
+
+// A reduce-scatter in flight. wait() leaves in `output` the sum over ranks of this rank's chunk
+// (or throws as PendingCollective::wait does). On Gloo the exchange is an all-to-all of the
+// chunks and wait() adds the N received chunks in rank order.
+class PendingReduceScatter {
+ public:
+  PendingReduceScatter() = default;  // complete
+  PendingReduceScatter(PendingCollective exchange, at::Tensor received, at::Tensor output);
+  void wait();
+
+ private:
+  PendingCollective exchange_;
+  at::Tensor received_;  // [N, chunk]: rank r's copy of this rank's chunk; undefined: no sum
+  at::Tensor output_;
+};
+
+// Collectives of one op launched by a communicator, and the bytes of their payloads (what this
+// rank handed the backend: a gradient all-reduce in fp16 counts half the fp32 one).
+struct TrafficCount {
+  int64_t calls = 0;
+  int64_t bytes = 0;
+};
+
+// How a communicator runs its collectives. Defaults suit a CPU rank.
+struct CommunicatorOptions {
+  std::chrono::milliseconds timeout{// every collective (--timeout)
+                                    static_cast<int64_t>(kDefaultCollectiveTimeoutSeconds * 1000)};
+  at::Device device = at::kCPU;  // where collectives' tensors live: CPU (Gloo), the rank's GPU
+  size_t journal_size = CollectiveJournal::kDefaultCapacity;  // --journal-size (2000)
+  // --check-collectives (debug, off): before each collective the ranks all-gather its
+  // fingerprint (sequence number, op, element count, dtype) and fail with both sides named when
+  // they differ. One small blocking all-gather per collective.
+  bool check_collectives = false;
+  // The CPU group's transport ("gloo", "shm"; "nccl" on CUDA) and, when --transport auto fell
+  // back to Gloo, why. Reported in results and metrics.
+  std::string transport = "gloo";
+  std::string transport_note;
+};
+
+// Thread contract: collectives may be launched from the training thread and from autograd
+// hooks (on CUDA, autograd's device thread); launches are serialised by an internal mutex, and
+// every rank must launch the same collectives in the same order (c10d matches them by order).
+// Span recording is thread-safe (on CPU, completion is recorded on the backend's threads; on
+// CUDA, by events read back in take_spans). With world_size 1 and no process group, every
+// collective is the identity and completes at once.
+class Communicator {
+ public:
+  // `store` is the rendezvous store the group was built over (null for world size 1); after a
+  // failed collective the ranks exchange their positions through it. `server` (rank 0's) is the
+  // store's server, kept for the communicator's lifetime and released with it even when abort()
+  // leaves the group behind.
+  Communicator(c10::intrusive_ptr<c10d::Backend> group, int rank, int world_size,
+               CommunicatorOptions options = {}, c10::intrusive_ptr<c10d::Store> store = {},
+               c10::intrusive_ptr<c10d::Store> server = {});
+  ~Communicator();
+
+  // Ends every wait on a collective, current and later, with a CollectiveError saying the job
+  // was cancelled, within 0.1 s, whatever the collective waits for. The daemon calls it on
+  // cancel: a rank blocked in a collective whose peer is gone (stopped, partitioned) used to
+  // hold its worker until --timeout. Afterwards the communicator is unusable; on CPU its
+  // destructor leaves the group to its threads (a Gloo collective in flight cannot be
+  // abandoned, and destroying the group joins them: up to --timeout). Thread contract: any
+  // thread, any time (the daemon's session thread, while the rank's thread waits).
+  void abort();
+  bool aborted() const { return aborted_->load(); }
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  at::Device device() const { return device_; }
+  bool checks_collectives() const { return check_collectives_; }
+  // "gloo", "shm" or "nccl"; with world size 1, "none".
+  const std::string& transport() const { return transport_; }
+  // Why --transport auto chose Gloo ("" otherwise).
+  const std::string& transport_note() const { return transport_note_; }
+  // The clock of the device's work queue (host clock on CPU, CUDA events on CUDA), on the
+  // same axis as now(). Shared by the trainer and the benchmarks.
+  detail::Timeline& timeline() { return *timeline_; }
+
+  // The collectives. Naming rule: a collective that returns a Pending… is asynchronous (launched
+  // in order on every rank; wait() before reading its result), as c10d's return a Work; one that
+  // returns void blocks until it is done. `_async` marks the asynchronous form only where the
+  // same op also has a blocking one (reduce_scatter_sum). Every collective carries the
+  // communicator's timeout and is journaled.
+  //
+  // In-place sum across ranks (fp32, bf16 and fp16 on every transport).
+  PendingCollective all_reduce_sum(at::Tensor& tensor, const std::string& name);
+  // In-place element-wise max / min (used for the param spread).
+  void all_reduce_max(at::Tensor& tensor);
+  void all_reduce_min(at::Tensor& tensor);
+  // Rank `root`'s tensor is copied into every rank's.
+  PendingCollective broadcast(at::Tensor& tensor, int root, const std::string& name);
+  // output (world_size * input.numel(), contiguous 1-D) gets every rank's input in rank order.
+  PendingCollective all_gather(at::Tensor& output, const at::Tensor& input,
+                               const std::string& name);
+  // input is 1-D with world_size * output.numel() elements; output gets the sum over ranks of
+  // this rank's chunk. NCCL and shm run their reduce-scatter. On Gloo it runs as an all-to-all
+  // of the chunks (each rank sends (N-1)/N of the input, as a ring would, but asynchronously on
+  // Gloo's own threads, so backward goes on while it travels) and the sum of the N received
+  // chunks at wait(). Not Gloo's _reduce_scatter_base: in LibTorch 2.11 it clones the whole
+  // input and all-reduces the clone, moving twice the bytes through a buffer of the same
+  // full size as our receive buffer. `input` and `output` must stay alive until then.
+  PendingReduceScatter reduce_scatter_sum_async(at::Tensor& output, const at::Tensor& input,
+                                                const std::string& name);
+  // The same, waited for.
+  void reduce_scatter_sum(at::Tensor& output, const at::Tensor& input, const std::string& name) {
+    reduce_scatter_sum_async(output, input, name).wait();
+  }
+  void barrier();
+
+  // Every collective launched, with its sequence number and state (thread-safe to read).
+  const CollectiveJournal& journal() const { return *journal_; }
+  // Collectives launched so far and their payload bytes, by op (all_reduce, broadcast,
+  // all_gather, reduce_scatter). Thread-safe.
+  std::map<std::string, TrafficCount> traffic() const;
+
+  // Fault injection (--inject skip-collective): this rank does not launch its next collective
+  // (and does not journal it), so its later collectives pair with its peers' earlier ones.
+  void skip_next_collective() { skip_next_.store(true); }
+
+  // After a failed collective: writes this rank's `report` to the rendezvous store and collects
+  // the other ranks' for up to `wait` (a rank stuck in compute never writes). By rank; this
+  // rank's own included. Rank 0, which serves the store, returns only once every rank that
+  // reported has finished reading (or after one more `wait`), so its exit cannot cut the others
+  // off. Throws std::runtime_error when the store cannot be reached (rank 0 has exited). Call at
+  // most once per communicator.
+  std::vector<std::optional<std::string>> exchange_failure_reports(const std::string& report,
+                                                                   std::chrono::milliseconds wait);
+
+  // Spans completed since the last call, oldest first.
+  std::vector<CommSpan> take_spans();
+  // Seconds since this communicator was created (the clock of CommSpan).
+  double now() const;
+  // A time on that clock as unix seconds (the wall clock read once at creation), so spans of
+  // ranks on different hosts line up on one timeline (to within their clocks' offset).
+  double unix_seconds(double clock_s) const;
+
+ private:
+  // A blocking all-reduce with `op` (the param spread's max and min).
+  void blocking_all_reduce(at::Tensor& tensor, c10d::ReduceOp op, const std::string& name);
+  // Journals a launch (call with launch_mutex_ held, so sequence numbers follow launch order).
+  // With --check-collectives it first compares the collective's fingerprint across ranks.
+  int64_t journal_launch(const std::string& op, const std::string& name, const at::Tensor& data);
+  // Consumes an armed skip_next_collective() (call with launch_mutex_ held).
+  bool skip_injected(const std::string& name);
+  JournalTicket ticket(int64_t seq) const { return {journal_, seq, epoch_, aborted_}; }
+  // The one launch path of the asynchronous collectives: under launch_mutex_, an injected skip,
+  // the launch mark, the journal (and --check-collectives), `call` (the backend's collective),
+  // and the span's tracking.
+  template <typename Call>
+  PendingCollective launch(const char* op, const std::string& name, const at::Tensor& journaled,
+                           int64_t bytes, Call&& call, std::vector<at::Tensor> keep_alive = {});
+  PendingCollective track(c10::intrusive_ptr<c10d::Work> work, const std::string& name, int64_t seq,
+                          int64_t bytes, const detail::TimePoint& launch,
+                          std::vector<at::Tensor> keep_alive = {});
+
+  c10::intrusive_ptr<c10d::Backend> group_;
+  int rank_;
+  int world_size_;
+  std::chrono::milliseconds timeout_;
+  at::Device device_;
+  bool check_collectives_;
+  std::string transport_;
+  std::string transport_note_;
+  // The backend gathers into and reduce-scatters out of flat buffers (NCCL, shm); else the
+  // Gloo fallbacks (comm/gloo_fallbacks.h).
+  bool flat_buffers_ = false;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::Store> server_;  // rank 0's; freed even when abort() leaves group_
+  std::atomic<bool> skip_next_{false};
+  std::shared_ptr<std::atomic<bool>> aborted_ = std::make_shared<std::atomic<bool>>(false);
+  std::chrono::steady_clock::time_point epoch_;
+  double unix_epoch_s_;  // system clock at epoch_
+  std::mutex launch_mutex_;
+  std::unique_ptr<detail::Timeline> timeline_;
+  struct SpanLog;
+  std::shared_ptr<SpanLog> spans_;  // shared with completion callbacks that may outlive a call
+  std::shared_ptr<CollectiveJournal> journal_;  // shared with completion callbacks
+  mutable std::mutex traffic_mutex_;
+  std::map<std::string, TrafficCount> traffic_;  // by op; guarded by traffic_mutex_
+};
+
+}  // namespace ddpd

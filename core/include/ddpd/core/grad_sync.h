@@ -1,0 +1,161 @@
+// The gradient-synchronisation strategies behind one interface.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddpd/common/job_options.h"
+#include "ddpd/core/communicator.h"
+
+namespace ddpd {
+
+// The dtype gradients travel in (--grad-compression). fp16 and bf16 follow PyTorch's
+// fp16_compress_hook and bf16_compress_hook: divide by N, cast, all-reduce, cast back into the
+// fp32 gradient. fp32 all-reduces the sum and divides by N afterwards.
+enum class WireDtype { kFp32, kFp16, kBf16 };
+WireDtype wire_dtype_of(GradCompression compression);
+
+// Options for make_synchronizer. Defaults match DdpJobOptions.
+struct SyncOptions {
+  Strategy strategy = Strategy::kBucketed;
+  double bucket_size_mb = 25.0;                // bucketed: cap per bucket, MiB
+  WireDtype gradient_wire = WireDtype::kFp32;  // not fsdp (validate() refuses it)
+  // bucketed: the first bucket's cap, MiB (c10d's 1 MiB: the first all-reduce starts early in
+  // backward); the smaller of this and bucket_size_mb applies.
+  double first_bucket_mb = 1.0;
+  // overlap, bucketed: keep reverse registration order; else adopt rank 0's gradient-ready
+  // order after the first step (DdpJobOptions::static_buckets).
+  bool static_buckets = false;
+  // overlap, bucketed: reduce parameters that got no gradient as zeros instead of throwing.
+  bool find_unused_parameters = false;
+  // fsdp (DdpJobOptions::fsdp_units, fsdp_prefetch, reshard_after_forward): one unit per block
+  // of a UnitwiseModule (other modules are one unit whatever this says), units gathered ahead
+  // of the one computing, and full parameters freed after each unit's forward.
+  bool fsdp_whole_model = false;
+  int fsdp_prefetch = 1;
+  bool reshard_after_forward = true;
+};
+
+// The elements [begin, end) of a model parameter (flattened) that one optimizer parameter holds.
+struct HeldRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+// Bytes of full (unsharded) parameters and gradients alive during a step, as the strategy holds
+// them: replicated strategies hold the whole model and its gradients; fsdp holds the shards plus
+// the units it has gathered and the full gradients it has not yet reduce-scattered (with their
+// exchange buffers). Peaks since the last zero_grad().
+struct UnshardedPeak {
+  int64_t parameter_bytes = 0;
+  int64_t gradient_bytes = 0;
+  int64_t total_bytes = 0;     // of both at once (at most the sum of the two)
+  int64_t gradient_units = 0;  // fsdp: units whose full gradients were alive at once; else 1
+};
+
+// Wraps a model for data-parallel training. Construction broadcasts rank 0's parameters and
+// buffers so every rank starts identical. Per step the trainer calls, in this order:
+// zero_grad(), prepare_forward(), forward+backward (K times under gradient accumulation, with
+// set_sync_on_backward(false) before all but the last), finish_gradient_synchronization(),
+// optimizer step on optimizer_parameters(), after_optimizer_step().
+//
+// Thread contract: all calls come from the training thread; overlapping strategies also run
+// gradient-ready hooks on autograd's thread during backward, and those only launch collectives.
+class GradientSynchronizer {
+ public:
+  virtual ~GradientSynchronizer() = default;
+  // The synchronisation that runs: the strategy's name, or "none" at world size 1 (whatever
+  // strategy was asked for, a single rank runs no collective).
+  virtual std::string name() const = 0;
+
+  // Clears gradients before the next backward (the bucketed strategy keeps gradients as
+  // views into its buckets and zeroes those instead of dropping them).
+  virtual void zero_grad();
+  // FSDP gathers full parameters here; the others do nothing.
+  virtual void prepare_forward() {}
+  // Returns when every gradient of this step has been averaged over ranks (for fsdp: summed
+  // into this rank's gradient shard and divided by N). Throws on collective failure/timeout.
+  virtual void finish_gradient_synchronization() = 0;
+  // finish_gradient_synchronization() in parts: `on_averaged` receives each group of optimizer
+  // parameters as soon as their average is in place (bucketed: bucket by bucket in launch order,
+  // while later buckets are still in flight), so the optimizer can step them meanwhile. The
+  // default waits for everything and passes every optimizer parameter once.
+  virtual void finish_gradient_synchronization_in_parts(
+      const std::function<void(const std::vector<torch::Tensor>&)>& on_averaged) {
+    finish_gradient_synchronization();
+    on_averaged(optimizer_parameters());
+  }
+  // Tensors the optimizer updates: the trainable parameters, or for fsdp this rank's shards.
+  virtual std::vector<torch::Tensor> optimizer_parameters() = 0;
+  // The model's full parameters as every rank should agree on them (fsdp gathers them: a
+  // collective, so every rank must call it). Used for the param spread and by tests.
+  virtual std::vector<torch::Tensor> full_parameters() = 0;
+  virtual void after_optimizer_step() {}
+  // For each optimizer parameter, the elements of its model parameter it holds (the whole
+  // tensor, or under fsdp the part in this rank's shard, possibly none). Checkpoints use it.
+  virtual std::vector<HeldRange> optimizer_parameter_ranges();
+  // Calls `visit` with the model's full parameters, a group at a time (fsdp: one unit at a time,
+  // gathered for the call and freed after it; a collective, so every rank must call it). The
+  // tensors are valid during the call only. Used for the param spread.
+  virtual void visit_full_parameters(
+      const std::function<void(const std::vector<torch::Tensor>&)>& visit) {
+    visit(full_parameters());
+  }
+  // See UnshardedPeak.
+  virtual UnshardedPeak step_peak_unsharded() const = 0;
+  // Evaluation ran forward only after prepare_forward(): fsdp frees the gathered parameters.
+  virtual void end_forward_only() {}
+
+  // Gradient accumulation, as DDP's no_sync(): while off, backward only accumulates gradients
+  // locally (overlapping strategies' hooks launch nothing); the backward of the step's last
+  // micro-batch runs with it on and synchronises the accumulated sum. On by default.
+  void set_sync_on_backward(bool enabled) { sync_on_backward_.store(enabled); }
+
+ protected:
+  bool sync_on_backward() const { return sync_on_backward_.load(); }
+
+ private:
+  std::atomic<bool> sync_on_backward_{true};  // read by hooks on autograd's thread
+};
+
+std::unique_ptr<GradientSynchronizer> make_synchronizer(torch::nn::Module& model,
+                                                        std::shared_ptr<Communicator> comm,
+                                                        const SyncOptions& options);
+
+// Copies rank 0's parameters and buffers into every rank's module (blocking).
+void broadcast_module_state(torch::nn::Module& module, Communicator& comm);
+
+// Max over parameters of (max - min across ranks), element-wise. A collective. Works through
+// the parameters in chunks of at most 4 MiB, so it adds no model-sized temporary.
+double parameter_spread(const std::vector<torch::Tensor>& parameters, Communicator& comm);
+// The same over everything `sync` visits, unit by unit under fsdp.
+double parameter_spread(GradientSynchronizer& sync, Communicator& comm);
+
+// Bucket assignment of the bucketed strategy: parameter indices (into `numels`) taken in `order`
+// and packed into buckets of at most `cap_bytes`, the first of at most `first_cap_bytes`; a
+// parameter larger than its cap gets a bucket of its own. Exposed for tests.
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<size_t>& order,
+                                                const std::vector<int64_t>& numels,
+                                                int64_t element_size, int64_t cap_bytes,
+                                                int64_t first_cap_bytes);
+// The same in reverse registration order (how gradients roughly become ready in backward), with
+// every bucket under `cap_bytes`.
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<int64_t>& numels,
+                                                int64_t element_size, int64_t cap_bytes);
+
+// FSDP shard layout of one flattened parameter of `numel` elements over `world_size` ranks:
+// padded to a multiple of world_size, each rank owning `shard_numel` elements.
+struct ShardLayout {
+  int64_t numel = 0;
+  int64_t padded_numel = 0;
+  int64_t shard_numel = 0;
+};
+ShardLayout shard_layout(int64_t numel, int world_size);
+
+}  // namespace ddpd

@@ -1,0 +1,84 @@
+// Rendezvous description and process-group construction (docs/protocols.md).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ddpd/common/job_options.h"
+
+namespace ddpd {
+
+class Communicator;
+
+// Where and how ranks meet. Defaults describe a single-process run.
+struct RendezvousOptions {
+  std::string master_addr = "127.0.0.1";  // host of the c10d TCPStore (rank 0 serves it)
+  int master_port = 29500;                // torchrun's default port
+  // torchrun's agent already serves the store at MASTER_ADDR:MASTER_PORT
+  // (TORCHELASTIC_USE_AGENT_STORE=True): every rank, rank 0 too, connects to it as a client.
+  bool use_agent_store = false;
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;  // selects the GPU under NCCL
+  // Ranks on this host (torchrun's LOCAL_WORLD_SIZE; without it, every rank when the store is
+  // on loopback, else 1): they share its memory in the admission check.
+  int local_world_size = 1;
+  std::string backend = "gloo";  // gloo (CPU) | nccl (CUDA builds)
+  // Address this rank's Gloo transport binds to. Empty: loopback when master_addr is a loopback
+  // address, else the address this host's name resolves to.
+  std::string local_address;
+  std::chrono::milliseconds timeout{// store connection and every collective
+                                    static_cast<int64_t>(kDefaultCollectiveTimeoutSeconds * 1000)};
+  size_t journal_size = 2000;              // collectives the communicator's journal keeps
+  bool check_collectives = false;          // --check-collectives (CommunicatorOptions)
+  Transport transport = Transport::kAuto;  // CPU groups (ddpd/job_options.h: Transport)
+};
+
+// Makes a write to a connection a dead peer closed an error instead of a SIGPIPE that kills this
+// process: Gloo's TCP transport writes without MSG_NOSIGNAL, so without this a rank whose peer
+// died can die of the signal before its collective reports the peer's exit (Python ignores
+// SIGPIPE, which is why PyTorch users never see it). Call once from main() of a program that
+// runs ranks, before connect().
+void ignore_broken_pipes();
+
+// Unlinks shared-memory segments (/dev/shm/ddpd-shm-*) that crashed groups left behind: their
+// creator's process is gone, or they are older than an hour. A group unlinks its segment as
+// soon as every rank has mapped it, so only a crash during rendezvous leaves one. Call once at
+// a program's start (ddpd-worker, ddpd-train). Returns how many were removed.
+int remove_stale_shm_segments();
+
+// Reads torchrun-style variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE). WORLD_SIZE unset means one process. Inside an srun step without RANK,
+// Slurm's stand in: RANK = SLURM_PROCID, WORLD_SIZE = SLURM_STEP_NUM_TASKS, LOCAL_RANK =
+// SLURM_LOCALID, LOCAL_WORLD_SIZE = this node's count in SLURM_STEP_TASKS_PER_NODE,
+// MASTER_ADDR = the first host of SLURM_STEP_NODELIST, MASTER_PORT (unless set) = 20000 +
+// SLURM_JOB_ID % 10000. Meant to be called once, at the program's entry point.
+// Throws std::invalid_argument naming the variable when one is malformed.
+RendezvousOptions rendezvous_from_environment();
+
+// The same over any variable source (tests); nullopt is an unset variable.
+using EnvironmentLookup = std::function<std::optional<std::string>(const std::string&)>;
+RendezvousOptions rendezvous_from_environment(const EnvironmentLookup& lookup);
+
+// The process-group backend a DDP job's device needs: gloo for cpu, nccl for cuda.
+std::string backend_for(const DdpJobOptions& job);
+
+// Sets what the job decides about its process group: the backend, the collective timeout, the
+// journal size and --check-collectives. Shared by standalone runs and the worker daemon.
+void apply_job_options(RendezvousOptions& options, const DdpJobOptions& job);
+
+// rendezvous_from_environment() with the job's backend and collective timeout, after checking
+// the job for that world size. Throws std::invalid_argument (OptionError for the job's fields).
+RendezvousOptions rendezvous_for_job(const DdpJobOptions& job);
+
+// Protocol: rank 0 starts a TCPStore server on master_addr:master_port and waits for
+// world_size - 1 clients; every other rank connects as a client (retrying until `timeout`).
+// Each rank then creates the backend's process group over that store, which exchanges the
+// ranks' transport addresses through it. Returns a Communicator for world_size 1 without any
+// store. Throws std::runtime_error with the endpoint and reason when rendezvous fails.
+std::shared_ptr<Communicator> connect(const RendezvousOptions& options);
+
+}  // namespace ddpd

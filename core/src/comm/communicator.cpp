@@ -1,0 +1,461 @@
+#include "ddpd/core/communicator.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <thread>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "comm/collective_check.h"
+#include "comm/failure_exchange.h"
+#include "comm/gloo_fallbacks.h"
+#include "ddpd/common/unix_time.h"
+#include "device/device.h"
+#include "shm/shm_process_group.h"
+
+namespace ddpd {
+
+// A collective's launch and completion points, resolved to seconds in take_spans (on CUDA
+// they are events the device has to pass first).
+struct PendingSpan {
+  std::string name;
+  detail::TimePoint launch, complete;
+  int64_t bytes = 0;
+  int64_t seq = 0;  // the collective's journal entry
+};
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point epoch) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch).count();
+}
+
+// The journal's tag: the part of a span name after "op/" ("all_reduce/bucket3" → "bucket3").
+std::string tag_of(const std::string& name) {
+  const auto slash = name.find('/');
+  return slash == std::string::npos ? name : name.substr(slash + 1);
+}
+
+// A closed connection says the peer's rank ended, not how: its process exited, or the rank
+// failed or was cancelled under a daemon that lives on.
+constexpr const char* kPeerExitedText =
+    "a peer rank closed its connection (its rank ended: its process exited, or the rank failed "
+    "or was cancelled)";
+
+// Whether the backend gathers into and reduce-scatters out of flat buffers itself: NCCL, and
+// the shared-memory group (which splits a reduce-scatter across the ranks). Gloo's flat forms
+// in LibTorch 2.11 stage copies, so its collectives take detail::list_all_gather and
+// detail::alltoall_reduce_scatter instead (comm/gloo_fallbacks.h).
+bool gathers_into_flat_buffers(const c10d::Backend* group, const at::Device& device) {
+  return device.is_cuda() || dynamic_cast<const shm::ShmProcessGroup*>(group) != nullptr;
+}
+
+}  // namespace
+
+// Recorded spans; shared with completion callbacks, which run on backend threads.
+struct Communicator::SpanLog {
+  std::mutex mutex;
+  std::vector<PendingSpan> spans;
+};
+
+std::string describe_collective_failure(const std::string& collective,
+                                        std::chrono::milliseconds timeout,
+                                        const std::string& full_backend_message) {
+  // c10's errors append "Exception raised from … frame #0 …": keep the backend's own words.
+  std::string backend_message =
+      full_backend_message.substr(0, full_backend_message.find("Exception raised from"));
+  std::replace(backend_message.begin(), backend_message.end(), '\n', ' ');
+  while (!backend_message.empty() && backend_message.back() == ' ') backend_message.pop_back();
+  std::string lower = backend_message;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  auto has = [&](const char* text) { return lower.find(text) != std::string::npos; };
+  const std::string head = "collective " + collective + " ";
+  // Gloo words the two causes users act on differently in several ways: c10d's Work::wait
+  // ("Operation timed out!"), Gloo's own transport ("Timed out waiting 5000ms for recv") and
+  // a closed or reset TCP pair once a peer process has exited.
+  if (has("timed out") || has("timeout")) {
+    return head + "timed out after " + std::to_string(timeout.count()) +
+           " ms: a rank did not join it in time [" + backend_message + "]";
+  }
+  // The shared-memory transport names the rank: "shm: rank 1 (pid 42) is gone (its process
+  // exited)".
+  if (has("its process exited") || has("its rank ended") || has("stopped its heartbeat") ||
+      has("closed by peer") || has("connection reset") || has("broken pipe") ||
+      has("connection refused") || has("end of file")) {
+    return head + "failed: " + kPeerExitedText + " [" + backend_message + "]";
+  }
+  return head + "failed: " + backend_message;
+}
+
+PendingCollective::PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string name,
+                                     std::chrono::milliseconds timeout, bool on_device,
+                                     std::vector<at::Tensor> keep_alive, JournalTicket ticket)
+    : work_(std::move(work)),
+      name_(std::move(name)),
+      timeout_(timeout),
+      on_device_(on_device),
+      keep_alive_(std::move(keep_alive)),
+      ticket_(std::move(ticket)) {}
+PendingCollective::~PendingCollective() = default;
+PendingCollective::PendingCollective(PendingCollective&&) noexcept = default;
+PendingCollective& PendingCollective::operator=(PendingCollective&&) noexcept = default;
+
+// How often a host-side wait checks for Communicator::abort(). A slice that ends before the
+// work costs one c10::Error (tens of microseconds): 10 a second at most, only in long waits.
+constexpr std::chrono::milliseconds kAbortCheck{100};
+
+void PendingCollective::wait_on_host(c10d::Work& work) {
+  auto remaining = timeout_;
+  for (;;) {
+    const auto slice = std::min(remaining, kAbortCheck);
+    try {
+      work.wait(slice);
+      return;
+    } catch (const std::exception&) {
+      // The slice ran out, or the work failed. A work that has completed (with its error, or
+      // just after the slice ran out) is waited once more: that returns or throws its own
+      // error, never the slice's stale timeout.
+      if (work.isCompleted()) {
+        work.wait(timeout_);
+        return;
+      }
+      if (slice >= remaining) throw;  // the collective's real timeout
+    }
+    remaining -= slice;
+    if (ticket_.aborted && ticket_.aborted->load()) {
+      throw std::runtime_error("abandoned: the job was cancelled (the daemon aborted the rank)");
+    }
+  }
+}
+
+void PendingCollective::wait() {
+  if (!work_) return;  // world size 1, or already waited
+  auto work = std::move(work_);
+  try {
+    if (ticket_.aborted && ticket_.aborted->load()) {
+      throw std::runtime_error("abandoned: the job was cancelled (the daemon aborted the rank)");
+    }
+    if (on_device_) {
+      work->wait();  // orders the current stream after the collective
+    } else {
+      wait_on_host(*work);
+    }
+    keep_alive_.clear();
+  } catch (const std::exception& e) {
+    if (ticket_.journal) ticket_.journal->fail(ticket_.seq, seconds_since(ticket_.epoch));
+    const std::string message = describe_collective_failure(name_, timeout_, e.what());
+    throw CollectiveError(message, message.find(kPeerExitedText) != std::string::npos);
+  }
+}
+
+Communicator::Communicator(c10::intrusive_ptr<c10d::Backend> group, int rank, int world_size,
+                           CommunicatorOptions options, c10::intrusive_ptr<c10d::Store> store,
+                           c10::intrusive_ptr<c10d::Store> server)
+    : group_(std::move(group)),
+      rank_(rank),
+      world_size_(world_size),
+      timeout_(options.timeout),
+      device_(options.device),
+      check_collectives_(options.check_collectives),
+      transport_(world_size == 1            ? "none"
+                 : options.device.is_cuda() ? "nccl"
+                                            : options.transport),
+      transport_note_(options.transport_note),
+      flat_buffers_(gathers_into_flat_buffers(group_.get(), options.device)),
+      store_(std::move(store)),
+      server_(std::move(server)),
+      epoch_(std::chrono::steady_clock::now()),
+      unix_epoch_s_(unix_now()),
+      spans_(std::make_shared<SpanLog>()),
+      journal_(std::make_shared<CollectiveJournal>(options.journal_size)) {
+  TORCH_CHECK(world_size_ == 1 || group_, "a process group is required for world size ",
+              world_size_);
+  timeline_ = detail::make_timeline(device_, [this] { return now(); });
+}
+
+Communicator::~Communicator() {
+  // An aborted CPU group may still run a collective on its own threads, and destroying it
+  // joins them, which waits out that collective's timeout: the group is left to them instead
+  // (its threads end with the process; a few buffers stay allocated until then).
+  if (aborted_->load() && group_ && !device_.is_cuda()) (void)group_.release();
+}
+
+void Communicator::abort() { aborted_->store(true); }
+
+double Communicator::unix_seconds(double clock_s) const { return unix_epoch_s_ + clock_s; }
+
+double Communicator::now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_).count();
+}
+
+std::vector<CommSpan> Communicator::take_spans() {
+  std::vector<PendingSpan> pending;
+  {
+    std::lock_guard<std::mutex> lock(spans_->mutex);
+    pending.swap(spans_->spans);
+  }
+  std::vector<CommSpan> out;
+  out.reserve(pending.size());
+  for (const auto& p : pending) {
+    out.push_back({p.name, timeline_->seconds(p.launch), timeline_->seconds(p.complete), p.bytes});
+    // On CUDA the end is known only once the device has passed the completion event.
+    if (device_.is_cuda()) journal_->complete(p.seq, out.back().complete_s);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const CommSpan& a, const CommSpan& b) { return a.launch_s < b.launch_s; });
+  return out;
+}
+
+int64_t Communicator::journal_launch(const std::string& op, const std::string& name,
+                                     const at::Tensor& data) {
+  if (check_collectives_) {
+    detail::check_fingerprint(
+        *group_, world_size_, device_, timeout_,
+        {journal_->progress().last_enqueued + 1, op, data.numel(), data.scalar_type()});
+  }
+  {
+    std::lock_guard<std::mutex> lock(traffic_mutex_);
+    TrafficCount& count = traffic_[op];
+    ++count.calls;
+    count.bytes += static_cast<int64_t>(data.nbytes());
+  }
+  return journal_->enqueue(op, tag_of(name), data.numel(), detail::dtype_name(data.scalar_type()),
+                           now());
+}
+
+std::map<std::string, TrafficCount> Communicator::traffic() const {
+  std::lock_guard<std::mutex> lock(traffic_mutex_);
+  return traffic_;
+}
+
+bool Communicator::skip_injected(const std::string& name) {
+  if (!skip_next_.exchange(false)) return false;
+  std::fprintf(stderr, "ddpd: inject skip-collective rank %d skips %s (would be #%lld)\n", rank_,
+               name.c_str(), static_cast<long long>(journal_->progress().last_enqueued + 1));
+  std::fflush(stderr);
+  return true;
+}
+
+std::vector<std::optional<std::string>> Communicator::exchange_failure_reports(
+    const std::string& report, std::chrono::milliseconds wait) {
+  std::vector<std::optional<std::string>> own(world_size_);
+  own[rank_] = report;
+  if (!store_) return own;
+  // Ranks the shared-memory segment shows gone will never report: no wait for them.
+  std::vector<bool> gone(world_size_, false);
+  if (const auto* shm_group = dynamic_cast<const shm::ShmProcessGroup*>(group_.get())) {
+    gone = shm_group->gone_ranks();
+  }
+  // On its own thread, so that the rank never waits on it past its deadline: LibTorch 2.x's
+  // TCPStore client reads check()'s answer with no socket timeout, and with the store's host
+  // cut off (a partition) the read never returned, holding the rank past cancel and every
+  // deadline. The thread holds only copies (the store, the inputs, the result's state); a
+  // thread left blocked on a dead connection ends with the process.
+  struct Exchange {
+    std::promise<void> posted;
+    std::promise<std::vector<std::optional<std::string>>> result;
+  };
+  auto exchange = std::make_shared<Exchange>();
+  auto posted = exchange->posted.get_future();
+  auto future = exchange->result.get_future();
+  std::thread([exchange, store = store_, rank = rank_, world = world_size_, gone, report, wait] {
+    try {
+      exchange->result.set_value(detail::exchange_reports_on(
+          store, rank, world, gone, report, wait, [&] { exchange->posted.set_value(); }));
+    } catch (...) {
+      exchange->result.set_exception(std::current_exception());
+    }
+  }).detach();
+  // A reachable store takes this rank's report in a round trip; one cut off never answers (the
+  // partition test: 18 s more of waiting for nothing, past its timeout + 10 s budget).
+  constexpr auto kStoreAnswersWithin = std::chrono::seconds(2);
+  const auto answer_deadline = std::chrono::steady_clock::now() + kStoreAnswersWithin;
+  while (posted.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+    if (future.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      return future.get();  // the store refused the report: its error
+    }
+    if (std::chrono::steady_clock::now() >= answer_deadline) {
+      throw std::runtime_error("it did not take this rank's report within 2 s");
+    }
+  }
+  // Rank 0 may wait up to twice `wait` (its step 4), the others once, plus the store's round
+  // trips.
+  const auto limit = (rank_ == 0 ? 2 : 1) * wait + kStoreAnswersWithin;
+  if (future.wait_for(limit) != std::future_status::ready) return own;
+  return future.get();
+}
+
+PendingCollective Communicator::track(c10::intrusive_ptr<c10d::Work> work, const std::string& name,
+                                      int64_t seq, int64_t bytes, const detail::TimePoint& launch,
+                                      std::vector<at::Tensor> keep_alive) {
+  PendingSpan span{name, launch, {}, bytes, seq};
+  auto log = spans_;
+  if (device_.is_cuda()) {
+    // NCCL completes the work's future at launch; the device says when it really finished.
+    span.complete = timeline_->mark_completion(*work);
+    std::lock_guard<std::mutex> lock(log->mutex);
+    log->spans.push_back(std::move(span));
+  } else {
+    // Completion time comes from the work's future, set by the backend thread that finishes it.
+    auto epoch = epoch_;
+    auto journal = journal_;
+    work->getFuture()->addCallback(
+        [log, journal, epoch, span](c10::ivalue::Future& future) mutable {
+          span.complete.host_s = seconds_since(epoch);
+          if (future.hasError()) {
+            journal->fail(span.seq, span.complete.host_s);
+            return;
+          }
+          journal->complete(span.seq, span.complete.host_s);
+          std::lock_guard<std::mutex> lock(log->mutex);
+          log->spans.push_back(std::move(span));
+        });
+  }
+  return PendingCollective(std::move(work), name, timeout_, device_.is_cuda(),
+                           std::move(keep_alive), ticket(seq));
+}
+
+template <typename Call>
+PendingCollective Communicator::launch(const char* op, const std::string& name,
+                                       const at::Tensor& journaled, int64_t bytes, Call&& call,
+                                       std::vector<at::Tensor> keep_alive) {
+  std::lock_guard<std::mutex> lock(launch_mutex_);
+  if (skip_injected(name)) return {};
+  const auto launched = timeline_->mark();
+  const int64_t seq = journal_launch(op, name, journaled);
+  return track(call(), name, seq, bytes, launched, std::move(keep_alive));
+}
+
+PendingCollective Communicator::all_reduce_sum(at::Tensor& tensor, const std::string& name) {
+  if (world_size_ == 1) return {};
+  return launch("all_reduce", name, tensor, tensor.nbytes(), [&] {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::SUM;
+    options.timeout = timeout_;
+    return group_->allreduce(tensors, options);
+  });
+}
+
+void Communicator::blocking_all_reduce(at::Tensor& tensor, c10d::ReduceOp op,
+                                       const std::string& name) {
+  if (world_size_ == 1) return;
+  launch("all_reduce", name, tensor, tensor.nbytes(), [&] {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::AllreduceOptions options;
+    options.reduceOp = op;
+    options.timeout = timeout_;
+    return group_->allreduce(tensors, options);
+  }).wait();
+}
+
+void Communicator::all_reduce_max(at::Tensor& tensor) {
+  blocking_all_reduce(tensor, c10d::ReduceOp::MAX, "all_reduce/spread_max");
+}
+
+void Communicator::all_reduce_min(at::Tensor& tensor) {
+  blocking_all_reduce(tensor, c10d::ReduceOp::MIN, "all_reduce/spread_min");
+}
+
+PendingCollective Communicator::broadcast(at::Tensor& tensor, int root, const std::string& name) {
+  if (world_size_ == 1) return {};
+  return launch("broadcast", name, tensor, tensor.nbytes(), [&] {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    options.timeout = timeout_;
+    return group_->broadcast(tensors, options);
+  });
+}
+
+PendingCollective Communicator::all_gather(at::Tensor& output, const at::Tensor& input,
+                                           const std::string& name) {
+  TORCH_CHECK(
+      output.dim() == 1 && output.is_contiguous() && output.numel() == input.numel() * world_size_,
+      "all_gather: output must be contiguous 1-D with world_size * input.numel()");
+  if (world_size_ == 1) {
+    output.copy_(input.reshape(-1));
+    return {};
+  }
+  at::Tensor flat_input = input.reshape(-1).contiguous();
+  return launch("all_gather", name, flat_input, output.nbytes(),
+                [&] {
+                  if (!flat_buffers_) {
+                    return detail::list_all_gather(*group_, output, flat_input, world_size_,
+                                                   timeout_);
+                  }
+                  c10d::AllgatherOptions options;
+                  options.timeout = timeout_;
+                  return group_->_allgather_base(output, flat_input, options);
+                },
+                {flat_input});
+}
+
+PendingReduceScatter::PendingReduceScatter(PendingCollective exchange, at::Tensor received,
+                                           at::Tensor output)
+    : exchange_(std::move(exchange)), received_(std::move(received)), output_(std::move(output)) {}
+
+void PendingReduceScatter::wait() {
+  exchange_.wait();
+  if (!received_.defined()) return;
+  // Rank order, so every rank's chunk is summed the same way (deterministic results).
+  at::sum_out(output_, received_, /*dim=*/0);
+  received_ = at::Tensor();
+}
+
+PendingReduceScatter Communicator::reduce_scatter_sum_async(at::Tensor& output,
+                                                            const at::Tensor& input,
+                                                            const std::string& name) {
+  const int64_t chunk = output.numel();
+  TORCH_CHECK(input.dim() == 1 && input.numel() == chunk * world_size_,
+              "reduce_scatter: input must be 1-D with world_size * output.numel() elements");
+  TORCH_CHECK(output.is_contiguous(), "reduce_scatter: output must be contiguous");
+  if (world_size_ == 1) {
+    output.copy_(input);
+    return {};
+  }
+  at::Tensor flat_input = input.contiguous();
+  at::Tensor received;  // the all-to-all fallback's copies of this rank's chunk
+  PendingCollective exchange = launch(
+      "reduce_scatter", name, flat_input, flat_input.nbytes(),
+      [&] {
+        if (!flat_buffers_) {
+          auto fallback =
+              detail::alltoall_reduce_scatter(*group_, flat_input, world_size_, chunk, timeout_);
+          received = fallback.received;
+          return fallback.work;
+        }
+        c10d::ReduceScatterOptions options;  // a real reduce-scatter (shm: split across ranks)
+        options.reduceOp = c10d::ReduceOp::SUM;
+        options.timeout = timeout_;
+        return group_->_reduce_scatter_base(output, flat_input, options);
+      },
+      {flat_input});
+  return PendingReduceScatter(std::move(exchange), received, output);
+}
+
+void Communicator::barrier() {
+  if (world_size_ == 1) return;
+  std::lock_guard<std::mutex> lock(launch_mutex_);
+  c10d::BarrierOptions options;
+  options.timeout = timeout_;
+  if (device_.is_cuda()) options.device_ids = {device_.index()};  // else NCCL guesses one
+  if (check_collectives_) {
+    detail::check_fingerprint(*group_, world_size_, device_, timeout_,
+                              {journal_->progress().last_enqueued + 1, "barrier", 0, at::kByte});
+  }
+  const int64_t seq = journal_->enqueue("barrier", "barrier", 0, "none", now());
+  PendingCollective(group_->barrier(options), "barrier", timeout_, device_.is_cuda(), {},
+                    ticket(seq))
+      .wait();
+  journal_->complete(seq, now());
+}
+
+}  // namespace ddpd

@@ -1,0 +1,240 @@
+#include "ddpd/core/model.h"
+
+#include "ddpd/kernels/flash_attention.h"
+
+#include <cmath>
+#include <unordered_set>
+
+namespace ddpd {
+namespace {
+
+// y = x W^T without bias; W initialised as torch.nn.Linear's (uniform ±1/sqrt(in)).
+class LinearImpl : public torch::nn::Module {
+ public:
+  LinearImpl(int64_t in, int64_t out) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+    weight = register_parameter("weight", torch::empty({out, in}).uniform_(-bound, bound));
+  }
+  // Shares an existing weight (tied embeddings).
+  explicit LinearImpl(const torch::Tensor& shared) {
+    weight = register_parameter("weight", shared);
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return torch::linear(x, weight); }
+  torch::Tensor weight;
+};
+TORCH_MODULE(Linear);
+
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  explicit RMSNormImpl(int64_t d, double eps = 1e-5) : eps_(eps) {
+    weight = register_parameter("weight", torch::ones({d}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps_) * weight;
+  }
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+// Rotary position embedding over the last dimension of [b, h, t, d], pairing even/odd lanes.
+class Rope {
+ public:
+  Rope(int64_t head_dim, double theta) : head_dim_(head_dim), theta_(theta) {}
+
+  torch::Tensor apply(const torch::Tensor& x) {
+    const int64_t t = x.size(2);
+    if (cos_.size(0) != t || cos_.device() != x.device()) build(t, x.device());
+    auto x1 = x.slice(-1, 0, head_dim_, 2);
+    auto x2 = x.slice(-1, 1, head_dim_, 2);
+    return torch::stack({x1 * cos_ - x2 * sin_, x1 * sin_ + x2 * cos_}, -1).flatten(-2);
+  }
+
+ private:
+  void build(int64_t t, at::Device device) {
+    auto inv = 1.0 / torch::pow(theta_, torch::arange(0, head_dim_, 2, torch::kFloat32) /
+                                            static_cast<double>(head_dim_));
+    auto angles = torch::arange(t, torch::kFloat32).unsqueeze(1) * inv.unsqueeze(0);
+    cos_ = angles.cos().to(device);
+    sin_ = angles.sin().to(device);
+  }
+  int64_t head_dim_;
+  double theta_;
+  torch::Tensor cos_ = torch::empty({0});
+  torch::Tensor sin_ = torch::empty({0});
+};
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  BlockImpl(const ModelConfig& c)
+      : heads_(c.num_heads),
+        flash_(c.flash_attention),
+        rope_(c.d_model / c.num_heads, c.rope_theta) {
+    // Registration order matches the Python peer: norms, attention, then the FFN.
+    norm1 = register_module("norm1", RMSNorm(c.d_model));
+    norm2 = register_module("norm2", RMSNorm(c.d_model));
+    q = register_module("q", Linear(c.d_model, c.d_model));
+    k = register_module("k", Linear(c.d_model, c.d_model));
+    v = register_module("v", Linear(c.d_model, c.d_model));
+    o = register_module("o", Linear(c.d_model, c.d_model));
+    w1 = register_module("w1", Linear(c.d_model, c.d_ff));
+    w3 = register_module("w3", Linear(c.d_model, c.d_ff));
+    w2 = register_module("w2", Linear(c.d_ff, c.d_model));
+  }
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    const int64_t b = x.size(0), t = x.size(1), d = x.size(2), hd = d / heads_;
+    auto y = norm1(x);
+    auto split = [&](Linear& proj) { return proj(y).view({b, t, heads_, hd}).transpose(1, 2); };
+    auto qh = rope_.apply(split(q));
+    auto kh = rope_.apply(split(k));
+    auto vh = split(v);
+    torch::Tensor attended;
+    if (flash_) {
+      // Under autocast v is in the compute dtype (bf16) while RoPE promoted q and k to fp32;
+      // attention runs in v's dtype, as autocast's matmuls would.
+      const auto dtype = vh.scalar_type();
+      attended = kernels::flash_attention(qh.to(dtype), kh.to(dtype), vh, {/*causal=*/true});
+    } else {
+      auto scores = torch::matmul(qh, kh.transpose(-1, -2)) / std::sqrt(static_cast<double>(hd));
+      scores =
+          scores.masked_fill(causal_mask(t, x.device()), -std::numeric_limits<float>::infinity());
+      attended = torch::matmul(scores.softmax(-1), vh);
+    }
+    auto h = x + o(attended.transpose(1, 2).reshape({b, t, d}));
+    auto z = norm2(h);
+    return h + w2(torch::silu(w1(z)) * w3(z));
+  }
+
+  RMSNorm norm1{nullptr}, norm2{nullptr};
+  Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr}, w1{nullptr}, w3{nullptr}, w2{nullptr};
+
+ private:
+  const torch::Tensor& causal_mask(int64_t t, at::Device device) {
+    if (mask_.size(0) != t || mask_.device() != device) {
+      mask_ =
+          torch::ones({t, t}, torch::TensorOptions().dtype(torch::kBool).device(device)).triu(1);
+    }
+    return mask_;
+  }
+  int64_t heads_;
+  bool flash_;
+  Rope rope_;
+  torch::Tensor mask_ = torch::empty({0}, torch::kBool);
+};
+TORCH_MODULE(Block);
+
+}  // namespace
+
+struct TransformerLMImpl::Layers {
+  torch::nn::Embedding embedding{nullptr};
+  std::vector<Block> blocks;
+  RMSNorm final_norm{nullptr};
+  Linear head{nullptr};
+};
+
+TransformerLMImpl::TransformerLMImpl(const ModelConfig& config)
+    : config_(config), layers_(std::make_shared<Layers>()) {
+  layers_->embedding =
+      register_module("embedding", torch::nn::Embedding(config.vocab_size, config.d_model));
+  auto blocks = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.num_layers; ++i) {
+    layers_->blocks.push_back(Block(config));
+    blocks->push_back(layers_->blocks.back());
+  }
+  layers_->final_norm = register_module("final_norm", RMSNorm(config.d_model));
+  layers_->head =
+      register_module("head", config.tie_embeddings ? Linear(layers_->embedding->weight)
+                                                    : Linear(config.d_model, config.vocab_size));
+}
+
+torch::Tensor TransformerLMImpl::run_unit(size_t unit,
+                                          const std::function<torch::Tensor()>& forward) {
+  if (!unit_hooks_) return forward();
+  unit_hooks_->before_unit_forward(unit);
+  return unit_hooks_->after_unit_forward(unit, forward());
+}
+
+torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens) {
+  const size_t blocks = layers_->blocks.size();
+  auto x = run_unit(0, [&] { return layers_->embedding(tokens); });
+  for (size_t i = 0; i < blocks; ++i) {
+    x = run_unit(i + 1, [&] { return layers_->blocks[i](x); });
+  }
+  return run_unit(forward_order().back(), [&] { return layers_->head(layers_->final_norm(x)); });
+}
+
+std::vector<size_t> TransformerLMImpl::forward_order() const {
+  std::vector<size_t> order;
+  for (size_t u = 0; u <= layers_->blocks.size(); ++u) order.push_back(u);
+  order.push_back(config_.tie_embeddings ? 0 : layers_->blocks.size() + 1);
+  return order;
+}
+
+std::vector<ModelUnit> TransformerLMImpl::units() {
+  std::vector<ModelUnit> out;
+  out.push_back({"embedding", layers_->embedding->parameters()});
+  for (size_t i = 0; i < layers_->blocks.size(); ++i) {
+    out.push_back({"blocks." + std::to_string(i), layers_->blocks[i]->parameters()});
+  }
+  ModelUnit head{"final_norm+head", layers_->final_norm->parameters()};
+  for (const auto& p : layers_->head->parameters()) head.parameters.push_back(p);
+  if (config_.tie_embeddings) {
+    out[0].name = "embedding+final_norm+head";
+    for (auto& p : head.parameters) out[0].parameters.push_back(p);
+  } else {
+    out.push_back(std::move(head));
+  }
+  for (auto& unit : out) unit.parameters = unique_tensors(unit.parameters);
+  return out;
+}
+
+// The softmax runs in at least float32: bf16 logits (autocast) are upcast, float64 ones (the
+// equivalence tests' verification runs) keep their precision.
+torch::Tensor language_model_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
+  const auto dtype = at::promote_types(logits.scalar_type(), torch::kFloat32);
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(dtype),
+                                              targets.reshape({-1}));
+}
+
+std::vector<torch::Tensor> unique_tensors(const std::vector<torch::Tensor>& tensors) {
+  std::vector<torch::Tensor> out;
+  std::unordered_set<const void*> seen;
+  for (const auto& t : tensors) {
+    if (seen.insert(t.unsafeGetTensorImpl()).second) out.push_back(t);
+  }
+  return out;
+}
+
+std::vector<torch::Tensor> unique_parameters(torch::nn::Module& module) {
+  return unique_tensors(module.parameters(/*recurse=*/true));
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> named_unique_parameters(
+    torch::nn::Module& module) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  const auto named = module.named_parameters(/*recurse=*/true);
+  // named_parameters() lists tensors in parameters()' order, so unique_tensors' choice (the
+  // first occurrence) is the one kept here too.
+  const auto unique = unique_tensors(named.values());
+  size_t next = 0;
+  for (const auto& item : named) {
+    if (next < unique.size() && item.value().is_same(unique[next])) {
+      out.emplace_back(item.key(), item.value());
+      ++next;
+    }
+  }
+  return out;
+}
+
+std::vector<torch::Tensor> unique_trainable_parameters(torch::nn::Module& module) {
+  std::vector<torch::Tensor> trainable;
+  for (const auto& p : module.parameters(/*recurse=*/true)) {
+    if (p.requires_grad()) trainable.push_back(p);
+  }
+  return unique_tensors(trainable);
+}
+
+}  // namespace ddpd

@@ -1,0 +1,172 @@
+#include "ddpd/core/sharded_optimizer.h"
+
+#include <algorithm>
+#include <numeric>
+#include <unordered_map>
+
+#include "device/device.h"
+#include "strategies/flat_buffer.h"
+
+namespace ddpd {
+
+using torch::optim::OptimizerParamGroup;
+
+OptimizerFactory adamw_factory(const torch::optim::AdamWOptions& options) {
+  return [options](std::vector<OptimizerParamGroup> groups) {
+    return std::make_unique<torch::optim::AdamW>(std::move(groups), options);
+  };
+}
+
+struct ShardedOptimizer::State {
+  std::shared_ptr<Communicator> comm;
+  std::unique_ptr<torch::optim::Optimizer> local;
+  std::vector<torch::Tensor> params;  // every parameter, in assignment order
+  std::vector<int> owners;            // owner rank of params[i]
+  std::unordered_map<const void*, int> owner_by_impl;
+  std::vector<int64_t> owned_bytes;  // per rank
+  double last_broadcast_seconds = 0;
+
+  // Greedy balance: largest parameter first, to the rank with the fewest owned bytes (lowest
+  // rank on ties). Deterministic, so every rank computes the same owners.
+  OptimizerParamGroup assign(const OptimizerParamGroup& group) {
+    const auto& group_params = group.params();
+    std::vector<size_t> order(group_params.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return group_params[a].numel() > group_params[b].numel();
+    });
+    std::vector<bool> mine(group_params.size(), false);
+    for (size_t k : order) {
+      const auto& p = group_params[k];
+      TORCH_CHECK(!owner_by_impl.count(p.unsafeGetTensorImpl()),
+                  "add_param_group: a parameter is already in another group");
+      const int owner = static_cast<int>(std::min_element(owned_bytes.begin(), owned_bytes.end()) -
+                                         owned_bytes.begin());
+      owned_bytes[owner] += p.nbytes();
+      owner_by_impl[p.unsafeGetTensorImpl()] = owner;
+      params.push_back(p);
+      owners.push_back(owner);
+      mine[k] = owner == comm->rank();
+    }
+    std::vector<torch::Tensor> owned;
+    for (size_t k = 0; k < group_params.size(); ++k) {
+      if (mine[k]) owned.push_back(group_params[k]);
+    }
+    if (group.has_options()) return OptimizerParamGroup(owned, group.options().clone());
+    return OptimizerParamGroup(owned);
+  }
+};
+
+ShardedOptimizer::ShardedOptimizer(std::vector<OptimizerParamGroup> groups,
+                                   OptimizerFactory factory, std::shared_ptr<Communicator> comm)
+    : state_(std::make_unique<State>()) {
+  state_->comm = std::move(comm);
+  state_->owned_bytes.assign(state_->comm->world_size(), 0);
+  std::vector<OptimizerParamGroup> local_groups;
+  for (const auto& group : groups) local_groups.push_back(state_->assign(group));
+  state_->local = factory(std::move(local_groups));
+  TORCH_CHECK(state_->local, "optimizer factory returned null");
+}
+
+ShardedOptimizer::~ShardedOptimizer() = default;
+
+void ShardedOptimizer::step() {
+  state_->local->step();
+  Communicator& comm = *state_->comm;
+  // On the device's timeline: on CUDA the broadcasts queue behind the local step's kernels.
+  detail::Timeline& timeline = comm.timeline();
+  const auto start = timeline.mark();
+  if (comm.world_size() > 1) {
+    torch::NoGradGuard no_grad;
+    // Each owner broadcasts its updated parameters, in assignment order, every rank walking
+    // the same sequence. Parameters of 1 MiB or more go straight from and into the parameter
+    // (no copy); smaller ones travel coalesced in buffers of up to 4 MiB. A flat buffer of all
+    // of an owner's parameters would be a model-sized temporary at the step's memory peak,
+    // eating what sharding the optimizer state saves.
+    constexpr int64_t kInPlaceBytes = int64_t{1} << 20;
+    constexpr int64_t kCoalescedBytes = int64_t{4} << 20;
+    const int world = comm.world_size();
+    std::vector<std::vector<torch::Tensor>> owned_by(world);
+    for (size_t i = 0; i < state_->params.size(); ++i) {
+      owned_by[state_->owners[i]].push_back(state_->params[i]);
+    }
+    struct Coalesced {
+      torch::Tensor buffer;
+      std::vector<torch::Tensor> params;  // unflattened into after the broadcast (receivers)
+    };
+    std::vector<Coalesced> coalesced;
+    std::vector<PendingCollective> pending;
+    for (int r = 0; r < world; ++r) {
+      const std::string name = "broadcast/owner" + std::to_string(r);
+      const bool mine = r == comm.rank();
+      std::vector<torch::Tensor> small;
+      int64_t small_bytes = 0;
+      auto flush = [&] {
+        if (small.empty()) return;
+        Coalesced c{mine ? detail::flatten(small) : detail::empty_flat_like(small), small};
+        pending.push_back(comm.broadcast(c.buffer, r, name));
+        if (!mine) coalesced.push_back(std::move(c));
+        small.clear();
+        small_bytes = 0;
+      };
+      for (auto& p : owned_by[r]) {
+        const int64_t bytes = p.numel() * p.element_size();
+        if (bytes >= kInPlaceBytes && p.is_contiguous()) {
+          torch::Tensor target = p.detach();
+          pending.push_back(comm.broadcast(target, r, name));
+          continue;
+        }
+        if (small_bytes + bytes > kCoalescedBytes) flush();
+        small.push_back(p);
+        small_bytes += bytes;
+      }
+      flush();
+    }
+    for (auto& work : pending) work.wait();
+    for (auto& c : coalesced) detail::unflatten_into(c.buffer, c.params);
+  }
+  const auto end = timeline.mark();
+  state_->last_broadcast_seconds = timeline.seconds(end) - timeline.seconds(start);
+}
+
+void ShardedOptimizer::zero_grad() {
+  for (auto& p : state_->params) p.mutable_grad().reset();
+}
+
+void ShardedOptimizer::add_param_group(const OptimizerParamGroup& group) {
+  state_->local->add_param_group(state_->assign(group));
+}
+
+int ShardedOptimizer::owner_of(const torch::Tensor& parameter) const {
+  auto it = state_->owner_by_impl.find(parameter.unsafeGetTensorImpl());
+  TORCH_CHECK(it != state_->owner_by_impl.end(), "owner_of: parameter is not in this optimizer");
+  return it->second;
+}
+
+std::vector<int64_t> ShardedOptimizer::owned_bytes_per_rank() const { return state_->owned_bytes; }
+
+torch::optim::Optimizer& ShardedOptimizer::local_optimizer() { return *state_->local; }
+
+double ShardedOptimizer::last_broadcast_seconds() const { return state_->last_broadcast_seconds; }
+
+int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer) {
+  auto bytes = [](const torch::Tensor& t) -> int64_t { return t.defined() ? t.nbytes() : 0; };
+  int64_t total = 0;
+  for (auto& entry : optimizer.state()) {
+    auto* state = entry.second.get();
+    if (auto* s = dynamic_cast<torch::optim::AdamWParamState*>(state)) {
+      total += bytes(s->exp_avg()) + bytes(s->exp_avg_sq()) + bytes(s->max_exp_avg_sq());
+    } else if (auto* s = dynamic_cast<torch::optim::AdamParamState*>(state)) {
+      total += bytes(s->exp_avg()) + bytes(s->exp_avg_sq()) + bytes(s->max_exp_avg_sq());
+    } else if (auto* s = dynamic_cast<torch::optim::SGDParamState*>(state)) {
+      total += bytes(s->momentum_buffer());
+    } else if (auto* s = dynamic_cast<torch::optim::AdagradParamState*>(state)) {
+      total += bytes(s->sum());
+    } else if (auto* s = dynamic_cast<torch::optim::RMSpropParamState*>(state)) {
+      total += bytes(s->square_avg()) + bytes(s->momentum_buffer()) + bytes(s->grad_avg());
+    }
+  }
+  return total;
+}
+
+}  // namespace ddpd

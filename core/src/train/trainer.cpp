@@ -1,0 +1,566 @@
+#include "ddpd/core/trainer.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "ddpd/common/fault_injection.h"
+#include "ddpd/common/intervals.h"
+#include "ddpd/common/unix_time.h"
+#include "ddpd/core/grad_sync.h"
+#include "ddpd/core/model.h"
+#include "ddpd/core/sharded_optimizer.h"
+#include "device/device.h"
+#include "train/adamw_step.h"
+#include "train/checkpoint.h"
+#include "train/failure_analysis.h"
+#include "train/fault_injector.h"
+#include "train/memory.h"
+#include "train/step_timing.h"
+#include "train/token_data.h"
+#include "train/training_checkpoint.h"
+
+namespace ddpd {
+namespace {
+
+// Sets LibTorch's intra-op threads and, when the BLAS in use is OpenBLAS, its thread count
+// too (OpenBLAS otherwise starts one thread per core in every rank and oversubscribes).
+void set_compute_threads(int threads) {
+  at::set_num_threads(threads);
+  using SetThreads = void (*)(int);
+  if (auto fn = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+    fn(threads);
+  }
+}
+
+// Phases as TrainerProgress names them; stored as an index so progress() reads an atomic.
+enum PhaseIndex : int {
+  kSetup,
+  kForward,
+  kBackward,
+  kSync,
+  kOptimizer,
+  kMetrics,
+  kCheckpoint,
+  kIdle
+};
+constexpr const char* kPhaseNames[] = {"setup",     "forward", "backward",   "sync",
+                                       "optimizer", "metrics", "checkpoint", "idle"};
+
+}  // namespace
+
+struct Trainer::Impl {
+  DdpJobOptions options;
+  TrainerHooks hooks;
+  std::unique_ptr<detail::FaultInjector> injector;  // --inject, this rank's
+  std::function<bool()> cancelled;                  // run()'s, while it runs
+  std::atomic<int> phase{kSetup};
+  std::atomic<int64_t> step{0};
+
+  void enter(PhaseIndex p) { phase.store(p, std::memory_order_relaxed); }
+
+  // --clip-grad-norm: the global norm of the synchronised gradients (each rank's fsdp shards
+  // summed over ranks by one all-reduce; replicated gradients are whole on every rank, tied
+  // parameters appear once), and every gradient scaled by max_norm / (norm + 1e-6) when that is
+  // below 1, as torch.nn.utils.clip_grad_norm_ does. Returns the norm before clipping.
+  double clip_gradients() {
+    std::vector<torch::Tensor> grads;
+    for (auto& p : sync->optimizer_parameters()) {
+      if (p.grad().defined()) grads.push_back(p.grad());
+    }
+    torch::Tensor sum_of_squares = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble));
+    for (const auto& g : grads) {
+      sum_of_squares += g.detach().to(torch::kCPU, torch::kDouble).pow(2).sum();
+    }
+    if (options.strategy == Strategy::kFsdp && comm->world_size() > 1) {
+      torch::Tensor on_device = sum_of_squares.to(comm->device());
+      comm->all_reduce_sum(on_device, "all_reduce/grad_norm").wait();
+      sum_of_squares = on_device.cpu();
+    }
+    const double norm = std::sqrt(sum_of_squares.item<double>());
+    const double coefficient = options.clip_grad_norm / (norm + 1e-6);
+    if (coefficient < 1) {
+      torch::NoGradGuard no_grad;
+      for (auto& g : grads) g.mul_(coefficient);
+    }
+    return norm;
+  }
+
+  // The cross-rank analysis after a failed collective (train/failure_analysis.h).
+  std::string analyze_failure_across_ranks(bool peer_exited) const {
+    const RankPosition mine =
+        detail::failed_position(*comm, kPhaseNames[phase.load()], step.load());
+    return detail::analyze_failure_across_ranks(*comm, mine, peer_exited);
+  }
+
+  // Checkpoints (train/training_checkpoint.h). The model's unique parameters' names and shapes,
+  // taken before the synchroniser exists (fsdp frees the full parameters between steps).
+  std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_shapes;
+  detail::TrainingState training_state() {
+    return {options, *comm, *model, *sync, local_optimizer(), sharded.get(), parameter_shapes};
+  }
+  // Saves the checkpoint of `steps_done` steps; returns its seconds (the step's stall).
+  double save_checkpoint(int64_t steps_done) {
+    return detail::save_checkpoint(training_state(), steps_done,
+                                   injector->checkpoint_crash_bytes(steps_done));
+  }
+  torch::optim::Optimizer& local_optimizer() {
+    return sharded ? sharded->local_optimizer() : *optimizer;
+  }
+  int64_t start_step = 0;  // steps already done (a resumed checkpoint's)
+  // The constructor's parts, in their order: the model (seeded per rank, on the device), then
+  // after the synchroniser the optimizer, then the data.
+  void build_model(TrainerHooks& job_hooks);
+  void build_optimizer();
+  void build_data();
+
+  std::shared_ptr<Communicator> comm;
+  TransformerLM model{nullptr};
+  std::unique_ptr<GradientSynchronizer> sync;
+  // Unsharded: torch's AdamW holds the options and state; fused_adamw_step updates them.
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  std::unique_ptr<ShardedOptimizer> sharded;  // --shard-optimizer
+  // The plain optimizer steps bucket by bucket inside the gradient synchronisation: bucketed on
+  // CPU with more than one rank, without ZeRO-1 (whose step is a collective of its own) and
+  // without clipping (which needs every gradient's norm first). AdamW is per parameter, so the
+  // result is the same as one step after the synchronisation.
+  bool optimizer_steps_per_bucket = false;
+  std::unique_ptr<detail::TokenSamples> data;
+  std::unique_ptr<detail::TokenSamples> eval_data;  // --eval-data
+  MemoryProfile memory;
+  int64_t local_batch = 0;  // this rank's rows of each global batch
+  int64_t micro_batch = 0;  // rows per forward/backward (local_batch / --grad-accum)
+
+  // [rows, context + 1] tokens: this rank's rows [first_row, first_row + rows) of global batch
+  // `batch` of `samples`, on the device.
+  torch::Tensor rows_of(const detail::TokenSamples& samples, int64_t batch, int64_t first_row,
+                        int64_t rows) const {
+    return samples
+        .samples(batch * options.batch_size + comm->rank() * local_batch + first_row, rows)
+        .to(comm->device());
+  }
+  // The mean held-out loss over --eval-batches global batches (the same ones every time),
+  // across ranks. A collective.
+  double evaluate();
+
+  // The parts of a step (Trainer::train_step), in order.
+  std::vector<torch::Tensor> micro_batches_of(int64_t step_index) const;
+  // Forward and backward of each micro-batch, marking the end of each on `timeline`; returns the
+  // sum of their losses.
+  torch::Tensor forward_backward(const std::vector<torch::Tensor>& micro,
+                                 detail::Timeline& timeline, std::vector<detail::TimePoint>& marks);
+  // Returns the seconds of AdamW run bucket by bucket inside it.
+  double finish_synchronization();
+  // Clipping, the optimizer step; returns ZeRO-1's broadcast seconds.
+  double optimizer_step(StepMetrics& metrics);
+  void record_last_step_memory();
+  // The loss across ranks, held-out loss and param spread: collectives outside the timed step.
+  void step_bookkeeping(int64_t step_index, const torch::Tensor& loss_sum, StepMetrics& metrics);
+
+  int64_t optimizer_state() {
+    return optimizer_state_bytes(sharded ? sharded->local_optimizer() : *optimizer);
+  }
+  MemoryBytes measure() {
+    auto tensors = sync->optimizer_parameters();
+    for (auto& p : model->parameters()) tensors.push_back(p);
+    auto bytes = detail::measure_memory(tensors, optimizer_state());
+    if (comm->device().is_cuda()) {
+      bytes.peak_bytes = detail::cuda_allocator_stats(comm->device()).peak_allocated;
+    }
+    return bytes;
+  }
+};
+
+namespace {
+
+// LibTorch's error as one line, "out of memory: ..." first when an allocation failed.
+std::string one_line(const c10::Error& error) {
+  // what() carries LibTorch's C++ backtrace; the message alone is what a user can act on.
+  std::string message = error.msg();
+  const size_t newline = message.find('\n');
+  if (newline != std::string::npos) message.resize(newline);
+  const bool allocation = message.find("can't allocate memory") != std::string::npos ||
+                          message.find("tried to allocate") != std::string::npos ||
+                          message.find("out of memory") != std::string::npos;
+  return allocation ? "out of memory: " + message : message;
+}
+
+}  // namespace
+
+namespace {
+
+// The job against the communicator it runs on: validate() at this world size, and a device and
+// precision the communicator's device can run.
+void check_job(const DdpJobOptions& options, const Communicator& comm) {
+  validate(options, comm.world_size());
+  const at::Device device = comm.device();
+  if (device.is_cuda() != (options.device == Device::kCuda)) {
+    throw OptionError("--device",
+                      enum_name(options.device) + " job on a " + device.str() + " communicator");
+  }
+  if (options.precision == Precision::kBf16 && !detail::supports_bf16(device)) {
+    throw OptionError("--precision", "bf16 needs a GPU of compute capability 8.0 or later");
+  }
+}
+
+SyncOptions sync_options_of(const DdpJobOptions& options) {
+  SyncOptions sync;
+  sync.strategy = options.strategy;
+  sync.bucket_size_mb = options.bucket_size_mb;
+  sync.gradient_wire = wire_dtype_of(options.grad_compression);
+  sync.static_buckets = options.static_buckets;
+  sync.find_unused_parameters = options.find_unused_parameters;
+  sync.fsdp_whole_model = options.fsdp_units == FsdpUnits::kWhole;
+  sync.fsdp_prefetch = static_cast<int>(options.fsdp_prefetch);
+  sync.reshard_after_forward = options.reshard_after_forward;
+  return sync;
+}
+
+}  // namespace
+
+void Trainer::Impl::build_model(TrainerHooks& job_hooks) {
+  const at::Device device = comm->device();
+  // Each rank initialises differently; the synchroniser broadcasts rank 0's parameters.
+  torch::manual_seed(options.seed + comm->rank());
+  // The allocator's peak is process-wide; a daemon runs many jobs, so start this job's afresh.
+  if (device.is_cuda()) detail::reset_cuda_peak_stats(device);
+  ModelConfig model_config = options.resolved_model();
+  if (job_hooks.configure_model) job_hooks.configure_model(model_config);
+  model = TransformerLM(model_config);
+  model->to(device);  // before the synchroniser, whose buffers follow the parameters
+  if (job_hooks.prepare_model) job_hooks.prepare_model(*model);
+  for (const auto& [name, p] : named_unique_parameters(*model)) {
+    parameter_shapes.emplace_back(name, p.sizes().vec());
+  }
+}
+
+void Trainer::Impl::build_optimizer() {
+  auto adamw = torch::optim::AdamWOptions(options.lr)
+                   .betas({options.beta1, options.beta2})
+                   .eps(options.eps)
+                   .weight_decay(options.weight_decay);
+  if (options.shard_optimizer) {
+    std::vector<torch::optim::OptimizerParamGroup> groups{
+        torch::optim::OptimizerParamGroup(sync->optimizer_parameters())};
+    sharded = std::make_unique<ShardedOptimizer>(std::move(groups), adamw_factory(adamw), comm);
+  } else {
+    optimizer = std::make_unique<torch::optim::AdamW>(sync->optimizer_parameters(), adamw);
+  }
+  optimizer_steps_per_bucket = optimizer && options.strategy == Strategy::kBucketed &&
+                               comm->world_size() > 1 && options.clip_grad_norm == 0 &&
+                               !comm->device().is_cuda();
+}
+
+void Trainer::Impl::build_data() {
+  const int64_t vocab = model->config().vocab_size;
+  data = std::make_unique<detail::TokenSamples>(detail::training_source(options),
+                                                options.context_length, vocab, options.seed + 1);
+  if (options.eval_every > 0) {
+    eval_data = std::make_unique<detail::TokenSamples>(
+        detail::eval_source(options), options.context_length, vocab, options.seed + 2);
+  }
+  local_batch = options.batch_size / comm->world_size();
+  micro_batch = local_batch / options.grad_accum;
+}
+
+Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> comm,
+                 TrainerHooks hooks) try
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  check_job(options, *comm);
+  m.options = options;
+  m.hooks = std::move(hooks);
+  m.injector = std::make_unique<detail::FaultInjector>(
+      parse_fault_injection(options.inject, comm->world_size()), comm->rank());
+  m.comm = std::move(comm);
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const int world = m.comm->world_size();
+  // --threads is clamped to this host's cores: more only oversubscribes them (kMaxThreadsPerRank).
+  set_compute_threads(options.threads > 0 ? std::min(options.threads, static_cast<int>(cores))
+                                          : std::max(1, static_cast<int>(cores) / world));
+  m.build_model(m.hooks);
+  if (options.checkpoint_every > 0) {
+    detail::check_checkpoint_dir_writable(options, m.comm->rank());
+  }
+  std::optional<detail::CheckpointReader> resumed;
+  const std::string resume_from =
+      options.resume.empty() ? "" : detail::resolve_resume(options.resume, options.checkpoint_dir);
+  if (!resume_from.empty()) {
+    resumed.emplace(resume_from);
+    detail::load_parameters(*resumed, *m.model);  // before the synchroniser shards or broadcasts
+  }
+  m.sync = make_synchronizer(*m.model, m.comm, sync_options_of(options));
+  m.build_optimizer();
+  m.build_data();
+  if (resumed) {
+    detail::load_optimizer_state(*resumed, m.training_state());
+    m.start_step = detail::resumed_step(*resumed, options);
+    m.step.store(m.start_step);
+  }
+  m.memory.after_init = m.measure();
+} catch (const c10::Error& e) {
+  throw std::runtime_error(one_line(e) + " (building the model, synchroniser and optimizer)");
+} catch (const std::bad_alloc&) {
+  throw std::runtime_error(
+      "out of memory: an allocation failed building the model, synchroniser and optimizer");
+}
+
+Trainer::~Trainer() = default;
+
+double Trainer::Impl::evaluate() {
+  torch::NoGradGuard no_grad;
+  sync->prepare_forward();
+  torch::Tensor total = torch::zeros({1}, torch::kFloat32).to(comm->device());
+  const int64_t context = options.context_length;
+  for (int64_t b = 0; b < options.eval_batches; ++b) {
+    // The same held-out batches every time: batches 0 .. B-1 of the eval order.
+    const torch::Tensor rows = rows_of(*eval_data, b, 0, local_batch);
+    detail::AutocastScope autocast(comm->device(), options.precision == Precision::kBf16);
+    total +=
+        language_model_loss(model->forward(rows.narrow(1, 0, context)), rows.narrow(1, 1, context))
+            .to(torch::kFloat32);
+  }
+  sync->end_forward_only();
+  comm->all_reduce_sum(total, "all_reduce/eval_loss").wait();
+  return total.item<double>() / static_cast<double>(options.eval_batches * comm->world_size());
+}
+
+std::vector<torch::Tensor> Trainer::Impl::micro_batches_of(int64_t step_index) const {
+  std::vector<torch::Tensor> micro(options.grad_accum);
+  for (int64_t k = 0; k < options.grad_accum; ++k) {
+    micro[k] = rows_of(*data, step_index, k * micro_batch, micro_batch);
+  }
+  return micro;
+}
+
+torch::Tensor Trainer::Impl::forward_backward(const std::vector<torch::Tensor>& micro,
+                                              detail::Timeline& timeline,
+                                              std::vector<detail::TimePoint>& marks) {
+  // K micro-batches; only the last backward synchronises (the others only accumulate). Each loss
+  // is divided by K so the accumulated gradient is the mean over the rank's rows, as with K = 1.
+  const int64_t k_total = static_cast<int64_t>(micro.size());
+  const int64_t context = options.context_length;
+  torch::Tensor loss_sum = torch::zeros({}, torch::kFloat32).to(comm->device());
+  for (int64_t k = 0; k < k_total; ++k) {
+    sync->set_sync_on_backward(k == k_total - 1);
+    enter(kForward);
+    torch::Tensor loss;
+    {
+      detail::AutocastScope autocast(comm->device(), options.precision == Precision::kBf16);
+      loss = language_model_loss(model->forward(micro[k].narrow(1, 0, context)),
+                                 micro[k].narrow(1, 1, context));
+    }
+    marks.push_back(timeline.mark());
+    enter(kBackward);
+    (k_total > 1 ? loss / static_cast<double>(k_total) : loss).backward();
+    loss_sum += loss.detach().to(torch::kFloat32);
+    marks.push_back(timeline.mark());
+  }
+  return loss_sum;
+}
+
+double Trainer::Impl::finish_synchronization() {
+  // AdamW per bucket as each bucket's average lands, while later buckets are still on the wire
+  // (see optimizer_steps_per_bucket); its time counts as optimizer time, not exposed comm.
+  double overlapped_optimizer_s = 0;
+  if (optimizer_steps_per_bucket) {
+    sync->finish_gradient_synchronization_in_parts([&](const std::vector<torch::Tensor>& params) {
+      const double start = comm->now();
+      detail::fused_adamw_step(*optimizer, params);
+      overlapped_optimizer_s += comm->now() - start;
+    });
+  } else {
+    sync->finish_gradient_synchronization();
+  }
+  return overlapped_optimizer_s;
+}
+
+double Trainer::Impl::optimizer_step(StepMetrics& metrics) {
+  enter(kOptimizer);
+  if (options.clip_grad_norm > 0) metrics.grad_norm = clip_gradients();
+  double broadcast_seconds = 0;
+  if (sharded) {
+    sharded->step();
+    broadcast_seconds = sharded->last_broadcast_seconds();
+  } else if (!optimizer_steps_per_bucket) {
+    detail::fused_adamw_step(*optimizer);
+  }
+  sync->after_optimizer_step();
+  return broadcast_seconds;
+}
+
+void Trainer::Impl::record_last_step_memory() {
+  memory.after_step = measure();
+  const UnshardedPeak peak = sync->step_peak_unsharded();
+  memory.step_peak_unsharded_bytes = peak.total_bytes;
+  memory.step_peak_unsharded_parameter_bytes = peak.parameter_bytes;
+  memory.step_peak_unsharded_gradient_bytes = peak.gradient_bytes;
+  memory.step_peak_full_gradient_units = peak.gradient_units;
+}
+
+void Trainer::Impl::step_bookkeeping(int64_t step_index, const torch::Tensor& loss_sum,
+                                     StepMetrics& metrics) {
+  enter(kMetrics);
+  const bool last = step_index == options.steps - 1;
+  auto rank_loss = (loss_sum / static_cast<double>(options.grad_accum)).reshape({1}).clone();
+  comm->all_reduce_sum(rank_loss, "all_reduce/loss").wait();
+  metrics.loss = rank_loss.item<double>() / comm->world_size();
+  const int64_t eval_every = options.eval_every;
+  if (eval_every > 0 && ((step_index + 1) % eval_every == 0 || last))
+    metrics.eval_loss = evaluate();
+  const int64_t every = options.spread_every;
+  if (every > 0 && ((step_index + 1) % every == 0 || last)) {
+    metrics.param_spread = parameter_spread(*sync, *comm);
+    if (options.max_param_spread > 0 && *metrics.param_spread > options.max_param_spread) {
+      throw std::runtime_error(
+          "param spread " + std::to_string(*metrics.param_spread) + " exceeds --max-param-spread " +
+          std::to_string(options.max_param_spread) + " at step " + std::to_string(step_index));
+    }
+  }
+}
+
+StepMetrics Trainer::train_step(int64_t step) {
+  Impl& m = *impl_;
+  Communicator& comm = *m.comm;
+  m.step.store(step, std::memory_order_relaxed);
+  m.enter(kForward);
+  if (m.hooks.before_step) m.hooks.before_step(step);
+  m.injector->at_step_start(step, comm, m.cancelled);
+  const bool last = step == m.options.steps - 1;
+  const std::vector<torch::Tensor> micro = m.micro_batches_of(step);  // before the timed step
+  comm.take_spans();  // drop spans of collectives outside the timed step
+
+  // Phase boundaries are points on the device's timeline: the host clock on CPU, CUDA events on
+  // the compute stream on GPU, read back once the step's work is done.
+  detail::Timeline& timeline = comm.timeline();
+  timeline.anchor();
+  StepMetrics metrics;
+  metrics.step = step;
+  const auto p_start = timeline.mark();
+  m.sync->zero_grad();
+  const auto p_zeroed = timeline.mark();
+  m.sync->prepare_forward();
+  std::vector<detail::TimePoint> micro_marks{timeline.mark()};  // gathered, forward end, ...
+  const torch::Tensor loss_sum = m.forward_backward(micro, timeline, micro_marks);
+  if (m.injector->armed()) {
+    const double compute = timeline.seconds(timeline.mark()) - timeline.seconds(micro_marks[0]);
+    m.injector->stretch_compute(step, compute);
+    micro_marks.back() = timeline.mark();
+  }
+  m.enter(kSync);
+  metrics.lr = learning_rate_at(m.options, step);
+  for (auto& group : m.local_optimizer().param_groups()) {
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(metrics.lr);
+  }
+  detail::StepMarks marks;
+  marks.overlapped_optimizer_seconds = m.finish_synchronization();
+  const auto p_synced = timeline.mark();
+  if (m.hooks.after_gradient_sync) m.hooks.after_gradient_sync(step, *m.sync);
+  const double t_synced_host = comm.now();
+  if (last) m.memory.before_step = m.measure();
+  const auto p_optimizer = timeline.mark();
+  const double measure_seconds_host = comm.now() - t_synced_host;
+  marks.broadcast_seconds = m.optimizer_step(metrics);
+  const auto p_end = timeline.mark();
+
+  marks.start = timeline.seconds(p_start);
+  marks.zeroed = timeline.seconds(p_zeroed);
+  marks.gathered = timeline.seconds(micro_marks[0]);
+  for (const auto& mark : micro_marks) marks.micro_marks.push_back(timeline.seconds(mark));
+  marks.synced = timeline.seconds(p_synced);
+  marks.optimizer_start = timeline.seconds(p_optimizer);
+  marks.end = timeline.seconds(p_end);
+  // Memory accounting is not training; on CUDA it queues no device work, so its host time is the
+  // figure to take out (the device timeline may have absorbed it as idle time).
+  marks.measure_seconds = comm.device().is_cuda()
+                              ? std::min(measure_seconds_host, marks.optimizer_start - marks.synced)
+                              : marks.optimizer_start - marks.synced;
+  const auto collectives = comm.take_spans();
+  detail::apply_step_timing(
+      detail::step_timing(marks, collectives), collectives,
+      static_cast<double>(m.options.batch_size) * m.options.context_length,
+      [&comm](double s) { return comm.unix_seconds(s); }, metrics);
+  if (last) m.record_last_step_memory();
+  m.step_bookkeeping(step, loss_sum, metrics);  // collectives outside the timed step
+  return metrics;
+}
+
+TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step,
+                            const std::function<bool()>& cancelled) {
+  TrainingResult result;
+  impl_->cancelled = cancelled;
+  const int64_t every = impl_->options.checkpoint_every;
+  for (int64_t step = impl_->start_step; step < impl_->options.steps; ++step) {
+    if (cancelled && cancelled()) throw JobCancelled("job cancelled");
+    try {
+      result.steps.push_back(train_step(step));
+      if (every > 0 && (step + 1) % every == 0) {
+        impl_->enter(kCheckpoint);
+        const double stall = impl_->save_checkpoint(step + 1);
+        StepMetrics& metrics = result.steps.back();
+        metrics.checkpoint_seconds = stall;
+        const double end_s = impl_->comm->now();
+        metrics.spans.push_back({"checkpoint", false, impl_->comm->unix_seconds(end_s - stall),
+                                 impl_->comm->unix_seconds(end_s)});
+      }
+    } catch (const CollectiveDesync&) {
+      throw;
+    } catch (const CollectiveError& e) {
+      // An aborted rank was cancelled: its peers are being ended too, and no analysis is owed.
+      if (impl_->comm->aborted())
+        throw JobCancelled("job cancelled at step " + std::to_string(step) + " (" + e.what() + ")");
+      throw CollectiveError(
+          std::string(e.what()) + "; " + impl_->analyze_failure_across_ranks(e.peer_exited()),
+          e.peer_exited());
+    } catch (const c10::Error& e) {
+      throw std::runtime_error(one_line(e) + " (step " + std::to_string(step) + ")");
+    } catch (const std::bad_alloc&) {
+      throw std::runtime_error("out of memory at step " + std::to_string(step) +
+                               ": an allocation failed");
+    }
+    if (on_step) on_step(result.steps.back());
+  }
+  impl_->enter(kIdle);
+  result.synchronization = synchronization();
+  result.transport = impl_->comm->transport();
+  result.transport_note = impl_->comm->transport_note();
+  result.optimizer_sharding = impl_->sharded && impl_->comm->world_size() > 1;
+  result.micro_batches = impl_->options.grad_accum;
+  result.gradient_wire_dtype = impl_->comm->world_size() == 1 ? "none"
+                               : impl_->options.grad_compression == GradCompression::kNone
+                                   ? "fp32"
+                                   : enum_name(impl_->options.grad_compression);
+  result.summary = summarize(result.steps, impl_->options.warmup_steps);
+  result.memory = impl_->memory;
+  return result;
+}
+
+std::vector<torch::Tensor> Trainer::full_parameters() { return impl_->sync->full_parameters(); }
+
+const MemoryProfile& Trainer::memory() const { return impl_->memory; }
+
+std::string Trainer::synchronization() const { return impl_->sync->name(); }
+
+RankPosition Trainer::position() const {
+  const TrainerProgress trainer = progress();
+  const JournalProgress journal = impl_->comm->journal().progress();
+  RankPosition position{trainer.phase, trainer.step, journal.last_enqueued, journal.last_completed,
+                        std::nullopt};
+  if (journal.oldest_pending) {
+    position.oldest_pending = detail::to_record(*journal.oldest_pending, impl_->comm->now());
+  }
+  return position;
+}
+
+TrainerProgress Trainer::progress() const {
+  return {kPhaseNames[impl_->phase.load(std::memory_order_relaxed)],
+          impl_->step.load(std::memory_order_relaxed)};
+}
+
+}  // namespace ddpd

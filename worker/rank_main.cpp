@@ -1,0 +1,299 @@
+#include "rank_main.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include "ddpd/api/spec_convert.h"
+#include "ddpd/common/result_json.h"
+#include "ddpd/core/comm_bench.h"
+#include "ddpd/core/communicator.h"
+#include "ddpd/core/rendezvous.h"
+#include "ddpd/core/trainer.h"
+#include "frame_pipe.h"
+#include "rank_pipe.pb.h"
+
+namespace ddpd {
+namespace {
+
+constexpr int kEventFd = 3;  // rank_process.h: the events go to fd 3, stdin carries the stop
+
+v1::StepReport to_report(const StepMetrics& m, int rank, int attempt) {
+  v1::StepReport r;
+  r.set_rank(rank);
+  r.set_attempt(attempt);
+  r.set_step(m.step);
+  r.set_loss(m.loss);
+  r.set_step_seconds(m.step_seconds);
+  r.set_forward_seconds(m.forward_seconds);
+  r.set_backward_seconds(m.backward_seconds);
+  r.set_optimizer_seconds(m.optimizer_seconds);
+  r.set_checkpoint_seconds(m.checkpoint_seconds);
+  r.set_comm_seconds(m.comm_seconds);
+  r.set_exposed_comm_seconds(m.exposed_comm_seconds);
+  r.set_comm_fraction(m.comm_fraction);
+  r.set_tokens_per_second(m.tokens_per_second);
+  if (m.param_spread) r.set_param_spread(*m.param_spread);
+  r.set_lr(m.lr);
+  if (m.grad_norm) r.set_grad_norm(*m.grad_norm);
+  if (m.eval_loss) r.set_eval_loss(*m.eval_loss);
+  for (const auto& span : m.spans) {
+    auto* out = r.add_spans();
+    out->set_name(span.name);
+    out->set_communication(span.communication);
+    out->set_begin_unix_s(span.begin_unix_s);
+    out->set_end_unix_s(span.end_unix_s);
+  }
+  return r;
+}
+
+void to_proto(const MemoryBytes& in, rank_pipe::Memory& out) {
+  out.set_param_bytes(in.param_bytes);
+  out.set_grad_bytes(in.grad_bytes);
+  out.set_optimizer_state_bytes(in.optimizer_state_bytes);
+  out.set_peak_bytes(in.peak_bytes);
+}
+
+rank_pipe::RankEvent memory_event(const MemoryProfile& profile, bool final_points) {
+  rank_pipe::RankEvent e;
+  auto* m = e.mutable_memory();
+  m->set_final_points(final_points);
+  to_proto(profile.after_init, *m->mutable_after_init());
+  to_proto(profile.before_step, *m->mutable_before_step());
+  to_proto(profile.after_step, *m->mutable_after_step());
+  return e;
+}
+
+rank_pipe::RankEvent comm_event(const CommBenchResult& bench) {
+  rank_pipe::RankEvent e;
+  auto* c = e.mutable_comm();
+  c->set_world_size(bench.world_size);
+  for (const auto& row : bench.rows) {
+    auto* out = c->add_rows();
+    out->set_collective(row.collective);
+    out->set_size_bytes(row.size_bytes);
+    out->set_time_s(row.time_s);
+    out->set_algbw_bytes_per_s(row.algbw_bytes_per_s);
+    out->set_busbw_bytes_per_s(row.busbw_bytes_per_s);
+  }
+  return e;
+}
+
+// The sockets the daemon held (gRPC, /metrics) must not stay open in the rank: a rank outliving
+// a restarted daemon would hold its ports. Only sockets are closed: libraries may have opened
+// files before main.
+void close_inherited_sockets() {
+  const int limit = static_cast<int>(sysconf(_SC_OPEN_MAX));
+  for (int fd = kEventFd + 1; fd < limit && fd < 65536; ++fd) {
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) ::close(fd);
+  }
+}
+
+// One rank's run. Thread contract: the main thread runs the job and writes its events; the stop
+// watcher thread blocks on stdin and aborts the communicator at end of file; the progress thread
+// writes Progress events. Event writes are serialised by events_mutex; the communicator and
+// trainer pointers are published under state_mutex.
+class RankRun {
+ public:
+  RankRun(const RankMainOptions& options, v1::Assignment assignment)
+      : options_(options), a_(std::move(assignment)) {}
+
+  void run() {
+    std::thread watcher([this] { watch_for_stop(); });
+    watcher.detach();  // blocked in read(0) until the daemon closes stdin or we exit
+    std::thread progress([this] { send_progress(); });
+    v1::JobResult result = run_and_classify();
+    {
+      std::lock_guard<std::mutex> lock(state_mutex_);
+      finished_ = true;
+    }
+    progress_cv_.notify_all();
+    progress.join();
+    {
+      std::lock_guard<std::mutex> lock(state_mutex_);
+      comm_.reset();  // the communicator ends here, not under the stop watcher's feet
+    }
+    rank_pipe::RankEvent last;
+    *last.mutable_result() = std::move(result);
+    write(last);
+  }
+
+ private:
+  bool write(const rank_pipe::RankEvent& event) {
+    std::lock_guard<std::mutex> lock(events_mutex_);
+    return write_frame(kEventFd, event);
+  }
+
+  void watch_for_stop() {
+    char buffer[256];
+    while (true) {
+      const ssize_t n = ::read(0, buffer, sizeof(buffer));
+      if (n == 0 || (n < 0 && errno != EINTR)) break;
+    }
+    cancelled_ = true;
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    if (comm_) comm_->abort();
+  }
+
+  void send_progress() {
+    std::unique_lock<std::mutex> lock(state_mutex_);
+    const auto interval = std::chrono::duration<double>(options_.progress_seconds);
+    while (!progress_cv_.wait_for(lock, interval, [&] { return finished_; })) {
+      // The rank's own heartbeat: the daemon takes a silent rank for a stopped one.
+      rank_pipe::RankEvent e;
+      if (trainer_) {
+        *e.mutable_progress() = to_proto(trainer_->position());
+      } else {
+        e.set_alive(true);
+      }
+      lock.unlock();
+      write(e);
+      lock.lock();
+    }
+  }
+
+  void publish(std::shared_ptr<Communicator> comm, Trainer* trainer) {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    if (comm && cancelled_) comm->abort();  // stopped while it met its peers
+    if (comm) comm_ = std::move(comm);
+    trainer_ = trainer;
+  }
+
+  RendezvousOptions rendezvous(double timeout_s) const {
+    RendezvousOptions r;
+    r.master_addr = a_.master_addr();
+    r.master_port = a_.master_port();
+    r.rank = a_.rank();
+    r.world_size = a_.world_size();
+    r.local_rank = options_.cuda_device;  // NCCL jobs run on the daemon's GPU
+    r.local_address = options_.advertise_host;
+    r.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+    return r;
+  }
+
+  void started(const Communicator& comm) {
+    if (!comm.transport_note().empty()) {
+      spdlog::warn("job={} rank={} {}", a_.job_id(), a_.rank(), comm.transport_note());
+    } else {
+      spdlog::info("job={} rank={} transport {}", a_.job_id(), a_.rank(), comm.transport());
+    }
+    rank_pipe::RankEvent e;
+    e.mutable_started()->set_transport(comm.transport());
+    e.mutable_started()->set_transport_note(comm.transport_note());
+    write(e);
+  }
+
+  // Returns rank 0's result JSON (other ranks: empty).
+  std::string run_comm_job() {
+    const CommJob job = from_proto(a_.spec().comm());
+    RendezvousOptions r = rendezvous(job.collective_timeout_s);
+    r.backend = job.backend;
+    r.transport = job.transport;
+    auto comm = connect(r);
+    publish(comm, nullptr);
+    started(*comm);
+    const CommBenchResult bench = run_comm_benchmark(job.bench, *comm);
+    write(comm_event(bench));
+    return a_.rank() == 0 ? to_json(bench).dump() : "";
+  }
+
+  std::string run_ddp_job() {
+    DdpJobOptions job = from_proto(a_.spec().ddp());
+    RendezvousOptions r = rendezvous(job.collective_timeout_s);
+    apply_job_options(r, job);
+    spdlog::info("job={} rank={} world={} rendezvous {}:{}", a_.job_id(), a_.rank(),
+                 a_.world_size(), a_.master_addr(), a_.master_port());
+    auto comm = connect(r);
+    publish(comm, nullptr);
+    started(*comm);
+    Trainer trainer(job, comm);
+    publish(nullptr, &trainer);
+    write(memory_event(trainer.memory(), /*final_points=*/false));
+    TrainingResult training;
+    try {
+      training = trainer.run(
+          [&](const StepMetrics& m) {
+            rank_pipe::RankEvent e;
+            *e.mutable_step() = to_report(m, a_.rank(), a_.attempt());
+            write(e);
+          },
+          [&] { return cancelled_.load(); });
+    } catch (...) {
+      publish(nullptr, nullptr);
+      throw;
+    }
+    publish(nullptr, nullptr);
+    write(memory_event(training.memory, /*final_points=*/true));
+    return a_.rank() == 0 ? to_json(training).dump() : "";
+  }
+
+  v1::JobResult run_and_classify() {
+    v1::JobResult r;
+    r.set_job_id(a_.job_id());
+    r.set_rank(a_.rank());
+    r.set_attempt(a_.attempt());
+    r.set_named_rank(-1);
+    auto fail = [&](v1::RankFailureCause cause, const std::string& error) {
+      // A rank told to stop reports that, whatever its aborted collective threw.
+      r.set_cause(cancelled_ ? v1::RANK_FAILURE_CANCELLED : cause);
+      r.set_error(error);
+      spdlog::warn("job={} rank={} failed: {}", a_.job_id(), a_.rank(), error);
+    };
+    try {
+      r.set_result_json(a_.spec().has_comm() ? run_comm_job() : run_ddp_job());
+      r.set_succeeded(true);
+      spdlog::info("job={} rank={} succeeded", a_.job_id(), a_.rank());
+    } catch (const JobCancelled& e) {
+      fail(v1::RANK_FAILURE_CANCELLED, e.what());
+    } catch (const CollectiveDesync& e) {
+      r.set_named_rank(e.named_rank());
+      fail(v1::RANK_FAILURE_DESYNC, e.finding());
+    } catch (const CollectiveError& e) {
+      fail(v1::RANK_FAILURE_COLLECTIVE, e.what());
+    } catch (const std::exception& e) {
+      fail(v1::RANK_FAILURE_ERROR, e.what());
+    }
+    return r;
+  }
+
+  const RankMainOptions options_;
+  const v1::Assignment a_;
+  std::atomic<bool> cancelled_{false};
+  std::mutex events_mutex_;
+  std::mutex state_mutex_;
+  std::condition_variable progress_cv_;
+  std::shared_ptr<Communicator> comm_;
+  Trainer* trainer_ = nullptr;
+  bool finished_ = false;
+};
+
+}  // namespace
+
+int run_rank_process(const RankMainOptions& options) {
+  // Die with the daemon: a rank whose daemon is gone would hold its peers and its ports. (A
+  // daemon that died before this line closed our stdin: the rank stops at once all the same.
+  // getppid() cannot tell: in a container the daemon itself is pid 1.)
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  close_inherited_sockets();
+  v1::Assignment assignment;
+  if (!read_frame(0, assignment)) {
+    std::fprintf(stderr, "error: ddpd-worker rank reads its assignment from the daemon on stdin\n");
+    return 2;
+  }
+  // Not destroyed: the detached stop watcher may still wake on stdin as the process exits.
+  auto* run = new RankRun(options, std::move(assignment));
+  run->run();
+  return 0;
+}
+
+}  // namespace ddpd
