@@ -367,7 +367,10 @@ TEST_F(JobManagerTest, AStragglerIsNamedOnceAndTheHealthyRanksAreNot) {
   const auto stragglers = incidents(id, "straggler");
   ASSERT_EQ(stragglers.size(), 1u);
   EXPECT_EQ(stragglers[0].rank(), 2);
-  EXPECT_NEAR(job(id).ranks(2).compute_score(), 1.0 / 3.0, 1e-12);  // 0.1 / 0.3, in double
+  // The score is 1 / (rank 2's compute / the median rank's), each compute being step_seconds less
+  // exposed_comm_seconds as the reports carry them: the same double arithmetic gives it exactly.
+  const double slow = (0.3 + 0.01) - 0.01, median = (0.1 + 0.01) - 0.01;
+  EXPECT_EQ(job(id).ranks(2).compute_score(), 1.0 / (slow / median));
   EXPECT_EQ(job(id).ranks(0).compute_score(), 1.0);
   // One aggregated step event per complete step.
   int steps = 0;
