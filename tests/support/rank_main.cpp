@@ -106,7 +106,8 @@ void set_gradients(const std::vector<torch::Tensor>& params, uint64_t seed, int6
   for (const auto& p : params) p.mutable_grad() = torch::randn_like(p) * 0.01;
 }
 
-int zero1(const ddpd::DdpJobOptions& options, const std::string& out, int64_t add_group_at) {
+int zero1(const ddpd::DdpJobOptions& options, const std::string& out, int64_t add_group_at,
+          bool step_in_parts) {
   const auto rendezvous = ddpd::rendezvous_for_job(options);
   auto comm = ddpd::connect(rendezvous);
   const int rank = comm->rank();
@@ -140,7 +141,19 @@ int zero1(const ddpd::DdpJobOptions& options, const std::string& out, int64_t ad
       if (plain) plain->add_param_group(rest_group);
     }
     set_gradients(params, options.seed, step);
-    if (sharded) {
+    if (sharded && step_in_parts) {
+      // Parts of three parameters, last first, as the bucketed strategy hands its buckets over.
+      for (size_t end = params.size(); end > 0; end -= std::min<size_t>(end, 3)) {
+        const size_t begin = end - std::min<size_t>(end, 3);
+        std::vector<torch::Tensor> part;
+        for (size_t i = begin; i < end; ++i) {
+          if (i < first.size() || (add_group_at >= 0 && step >= add_group_at))
+            part.push_back(params[i]);
+        }
+        if (!part.empty()) sharded->step_part(part);
+      }
+      sharded->finish_step();
+    } else if (sharded) {
       sharded->step();
     } else {
       plain->step();
@@ -338,6 +351,9 @@ int main(int argc, char** argv) {
   int64_t add_group_at = -1;
   zero1_cmd->add_option("--add-group-at", add_group_at,
                         "Add the second half of the parameters as a new group before this step");
+  bool step_in_parts = false;
+  zero1_cmd->add_flag("--in-parts", step_in_parts,
+                      "step_part() per three parameters and finish_step(), as bucketed does");
   auto* collectives_cmd =
       app.add_subcommand("collectives", "Every collective on odd sizes, both dtypes, checked");
   ddpd::add_ddp_flags(*collectives_cmd, options);
@@ -353,7 +369,7 @@ int main(int argc, char** argv) {
     if (train_cmd->parsed()) return train(options, out, tie_embeddings, freeze_embedding);
     if (readiness_cmd->parsed()) return readiness(options, out, with_unused);
     if (collectives_cmd->parsed()) return collectives(options, out);
-    return zero1(options, out, add_group_at);
+    return zero1(options, out, add_group_at, step_in_parts);
   } catch (const std::exception& e) {
     std::cerr << "FAILED: " << e.what() << std::endl;
     return 1;

@@ -6,6 +6,7 @@
 
 #include "device/device.h"
 #include "strategies/flat_buffer.h"
+#include "train/adamw_step.h"
 
 namespace ddpd {
 
@@ -20,11 +21,20 @@ OptimizerFactory adamw_factory(const torch::optim::AdamWOptions& options) {
 struct ShardedOptimizer::State {
   std::shared_ptr<Communicator> comm;
   std::unique_ptr<torch::optim::Optimizer> local;
-  std::vector<torch::Tensor> params;  // every parameter, in assignment order
-  std::vector<int> owners;            // owner rank of params[i]
-  std::unordered_map<const void*, int> owner_by_impl;
-  std::vector<int64_t> owned_bytes;  // per rank
+  std::vector<torch::Tensor> params;                      // every parameter, in assignment order
+  std::vector<int> owners;                                // owner rank of params[i]
+  std::unordered_map<const void*, size_t> index_by_impl;  // into params
+  std::vector<int64_t> owned_bytes;                       // per rank
   double last_broadcast_seconds = 0;
+
+  // Broadcasts launched and not yet waited for; receivers' coalesced buffers are unflattened
+  // into their parameters once they land.
+  struct Coalesced {
+    torch::Tensor buffer;
+    std::vector<torch::Tensor> params;
+  };
+  std::vector<PendingCollective> pending;
+  std::vector<Coalesced> coalesced;
 
   // Greedy balance: largest parameter first, to the rank with the fewest owned bytes (lowest
   // rank on ties). Deterministic, so every rank computes the same owners.
@@ -38,12 +48,12 @@ struct ShardedOptimizer::State {
     std::vector<bool> mine(group_params.size(), false);
     for (size_t k : order) {
       const auto& p = group_params[k];
-      TORCH_CHECK(!owner_by_impl.count(p.unsafeGetTensorImpl()),
+      TORCH_CHECK(!index_by_impl.count(p.unsafeGetTensorImpl()),
                   "add_param_group: a parameter is already in another group");
       const int owner = static_cast<int>(std::min_element(owned_bytes.begin(), owned_bytes.end()) -
                                          owned_bytes.begin());
       owned_bytes[owner] += p.nbytes();
-      owner_by_impl[p.unsafeGetTensorImpl()] = owner;
+      index_by_impl[p.unsafeGetTensorImpl()] = params.size();
       params.push_back(p);
       owners.push_back(owner);
       mine[k] = owner == comm->rank();
@@ -54,6 +64,59 @@ struct ShardedOptimizer::State {
     }
     if (group.has_options()) return OptimizerParamGroup(owned, group.options().clone());
     return OptimizerParamGroup(owned);
+  }
+
+  size_t index_of(const torch::Tensor& p) const {
+    auto it = index_by_impl.find(p.unsafeGetTensorImpl());
+    TORCH_CHECK(it != index_by_impl.end(), "ShardedOptimizer: parameter is not in this optimizer");
+    return it->second;
+  }
+
+  // Each owner broadcasts its updated parameters among `indices` (into params), owners in rank
+  // order and each owner's parameters in the order given, so every rank walking the same
+  // indices issues the same sequence. Parameters of 1 MiB or more go straight from and into the
+  // parameter (no copy); smaller ones travel coalesced in buffers of up to 4 MiB. A flat buffer
+  // of all of an owner's parameters would be a model-sized temporary at the step's memory peak,
+  // eating what sharding the optimizer state saves.
+  void launch_broadcasts(const std::vector<size_t>& indices) {
+    constexpr int64_t kInPlaceBytes = int64_t{1} << 20;
+    constexpr int64_t kCoalescedBytes = int64_t{4} << 20;
+    torch::NoGradGuard no_grad;
+    for (int r = 0; r < comm->world_size(); ++r) {
+      const std::string name = "broadcast/owner" + std::to_string(r);
+      const bool mine = r == comm->rank();
+      std::vector<torch::Tensor> small;
+      int64_t small_bytes = 0;
+      auto flush = [&] {
+        if (small.empty()) return;
+        Coalesced c{mine ? detail::flatten(small) : detail::empty_flat_like(small), small};
+        pending.push_back(comm->broadcast(c.buffer, r, name));
+        if (!mine) coalesced.push_back(std::move(c));
+        small.clear();
+        small_bytes = 0;
+      };
+      for (size_t i : indices) {
+        if (owners[i] != r) continue;
+        auto& p = params[i];
+        const int64_t bytes = p.numel() * p.element_size();
+        if (bytes >= kInPlaceBytes && p.is_contiguous()) {
+          torch::Tensor target = p.detach();
+          pending.push_back(comm->broadcast(target, r, name));
+          continue;
+        }
+        if (small_bytes + bytes > kCoalescedBytes) flush();
+        small.push_back(p);
+        small_bytes += bytes;
+      }
+      flush();
+    }
+  }
+
+  void wait_broadcasts() {
+    for (auto& work : pending) work.wait();
+    for (auto& c : coalesced) detail::unflatten_into(c.buffer, c.params);
+    pending.clear();
+    coalesced.clear();
   }
 };
 
@@ -72,59 +135,36 @@ ShardedOptimizer::~ShardedOptimizer() = default;
 
 void ShardedOptimizer::step() {
   state_->local->step();
-  Communicator& comm = *state_->comm;
   // On the device's timeline: on CUDA the broadcasts queue behind the local step's kernels.
-  detail::Timeline& timeline = comm.timeline();
+  detail::Timeline& timeline = state_->comm->timeline();
   const auto start = timeline.mark();
-  if (comm.world_size() > 1) {
-    torch::NoGradGuard no_grad;
-    // Each owner broadcasts its updated parameters, in assignment order, every rank walking
-    // the same sequence. Parameters of 1 MiB or more go straight from and into the parameter
-    // (no copy); smaller ones travel coalesced in buffers of up to 4 MiB. A flat buffer of all
-    // of an owner's parameters would be a model-sized temporary at the step's memory peak,
-    // eating what sharding the optimizer state saves.
-    constexpr int64_t kInPlaceBytes = int64_t{1} << 20;
-    constexpr int64_t kCoalescedBytes = int64_t{4} << 20;
-    const int world = comm.world_size();
-    std::vector<std::vector<torch::Tensor>> owned_by(world);
-    for (size_t i = 0; i < state_->params.size(); ++i) {
-      owned_by[state_->owners[i]].push_back(state_->params[i]);
-    }
-    struct Coalesced {
-      torch::Tensor buffer;
-      std::vector<torch::Tensor> params;  // unflattened into after the broadcast (receivers)
-    };
-    std::vector<Coalesced> coalesced;
-    std::vector<PendingCollective> pending;
-    for (int r = 0; r < world; ++r) {
-      const std::string name = "broadcast/owner" + std::to_string(r);
-      const bool mine = r == comm.rank();
-      std::vector<torch::Tensor> small;
-      int64_t small_bytes = 0;
-      auto flush = [&] {
-        if (small.empty()) return;
-        Coalesced c{mine ? detail::flatten(small) : detail::empty_flat_like(small), small};
-        pending.push_back(comm.broadcast(c.buffer, r, name));
-        if (!mine) coalesced.push_back(std::move(c));
-        small.clear();
-        small_bytes = 0;
-      };
-      for (auto& p : owned_by[r]) {
-        const int64_t bytes = p.numel() * p.element_size();
-        if (bytes >= kInPlaceBytes && p.is_contiguous()) {
-          torch::Tensor target = p.detach();
-          pending.push_back(comm.broadcast(target, r, name));
-          continue;
-        }
-        if (small_bytes + bytes > kCoalescedBytes) flush();
-        small.push_back(p);
-        small_bytes += bytes;
-      }
-      flush();
-    }
-    for (auto& work : pending) work.wait();
-    for (auto& c : coalesced) detail::unflatten_into(c.buffer, c.params);
+  if (state_->comm->world_size() > 1) {
+    std::vector<size_t> all(state_->params.size());
+    std::iota(all.begin(), all.end(), 0);
+    state_->launch_broadcasts(all);
+    state_->wait_broadcasts();
   }
+  const auto end = timeline.mark();
+  state_->last_broadcast_seconds = timeline.seconds(end) - timeline.seconds(start);
+}
+
+void ShardedOptimizer::step_part(const std::vector<torch::Tensor>& params) {
+  auto* adamw = dynamic_cast<torch::optim::AdamW*>(state_->local.get());
+  TORCH_CHECK(adamw, "ShardedOptimizer::step_part: the wrapped optimizer must be AdamW");
+  std::vector<size_t> indices;
+  std::vector<torch::Tensor> owned;
+  for (const auto& p : params) {
+    indices.push_back(state_->index_of(p));
+    if (state_->owners[indices.back()] == state_->comm->rank()) owned.push_back(p);
+  }
+  if (!owned.empty()) detail::fused_adamw_step(*adamw, owned);  // empty would mean "all"
+  if (state_->comm->world_size() > 1) state_->launch_broadcasts(indices);
+}
+
+void ShardedOptimizer::finish_step() {
+  detail::Timeline& timeline = state_->comm->timeline();
+  const auto start = timeline.mark();
+  state_->wait_broadcasts();
   const auto end = timeline.mark();
   state_->last_broadcast_seconds = timeline.seconds(end) - timeline.seconds(start);
 }
@@ -138,9 +178,7 @@ void ShardedOptimizer::add_param_group(const OptimizerParamGroup& group) {
 }
 
 int ShardedOptimizer::owner_of(const torch::Tensor& parameter) const {
-  auto it = state_->owner_by_impl.find(parameter.unsafeGetTensorImpl());
-  TORCH_CHECK(it != state_->owner_by_impl.end(), "owner_of: parameter is not in this optimizer");
-  return it->second;
+  return state_->owners[state_->index_of(parameter)];
 }
 
 std::vector<int64_t> ShardedOptimizer::owned_bytes_per_rank() const { return state_->owned_bytes; }

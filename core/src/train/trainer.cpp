@@ -126,10 +126,10 @@ struct Trainer::Impl {
   // Unsharded: torch's AdamW holds the options and state; fused_adamw_step updates them.
   std::unique_ptr<torch::optim::AdamW> optimizer;
   std::unique_ptr<ShardedOptimizer> sharded;  // --shard-optimizer
-  // The plain optimizer steps bucket by bucket inside the gradient synchronisation: bucketed on
-  // CPU with more than one rank, without ZeRO-1 (whose step is a collective of its own) and
-  // without clipping (which needs every gradient's norm first). AdamW is per parameter, so the
-  // result is the same as one step after the synchronisation.
+  // The optimizer steps bucket by bucket inside the gradient synchronisation: bucketed on CPU
+  // with more than one rank and without clipping (which needs every gradient's norm first).
+  // AdamW is per parameter, so the result is the same as one step after the synchronisation.
+  // With ZeRO-1 each bucket's owners step and their broadcasts start at once.
   bool optimizer_steps_per_bucket = false;
   std::unique_ptr<detail::TokenSamples> data;
   std::unique_ptr<detail::TokenSamples> eval_data;  // --eval-data
@@ -252,9 +252,8 @@ void Trainer::Impl::build_optimizer() {
   } else {
     optimizer = std::make_unique<torch::optim::AdamW>(sync->optimizer_parameters(), adamw);
   }
-  optimizer_steps_per_bucket = optimizer && options.strategy == Strategy::kBucketed &&
-                               comm->world_size() > 1 && options.clip_grad_norm == 0 &&
-                               !comm->device().is_cuda();
+  optimizer_steps_per_bucket = options.strategy == Strategy::kBucketed && comm->world_size() > 1 &&
+                               options.clip_grad_norm == 0 && !comm->device().is_cuda();
 }
 
 void Trainer::Impl::build_data() {
@@ -372,7 +371,11 @@ double Trainer::Impl::finish_synchronization() {
   if (optimizer_steps_per_bucket) {
     sync->finish_gradient_synchronization_in_parts([&](const std::vector<torch::Tensor>& params) {
       const double start = comm->now();
-      detail::fused_adamw_step(*optimizer, params);
+      if (sharded) {
+        sharded->step_part(params);  // ZeRO-1: the owners step, their broadcasts start
+      } else {
+        detail::fused_adamw_step(*optimizer, params);
+      }
       overlapped_optimizer_s += comm->now() - start;
     });
   } else {
@@ -386,7 +389,11 @@ double Trainer::Impl::optimizer_step(StepMetrics& metrics) {
   if (options.clip_grad_norm > 0) metrics.grad_norm = clip_gradients();
   double broadcast_seconds = 0;
   if (sharded) {
-    sharded->step();
+    if (optimizer_steps_per_bucket) {
+      sharded->finish_step();
+    } else {
+      sharded->step();
+    }
     broadcast_seconds = sharded->last_broadcast_seconds();
   } else if (!optimizer_steps_per_bucket) {
     detail::fused_adamw_step(*optimizer);
