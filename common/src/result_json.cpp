@@ -13,6 +13,33 @@ nlohmann::json memory_json(const MemoryBytes& m) {
           {"peak_bytes", m.peak_bytes}};
 }
 
+// Compact: one step's ready times are an array of numbers, its collectives arrays of
+// [name, bytes, launch_s, complete_s] (about 60 gradients and a handful of buckets per step).
+nlohmann::json profile_json(const StepProfile& profile) {
+  nlohmann::json gradients = nlohmann::json::array();
+  for (const auto& g : profile.gradients) gradients.push_back({g.name, g.bytes});
+  nlohmann::json steps = nlohmann::json::array();
+  for (const auto& s : profile.steps) {
+    nlohmann::json collectives = nlohmann::json::array();
+    for (const auto& c : s.collectives) {
+      collectives.push_back({c.name, c.bytes, c.launch_s, c.complete_s});
+    }
+    steps.push_back({{"step", s.step},
+                     {"step_s", s.step_s},
+                     {"zero_grad_s", s.zero_grad_s},
+                     {"forward_s", s.forward_s},
+                     {"backward_s", s.backward_s},
+                     {"last_backward_start_s", s.last_backward_start_s},
+                     {"last_backward_end_s", s.last_backward_end_s},
+                     {"synced_s", s.synced_s},
+                     {"optimizer_s", s.optimizer_s},
+                     {"overlapped_optimizer_s", s.overlapped_optimizer_s},
+                     {"ready_s", s.ready_s},
+                     {"collectives", collectives}});
+  }
+  return {{"host_cores", profile.host_cores}, {"gradients", gradients}, {"steps", steps}};
+}
+
 }  // namespace
 
 nlohmann::json to_json(const TrainingResult& result) {
@@ -62,6 +89,7 @@ nlohmann::json to_json(const TrainingResult& result) {
         {"step_peak_unsharded_gradient_bytes", result.memory.step_peak_unsharded_gradient_bytes},
         {"step_peak_full_gradient_units", result.memory.step_peak_full_gradient_units}}}};
   if (!result.transport_note.empty()) out["transport_note"] = result.transport_note;
+  if (!result.profile.steps.empty()) out["profile"] = profile_json(result.profile);
   return out;
 }
 

@@ -1,5 +1,6 @@
 // The result JSON's readers (result_json.h), the mirror of result_json.cpp's writers.
 #include <stdexcept>
+#include <tuple>
 
 #include "ddpd/common/result_json.h"
 
@@ -133,6 +134,36 @@ CommRow comm_row(const Reader& r) {
   return row;
 }
 
+// The writer's compact arrays (result_json.cpp profile_json), element by element.
+StepProfile step_profile(const nlohmann::json& json) {
+  const Reader p(json, "profile");
+  StepProfile profile;
+  profile.host_cores = p.get<int>("host_cores");
+  for (const auto& g : p.get<std::vector<std::pair<std::string, int64_t>>>("gradients")) {
+    profile.gradients.push_back({g.first, g.second});
+  }
+  for (const auto& s : p.array("steps")) {
+    ProfiledStep step;
+    step.step = s.get<int64_t>("step");
+    step.step_s = s.get<double>("step_s");
+    step.zero_grad_s = s.get<double>("zero_grad_s");
+    step.forward_s = s.get<double>("forward_s");
+    step.backward_s = s.get<double>("backward_s");
+    step.last_backward_start_s = s.get<double>("last_backward_start_s");
+    step.last_backward_end_s = s.get<double>("last_backward_end_s");
+    step.synced_s = s.get<double>("synced_s");
+    step.optimizer_s = s.get<double>("optimizer_s");
+    step.overlapped_optimizer_s = s.get<double>("overlapped_optimizer_s");
+    step.ready_s = s.get<std::vector<double>>("ready_s");
+    using Row = std::tuple<std::string, int64_t, double, double>;
+    for (const auto& [name, bytes, launch, complete] : s.get<std::vector<Row>>("collectives")) {
+      step.collectives.push_back({name, bytes, launch, complete});
+    }
+    profile.steps.push_back(std::move(step));
+  }
+  return profile;
+}
+
 }  // namespace
 
 TrainingResult training_result_from_json(const nlohmann::json& json) {
@@ -153,6 +184,7 @@ TrainingResult training_result_from_json(const nlohmann::json& json) {
   result.summary.tokens_per_second = sum.get<double>("tokens_per_second");
   result.summary.median_comm_fraction = sum.get<double>("median_comm_fraction");
   result.memory = memory_profile(r.object("memory"));
+  if (json.contains("profile")) result.profile = step_profile(json["profile"]);
   return result;
 }
 

@@ -47,6 +47,23 @@ TrainingResult training_result_setting_every_field() {
   r.memory.step_peak_unsharded_parameter_bytes = 14;
   r.memory.step_peak_unsharded_gradient_bytes = 15;
   r.memory.step_peak_full_gradient_units = 16;
+  r.profile.host_cores = 2;
+  r.profile.gradients = {{"blocks.0.w1", 4096}, {"head", 8192}};
+  ProfiledStep p;
+  p.step = 1;
+  p.step_s = 0.25;
+  p.zero_grad_s = 0.001;
+  p.forward_s = 0.1;
+  p.backward_s = 0.12;
+  p.last_backward_start_s = 0.101;
+  p.last_backward_end_s = 0.221;
+  p.synced_s = 0.23;
+  p.optimizer_s = 0.02;
+  p.overlapped_optimizer_s = 0.011;
+  p.ready_s = {0.12, -1.0};
+  p.collectives = {{"all_reduce/bucket0", 12288, 0.2, 0.21},
+                   {"broadcast/owner1", 4096, 0.23, 0.24}};
+  r.profile.steps = {p};
   return r;
 }
 
@@ -84,6 +101,10 @@ TEST(ResultJson, TrainingResultRoundTripsEveryField) {
   EXPECT_EQ(read.steps[1].grad_norm, 1.5);
   EXPECT_FALSE(read.steps[0].grad_norm.has_value());
   EXPECT_EQ(read.steps[0].gradient_sync_bytes, 123456789012);  // int64 beyond 2^32, exact
+  ASSERT_EQ(read.profile.steps.size(), 1u);
+  EXPECT_EQ(read.profile.steps[0].collectives[1].name, "broadcast/owner1");
+  EXPECT_EQ(read.profile.steps[0].ready_s[1], -1.0);
+  EXPECT_EQ(read.profile.gradients[1].bytes, 8192);
 }
 
 TEST(ResultJson, CommResultRoundTripsEveryField) {

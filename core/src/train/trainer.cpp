@@ -22,6 +22,7 @@
 #include "train/failure_analysis.h"
 #include "train/fault_injector.h"
 #include "train/memory.h"
+#include "train/step_profile.h"
 #include "train/step_timing.h"
 #include "train/token_data.h"
 #include "train/training_checkpoint.h"
@@ -133,6 +134,7 @@ struct Trainer::Impl {
   bool optimizer_steps_per_bucket = false;
   std::unique_ptr<detail::TokenSamples> data;
   std::unique_ptr<detail::TokenSamples> eval_data;  // --eval-data
+  std::unique_ptr<detail::StepRecorder> recorder;   // what `ddpctl whatif` replays
   MemoryProfile memory;
   int64_t local_batch = 0;  // this rank's rows of each global batch
   int64_t micro_batch = 0;  // rows per forward/backward (local_batch / --grad-accum)
@@ -295,6 +297,11 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
     detail::load_parameters(*resumed, *m.model);  // before the synchroniser shards or broadcasts
   }
   m.sync = make_synchronizer(*m.model, m.comm, sync_options_of(options));
+  // Gradients are whole per parameter, and timed on the host clock, for the replicated
+  // strategies on CPU only.
+  m.recorder = std::make_unique<detail::StepRecorder>(
+      *m.model, [c = m.comm.get()] { return c->now(); },
+      options.strategy != Strategy::kFsdp && !m.comm->device().is_cuda(), static_cast<int>(cores));
   m.build_optimizer();
   m.build_data();
   if (resumed) {
@@ -489,9 +496,10 @@ StepMetrics Trainer::train_step(int64_t step) {
                               ? std::min(measure_seconds_host, marks.optimizer_start - marks.synced)
                               : marks.optimizer_start - marks.synced;
   const auto collectives = comm.take_spans();
+  const detail::StepTiming timing = detail::step_timing(marks, collectives);
+  m.recorder->record(step, marks, timing, collectives);
   detail::apply_step_timing(
-      detail::step_timing(marks, collectives), collectives,
-      static_cast<double>(m.options.batch_size) * m.options.context_length,
+      timing, collectives, static_cast<double>(m.options.batch_size) * m.options.context_length,
       [&comm](double s) { return comm.unix_seconds(s); }, metrics);
   if (last) m.record_last_step_memory();
   m.step_bookkeeping(step, loss_sum, metrics);  // collectives outside the timed step
@@ -545,6 +553,7 @@ TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_st
                                    : enum_name(impl_->options.grad_compression);
   result.summary = summarize(result.steps, impl_->options.warmup_steps);
   result.memory = impl_->memory;
+  result.profile = impl_->recorder->profile();
   return result;
 }
 

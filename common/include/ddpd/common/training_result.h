@@ -74,6 +74,47 @@ struct TrainingSummary {
   double median_comm_fraction = 0;
 };
 
+// One measured step's timeline, kept so that a job that has ended can be replayed with another
+// bucket schedule, strategy or world size (`ddpctl whatif`, docs/whatif.md). Times are seconds
+// from the step's start on the rank's clock.
+struct ProfiledCollective {
+  std::string name;  // all_reduce/bucket3, broadcast/owner1, ... (the journal's names)
+  int64_t bytes = 0;
+  double launch_s = 0;
+  double complete_s = 0;
+};
+
+struct ProfiledStep {
+  int64_t step = 0;
+  double step_s = 0;
+  double zero_grad_s = 0;
+  double forward_s = 0;   // every micro-batch's
+  double backward_s = 0;  // every micro-batch's
+  double last_backward_start_s = 0;
+  double last_backward_end_s = 0;
+  double synced_s = 0;                // the gradient synchronisation finished
+  double optimizer_s = 0;             // after synced, plus AdamW run per bucket inside the sync
+  double overlapped_optimizer_s = 0;  // the part of optimizer_s run inside the sync
+  // Each gradient's ready time in the last backward (index as StepProfile::gradients), seconds
+  // since that backward started; negative when it never became ready.
+  std::vector<double> ready_s;
+  std::vector<ProfiledCollective> collectives;  // launched within the step, in launch order
+};
+
+struct GradientInfo {
+  std::string name;  // the parameter's name in the model (blocks.2.attn.qkv.weight)
+  int64_t bytes = 0;
+};
+
+struct StepProfile {
+  int host_cores = 0;  // hardware threads of the rank's host
+  // Trainable parameters, unique, in registration order. Empty when the strategy's gradients
+  // are not whole per parameter (fsdp), or the device times on another clock (CUDA).
+  std::vector<GradientInfo> gradients;
+  std::vector<ProfiledStep> steps;  // the last kProfiledSteps measured steps, oldest first
+};
+constexpr size_t kProfiledSteps = 8;
+
 struct TrainingResult {
   // The synchronisation that ran: the strategy's name, or "none" at world size 1.
   std::string synchronization;
@@ -89,6 +130,7 @@ struct TrainingResult {
   std::vector<StepMetrics> steps;
   TrainingSummary summary;
   MemoryProfile memory;
+  StepProfile profile;  // rank 0's
 };
 
 // Summary over steps[warmup_steps:] (all steps when that leaves none).

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "ddpd/common/bucket_assignment.h"  // assign_buckets, the bucketed strategy's packing
 #include "ddpd/common/job_options.h"
 #include "ddpd/core/communicator.h"
 
@@ -136,18 +137,6 @@ void broadcast_module_state(torch::nn::Module& module, Communicator& comm);
 double parameter_spread(const std::vector<torch::Tensor>& parameters, Communicator& comm);
 // The same over everything `sync` visits, unit by unit under fsdp.
 double parameter_spread(GradientSynchronizer& sync, Communicator& comm);
-
-// Bucket assignment of the bucketed strategy: parameter indices (into `numels`) taken in `order`
-// and packed into buckets of at most `cap_bytes`, the first of at most `first_cap_bytes`; a
-// parameter larger than its cap gets a bucket of its own. Exposed for tests.
-std::vector<std::vector<size_t>> assign_buckets(const std::vector<size_t>& order,
-                                                const std::vector<int64_t>& numels,
-                                                int64_t element_size, int64_t cap_bytes,
-                                                int64_t first_cap_bytes);
-// The same in reverse registration order (how gradients roughly become ready in backward), with
-// every bucket under `cap_bytes`.
-std::vector<std::vector<size_t>> assign_buckets(const std::vector<int64_t>& numels,
-                                                int64_t element_size, int64_t cap_bytes);
 
 // FSDP shard layout of one flattened parameter of `numel` elements over `world_size` ranks:
 // padded to a multiple of world_size, each rank owning `shard_numel` elements.
