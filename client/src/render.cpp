@@ -9,6 +9,7 @@
 #include "ddpd/api/spec_convert.h"
 #include "ddpd/common/comm_table.h"
 #include "ddpd/common/result_json.h"
+#include "measured_job.h"
 
 namespace ddpd::client {
 namespace {
@@ -122,6 +123,7 @@ nlohmann::json job_json(const v1::GetJobReply& reply) {
   if (!job.error().empty()) out["error"] = job.error();
   if (!job.pending_reason().empty()) out["pending_reason"] = job.pending_reason();
   out["world_size"] = job.spec().world_size();
+  out["spec"] = spec_json(job.spec());  // what `ddpctl whatif --from-file` replays it as
   out["attempts"] = job.attempts();
   out["workers"] = std::vector<std::string>(job.worker_ids().begin(), job.worker_ids().end());
   auto& history = out["history"] = nlohmann::json::array();

@@ -52,5 +52,6 @@ void add_diagnose_command(CLI::App& app, Commands& commands);  // diagnose JOB
 void add_job_queries(CLI::App& app, Commands& commands);       // list, watch, cancel, workers
 void add_plan_command(CLI::App& app, Commands& commands);      // plan [memory | bucket]
 void add_local_command(CLI::App& app, Commands& commands);     // local ddp | comm
+void add_whatif_command(CLI::App& app, Commands& commands);    // whatif JOB
 
 }  // namespace ddpd::client

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Benchmark (not a test): how well `ddpctl whatif` predicts. One base job (bucketed 25 MB, 2
+# ranks, the bench config of bench_ddp.sh with a global batch of 12) is measured through
+# `ddpctl local`; 16 other configurations — every strategy whatif models, bucket sizes 1 to
+# 100 MB, 1 to 3 ranks, shm and gloo (gloo's link from comm jobs at 2 and 3 ranks), ZeRO-1 on
+# and off, accumulation — are predicted from it, then run for real. Prints predicted, measured
+# and the error for each, and the median and worst error (docs/whatif.md).
+# Usage: tests/bench/bench_whatif.sh [STEPS] [OUTDIR]   (run scripts/build.sh first)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+steps=${1:-12}
+out=${2:-$(mktemp -d /tmp/ddpd-whatif.XXXXXX)}
+python=$PWD/.venv/bin/python
+[ -x "$python" ] || python=python3
+[ -x build/bin/ddpctl ] || { echo "build first: bash scripts/build.sh" >&2; exit 1; }
+export OPENBLAS_NUM_THREADS=1
+echo "host: $(nproc) cores; results under $out"
+exec "$python" tests/bench/whatif_validate.py build/bin/ddpctl "$steps" "$out"

@@ -1,0 +1,175 @@
+// The whatif replay's machinery (ddpd/common/step_replay.h), on a profile written by hand: a
+// link of alpha 1 ms, 1 GB/s and a quarter of that speed while the rank computes; four gradients
+// of 4, 2, 2 and 4 MB (registration order) ready at 100, 70, 50 and 20 ms of a 100 ms backward.
+// Every expected figure below is worked out by hand from those numbers (the comments show the
+// arithmetic), so the tolerances are float rounding only. Accuracy against real runs is the
+// job of tests/bench/bench_whatif.sh, not of this test.
+#include <gtest/gtest.h>
+
+#include "ddpd/common/step_replay.h"
+
+namespace ddpd {
+namespace {
+
+constexpr double kMs = 1e-3;
+constexpr double kTight = 1e-9;  // seconds: float rounding of sums of a few milliseconds
+
+// Step A: g3 ready at 20 ms. Backward [51, 151] ms. bucket0 = {g3} (over the 1 MiB first cap):
+// launched at 71, 5 ms of work at 0.25 while backward runs → done at 91. bucket1 = {g2, g1, g0}
+// launched at 151: 9 ms of work; AdamW for bucket0 runs [151, 155] (12 ms × 4/12) at 0.25 → 1 ms
+// done, 8 ms left at full speed → 163; AdamW for bucket1 [163, 171]; synced at 171. Step =
+// zero_grad 1 + forward 50 + backward 100 + wait 20 + residual 2 = 173 ms.
+// Step B: g3 ready at 90 ms: bucket0 launched at 141, 10 ms of backward at 0.25 → 2.5 ms done,
+// 2.5 ms after → 153.5; AdamW [153.5, 157.5]; bucket1 from 153.5: 1 ms during that AdamW, 8 ms
+// after → 165.5; AdamW [165.5, 173.5]; synced 173.5, step 175.5.
+ProfiledStep profiled(int64_t step, double g3_ready_ms) {
+  const bool late = g3_ready_ms > 50;
+  ProfiledStep s;
+  s.step = step;
+  s.zero_grad_s = 1 * kMs;
+  s.forward_s = 50 * kMs;
+  s.backward_s = 100 * kMs;
+  s.last_backward_start_s = 51 * kMs;
+  s.last_backward_end_s = 151 * kMs;
+  s.optimizer_s = s.overlapped_optimizer_s = 12 * kMs;
+  s.synced_s = (late ? 173.5 : 171) * kMs;
+  s.step_s = (late ? 175.5 : 173) * kMs;
+  s.ready_s = {100 * kMs, 70 * kMs, 50 * kMs, g3_ready_ms * kMs};
+  s.collectives = {
+      {"all_reduce/bucket0", 4000000, (51 + g3_ready_ms) * kMs, (late ? 153.5 : 91) * kMs},
+      {"all_reduce/bucket1", 8000000, 151 * kMs, (late ? 165.5 : 163) * kMs}};
+  return s;
+}
+
+MeasuredJob hand_written_job() {
+  MeasuredJob job;
+  job.job_id = "hand";
+  job.world_size = 2;
+  job.options.strategy = Strategy::kBucketed;
+  job.options.bucket_size_mb = 25;
+  job.options.batch_size = 8;
+  job.options.warmup_steps = 0;
+  job.options.threads = 1;
+  job.result.transport = "shm";
+  job.result.profile.host_cores = 2;
+  job.result.profile.gradients = {
+      {"g0", 4000000}, {"g1", 2000000}, {"g2", 2000000}, {"g3", 4000000}};
+  // A, B, A: every median is step A's, and the three kinds of all-reduce fix the link's fit.
+  job.result.profile.steps = {profiled(0, 20), profiled(1, 90), profiled(2, 20)};
+  for (const auto& s : job.result.profile.steps) {
+    StepMetrics m;
+    m.step = s.step;
+    m.step_seconds = s.step_s;
+    job.result.steps.push_back(m);
+  }
+  return job;
+}
+
+TEST(StepReplay, TheLinkFitRecoversAlphaBetaAndTheSpeedWhileComputing) {
+  const LinkModel link = fit_link_from_job(hand_written_job());
+  EXPECT_NEAR(link.alpha_s, 1 * kMs, kTight);
+  EXPECT_NEAR(link.seconds_per_byte, 1e-9, 1e-15);
+  EXPECT_NEAR(link.speed_while_computing, 0.25, 1e-9);
+  EXPECT_EQ(link.samples, 6);
+  EXPECT_EQ(link.world_size, 2);
+  EXPECT_EQ(link.transport, "shm");
+}
+
+TEST(StepReplay, TheJobsOwnConfigurationReproducesItsMeasuredStep) {
+  const MeasuredJob job = hand_written_job();
+  const StepFigures f = predict(job, {});
+  EXPECT_NEAR(f.step_s, 173 * kMs, kTight);        // step A, the median
+  EXPECT_NEAR(f.exposed_comm_s, 8 * kMs, kTight);  // wait 20 less the 12 ms of AdamW inside it
+  EXPECT_NEAR(f.comm_s, 32 * kMs, kTight);         // bucket0 [71, 91] + bucket1 [151, 163]
+  EXPECT_NEAR(f.optimizer_s, 12 * kMs, kTight);
+  EXPECT_NEAR(f.step_s, measured_figures(job).step_s, kTight);
+}
+
+TEST(StepReplay, OneBucketForEveryGradientPredictsNoOverlap) {
+  // Gradients of 300, 100, 100 and 300 KB: 800 KB, under the 1 MiB first cap, so any bucket size
+  // puts them in one bucket, launched when the last is ready, at the end of backward. The link
+  // is given (a comm job's): alpha 1 ms, 1 GB/s.
+  MeasuredJob job = hand_written_job();
+  job.result.profile.gradients = {{"g0", 300000}, {"g1", 100000}, {"g2", 100000}, {"g3", 300000}};
+  LinkModel link;
+  link.transport = "shm";
+  link.world_size = 2;
+  link.alpha_s = 1 * kMs;
+  link.seconds_per_byte = 1e-9;
+  for (double mb : {1.0, 25.0, 1000.0}) {
+    WhatIfChange change;
+    change.bucket_size_mb = mb;
+    const StepFigures f = predict(job, change, link);
+    // All of the all-reduce (1 ms + 0.8 ms) waits after backward; then AdamW (12 ms).
+    EXPECT_NEAR(f.comm_s, 1.8 * kMs, kTight) << mb << " MB";
+    EXPECT_NEAR(f.exposed_comm_s, f.comm_s, kTight) << mb << " MB: nothing overlapped";
+  }
+}
+
+TEST(StepReplay, ZeroOneStepsItsShareAndQueuesItsBroadcastsBehindTheAllReduces) {
+  // Owners by size: 4 MB to ranks 0 and 1, then 2 MB to each: rank 0 owns half. bucket0 done at
+  // 40 ms as before; AdamW for it [100, 102]; bucket1 from 100: 0.5 ms during that AdamW, 8.5 ms
+  // after → 110.5; AdamW [110.5, 114.5]. Broadcasts move half an all-reduce's bytes: bucket0's
+  // (1 + 2 ms of work) from 110.5, 1 ms during that AdamW, 2 after → 116.5; bucket1's (1 + 4) →
+  // 121.5. Wait 14.5, then 7 for the broadcasts: step 1 + 50 + 100 + 14.5 + 7 + 2 = 174.5.
+  WhatIfChange change;
+  change.shard_optimizer = true;
+  const StepFigures f = predict(hand_written_job(), change);
+  EXPECT_NEAR(f.step_s, 174.5 * kMs, kTight);
+  EXPECT_NEAR(f.exposed_comm_s, 15.5 * kMs, kTight);  // 14.5 - 6 of AdamW + 7
+  EXPECT_NEAR(f.optimizer_s, 13 * kMs, kTight);       // 6 of AdamW + the 7 ms broadcast wait
+}
+
+TEST(StepReplay, ComputeFollowsTheLocalBatchAndTheCoresEachRankGets) {
+  const MeasuredJob job = hand_written_job();
+  WhatIfChange one;
+  one.world_size = 1;
+  const StepFigures alone = predict(job, one);
+  // Twice the rows on one rank; no synchroniser (no zero_grad of buckets, no communication):
+  // 100 + 200 + AdamW 12 + residual 2.
+  EXPECT_NEAR(alone.forward_s, 100 * kMs, kTight);
+  EXPECT_NEAR(alone.step_s, 314 * kMs, kTight);
+  EXPECT_EQ(alone.comm_s, 0);
+  EXPECT_EQ(alone.exposed_comm_s, 0);
+  EXPECT_EQ(alone.transport, "none");
+  // Four ranks of one thread on two cores: half the rows each, at half a core each.
+  WhatIfChange four;
+  four.world_size = 4;
+  EXPECT_NEAR(predict(job, four).forward_s, 50 * kMs, kTight);
+}
+
+TEST(StepReplay, RefusesWhatItCannotModelWithTheReason) {
+  const MeasuredJob job = hand_written_job();
+  auto refusal = [&](const WhatIfChange& change, const MeasuredJob& j) -> std::string {
+    try {
+      predict(j, change);
+    } catch (const ReplayRefused& e) {
+      return e.what();
+    }
+    return "";
+  };
+  WhatIfChange fsdp;
+  fsdp.strategy = Strategy::kFsdp;
+  EXPECT_NE(refusal(fsdp, job).find("fsdp is not replayed"), std::string::npos);
+  WhatIfChange gloo;
+  gloo.transport = Transport::kGloo;
+  EXPECT_NE(refusal(gloo, job).find("--link-from"), std::string::npos) << refusal(gloo, job);
+  MeasuredJob on_gpu = job;
+  on_gpu.options.device = Device::kCuda;
+  EXPECT_NE(refusal({}, on_gpu).find("CPU jobs only"), std::string::npos);
+  MeasuredJob unprofiled = job;
+  unprofiled.result.profile = {};
+  EXPECT_NE(refusal({}, unprofiled).find("no step profile"), std::string::npos);
+  // A configuration the job could not run is bad input, named as submit names it.
+  WhatIfChange three;
+  three.world_size = 3;
+  try {
+    predict(job, three);
+    ADD_FAILURE() << "a global batch of 8 on 3 ranks was accepted";
+  } catch (const OptionError& e) {
+    EXPECT_EQ(e.flag(), "--batch");
+  }
+}
+
+}  // namespace
+}  // namespace ddpd
