@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   client::add_plan_command(app, commands);
   client::add_local_command(app, commands);
   client::add_whatif_command(app, commands);
+  client::add_tune_command(app, commands);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

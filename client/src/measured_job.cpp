@@ -43,6 +43,7 @@ nlohmann::json spec_json(const v1::JobSpec& spec) {
   std::string text;
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;  // false and 0 too: the spec whole
   (void)google::protobuf::util::MessageToJsonString(spec, &text, options);
   return nlohmann::json::parse(text);
 }

@@ -79,6 +79,9 @@ void add_bucket_flags(CLI::App& app, BucketFlags& f) {
   app.add_option("--from-result", f.from_result,
                  "A `ddpd-worker run comm --json` result: its all_reduce alpha and beta");
   app.add_option("--from-job", f.from_job, "A finished comm job: its all_reduce alpha and beta");
+  app.add_option("--job", f.job,
+                 "A finished DDP job: recommend from its replay at each bucket size (ddpctl "
+                 "whatif, docs/whatif.md) instead of the formula");
   app.add_option("--alpha", f.alpha_s, "Per-call all-reduce overhead, seconds");
   app.add_option("--beta", f.beta, "All-reduce bandwidth, bytes/s");
   app.add_option("--model", f.model, "Model preset whose FP32 gradients are bucketed")

@@ -35,6 +35,7 @@ void print_memory_plan(const MemoryFlags& f);
 struct BucketFlags {
   std::string from_result;   // a `ddpd-worker run comm --json` result file
   std::string from_job;      // or a finished comm job on the coordinator
+  std::string job;           // or replay a finished DDP job at each bucket size (whatif)
   double alpha_s = 0;        // else: per-call overhead ...
   double beta = 0;           // ... and bandwidth, bytes/s
   std::string model = "xl";  // preset whose FP32 gradients are bucketed

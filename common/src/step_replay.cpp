@@ -469,4 +469,21 @@ StepFigures predict(const MeasuredJob& job, const WhatIfChange& change,
   return f;
 }
 
+BucketSweep bucket_sweep(const MeasuredJob& job) {
+  BucketSweep sweep;
+  double best_s = 0;
+  for (double mb : kSweepBucketMb) {
+    WhatIfChange change;
+    change.strategy = Strategy::kBucketed;
+    change.bucket_size_mb = mb;
+    StepFigures f = predict(job, change);
+    if (sweep.points.empty() || f.step_s < best_s) {
+      sweep.best_mb = mb;
+      best_s = f.step_s;
+    }
+    sweep.points.emplace_back(mb, std::move(f));
+  }
+  return sweep;
+}
+
 }  // namespace ddpd

@@ -53,5 +53,10 @@ void add_job_queries(CLI::App& app, Commands& commands);       // list, watch, c
 void add_plan_command(CLI::App& app, Commands& commands);      // plan [memory | bucket]
 void add_local_command(CLI::App& app, Commands& commands);     // local ddp | comm
 void add_whatif_command(CLI::App& app, Commands& commands);    // whatif JOB
+void add_tune_command(CLI::App& app, Commands& commands);      // tune, local tune (after local)
+
+class LocalCluster;
+// `local` and `local tune`: until `workers` workers are IDLE (60 s; then throws, keeping logs).
+void wait_for_workers(LocalCluster& cluster, ControlClient& control, int workers);
 
 }  // namespace ddpd::client

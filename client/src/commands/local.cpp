@@ -32,6 +32,8 @@ struct LocalFlags {
 
 constexpr auto kRegistrationTimeout = std::chrono::seconds(60);
 
+}  // namespace
+
 void wait_for_workers(LocalCluster& cluster, ControlClient& control, int workers) {
   const auto deadline = std::chrono::steady_clock::now() + kRegistrationTimeout;
   for (;;) {
@@ -51,6 +53,8 @@ void wait_for_workers(LocalCluster& cluster, ControlClient& control, int workers
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }
+
+namespace {
 
 struct LocalRun {
   std::vector<nlohmann::json> outputs;        // every job's job_json, in order

@@ -2,9 +2,14 @@
 // reads a comm job's measurements from the coordinator).
 #include <memory>
 
+#include <cstdio>
+#include <iostream>
+
 #include "commands.h"
 #include "ddpd/common/job_options.h"
+#include "measured_job.h"
 #include "plan_command.h"
+#include "whatif_report.h"
 
 namespace ddpd::client {
 namespace {
@@ -15,7 +20,43 @@ struct PlanCommandFlags {
   BucketFlags bucket;
 };
 
+// The replay of a measured DDP job at each bucket size, log-spaced; the fastest predicted step
+// wins (docs/whatif.md).
+int plan_bucket_from_replay(Commands& commands, const BucketFlags& flags) {
+  const MeasuredJob job =
+      measured_job(ControlClient(commands.connection()).get(flags.job, false), "--job");
+  const BucketSweep sweep = bucket_sweep(job);
+  nlohmann::json rows = nlohmann::json::array();
+  double best_s = 0;
+  for (const auto& [mb, f] : sweep.points) {
+    rows.push_back({{"bucket_mb", mb},
+                    {"step_seconds", f.step_s},
+                    {"exposed_comm_seconds", f.exposed_comm_s}});
+    if (mb == sweep.best_mb) best_s = f.step_s;
+  }
+  const double best_mb = sweep.best_mb;
+  if (flags.json) {
+    std::cout << nlohmann::json{{"job_id", job.job_id},
+                                {"recommended_bucket_mb", best_mb},
+                                {"predicted_step_seconds", best_s},
+                                {"replay", rows}}
+                     .dump()
+              << std::endl;
+    return 0;
+  }
+  std::printf("replay of %s (%s): recommended bucket %g MB, predicted step %.1f ms\n",
+              job.job_id.c_str(), configuration_line(measured_figures(job)).c_str(), best_mb,
+              best_s * 1e3);
+  for (const auto& row : rows) {
+    std::printf("  bucket %6g MB: predicted step %7.1f ms, exposed comm %6.1f ms\n",
+                row["bucket_mb"].get<double>(), row["step_seconds"].get<double>() * 1e3,
+                row["exposed_comm_seconds"].get<double>() * 1e3);
+  }
+  return 0;
+}
+
 int plan_bucket(Commands& commands, const BucketFlags& flags) {
+  if (!flags.job.empty()) return plan_bucket_from_replay(commands, flags);
   std::string comm_result;
   if (!flags.from_job.empty()) {
     const auto reply = ControlClient(commands.connection()).get(flags.from_job, false);

@@ -113,6 +113,15 @@ StepFigures predict(const MeasuredJob& job, const WhatIfChange& change,
 LinkModel replay_link(const MeasuredJob& job, const WhatIfChange& change,
                       const std::optional<LinkModel>& given = std::nullopt);
 
+// The bucketed strategy replayed at each of kSweepBucketMb, and the size of the fastest
+// predicted step: `ddpctl plan bucket --job` and the centre of `ddpctl tune`'s sizes.
+constexpr double kSweepBucketMb[] = {1, 2.5, 5, 10, 25, 50, 100, 250, 1000};
+struct BucketSweep {
+  std::vector<std::pair<double, StepFigures>> points;  // (MB, figures)
+  double best_mb = 0;
+};
+BucketSweep bucket_sweep(const MeasuredJob& job);
+
 // The transport a change runs on: `auto` and unchanged mean the measured job's own.
 std::string target_transport(const MeasuredJob& job, const WhatIfChange& change);
 
