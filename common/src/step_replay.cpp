@@ -23,6 +23,14 @@ double median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
+// The comm fraction and tokens/s of figures whose times are set.
+void derive_rates(StepFigures& f) {
+  const double tokens =
+      static_cast<double>(f.options.batch_size) * static_cast<double>(f.options.context_length);
+  f.comm_fraction = f.step_s > 0 ? f.exposed_comm_s / f.step_s : 0;
+  f.tokens_per_s = f.step_s > 0 ? tokens / f.step_s : 0;
+}
+
 // Step 1: the measured step, as medians over the profiled steps after warm-up.
 struct Base {
   double zero_grad_s = 0, forward_s = 0, backward_s = 0, last_backward_s = 0;
@@ -315,10 +323,7 @@ StepFigures measured_figures(const MeasuredJob& job) {
   f.optimizer_s = median(opt);
   f.comm_s = median(comm);
   f.exposed_comm_s = median(exposed);
-  f.comm_fraction = f.step_s > 0 ? f.exposed_comm_s / f.step_s : 0;
-  f.tokens_per_s = f.step_s > 0 ? static_cast<double>(job.options.batch_size) *
-                                      static_cast<double>(job.options.context_length) / f.step_s
-                                : 0;
+  derive_rates(f);
   f.memory = estimate_rank_memory(job.options, job.world_size);
   f.peak_bytes = job.result.memory.after_step.peak_bytes;
   return f;
@@ -419,10 +424,7 @@ StepFigures replay_with(const MeasuredJob& job, const Base& b, const DdpJobOptio
   }
   if (tail_s) *tail_s = tail;
   f.step_s = zero_grad + f.forward_s + f.backward_s + tail + after_sync + b.residual_s;
-  f.comm_fraction = f.step_s > 0 ? f.exposed_comm_s / f.step_s : 0;
-  f.tokens_per_s = f.step_s > 0 ? static_cast<double>(options.batch_size) *
-                                      static_cast<double>(options.context_length) / f.step_s
-                                : 0;
+  derive_rates(f);
   f.memory = estimate_rank_memory(options, n);
   const auto before = estimate_rank_memory(job.options, job.world_size);
   f.peak_bytes = job.result.memory.after_step.peak_bytes + (f.memory.total() - before.total());

@@ -32,6 +32,7 @@ std::vector<Interval> computing_intervals(const ProfiledStep& step) {
 }
 
 constexpr double kSlowestSpeed = 0.02;  // a floor, so that a noisy fit never stalls the link
+constexpr double kAlphaSizeSpread = 8;  // largest / smallest all-reduce for alpha to be fitted
 
 }  // namespace
 
@@ -125,7 +126,14 @@ LinkModel fit_link_from_job(const MeasuredJob& job) {
                          ": pass a comm job on the same transport (--link-from COMM_JOB)");
   };
   if (samples.size() < 3 || !two_sizes) throw refuse("(too few, or of one size) to fit a link");
-  auto fit = least_squares(samples, true);
+  // alpha only where the sizes make it identifiable: an intercept extrapolated from megabyte
+  // buckets is noise (1.0 ms from 10-17 MB buckets here, against tens of microseconds from a comm
+  // job), and naive and overlap, which pay it once per parameter, were then mispredicted by 23%.
+  const auto [smallest, largest] = std::minmax_element(
+      samples.begin(), samples.end(),
+      [](const LinkSample& a, const LinkSample& b) { return a.bytes < b.bytes; });
+  const bool alpha_identifiable = largest->bytes >= kAlphaSizeSpread * smallest->bytes;
+  auto fit = least_squares(samples, alpha_identifiable);
   if (fit && (*fit)[0] < 0) fit = least_squares(samples, false);
   if (!fit || (*fit)[1] <= 0) throw refuse("that fit no positive cost per byte");
   LinkModel link;

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Benchmark (not a test): how well `ddpctl whatif` predicts. One base job (bucketed 25 MB, 2
 # ranks, the bench config of bench_ddp.sh with a global batch of 12) is measured through
-# `ddpctl local`; 16 other configurations — every strategy whatif models, bucket sizes 1 to
-# 100 MB, 1 to 3 ranks, shm and gloo (gloo's link from comm jobs at 2 and 3 ranks), ZeRO-1 on
-# and off, accumulation — are predicted from it, then run for real. Prints predicted, measured
-# and the error for each, and the median and worst error (docs/whatif.md).
+# `ddpctl local`; 18 configurations, its own among them, are predicted from it and then run for
+# real: every strategy whatif models, bucket sizes 1 to 1000 MB, 1 to 3 ranks, shm and gloo
+# (gloo's link from comm jobs at 2 and 3 ranks), ZeRO-1 on and off, accumulation. Prints
+# predicted, measured and the error of each, the median and worst error, and the bucket
+# advisor's (`plan bucket --job`, the same replay) at 1, 10, 100 and 1000 MB (docs/whatif.md).
 # Usage: tests/bench/bench_whatif.sh [STEPS] [OUTDIR]   (run scripts/build.sh first)
 set -euo pipefail
 cd "$(dirname "$0")/../.."

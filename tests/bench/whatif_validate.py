@@ -22,7 +22,9 @@ CONFIGS = [
     ("own configuration (bucketed 25 MB)", 2, [], None),
     ("bucketed 1 MB", 2, ["--bucket-mb", "1"], None),
     ("bucketed 5 MB", 2, ["--bucket-mb", "5"], None),
+    ("bucketed 10 MB", 2, ["--bucket-mb", "10"], None),
     ("bucketed 100 MB", 2, ["--bucket-mb", "100"], None),
+    ("bucketed 1000 MB", 2, ["--bucket-mb", "1000"], None),
     ("naive", 2, ["--strategy", "naive"], None),
     ("flat", 2, ["--strategy", "flat"], None),
     ("overlap", 2, ["--strategy", "overlap"], None),
@@ -102,6 +104,10 @@ print(f"fsdp: not predicted (whatif refuses it: its per-unit gathers wait on for
 absolute = [abs(e) for e in errors]
 print(f"step time: median |error| {statistics.median(absolute):.1%}, worst {max(absolute):.1%} "
       f"over {len(errors)} configurations (goal: median <= 10%, worst <= 20%)")
+advisor = {name: e for (name, _, _, _), e in zip(CONFIGS, errors) if name.startswith("bucketed")
+           and name.endswith(" MB") and name.split()[1] in ("1", "10", "100", "1000")}
+print("plan bucket --job (the same replay) at 1, 10, 100, 1000 MB: " +
+      ", ".join(f"{name.split()[1]} MB {e:+.1%}" for name, e in advisor.items()))
 absolute = [abs(e) for e in memory_errors]
 print(f"peak memory: median |error| {statistics.median(absolute):.1%}, worst {max(absolute):.1%} "
       f"(goal: within 10%)")

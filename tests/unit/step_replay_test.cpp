@@ -1,6 +1,7 @@
 // The whatif replay's machinery (ddpd/common/step_replay.h), on a profile written by hand: a
 // link of alpha 1 ms, 1 GB/s and a quarter of that speed while the rank computes; four gradients
-// of 4, 2, 2 and 4 MB (registration order) ready at 100, 70, 50 and 20 ms of a 100 ms backward.
+// of 4, 2, 1.5 and 0.5 MB (registration order) ready at 100, 70, 50 and 20 ms of a 100 ms
+// backward. (Bucket sizes 15x apart, so that alpha can be fitted.)
 // Every expected figure below is worked out by hand from those numbers (the comments show the
 // arithmetic), so the tolerances are float rounding only. Accuracy against real runs is the
 // job of tests/bench/bench_whatif.sh, not of this test.
@@ -14,16 +15,17 @@ namespace {
 constexpr double kMs = 1e-3;
 constexpr double kTight = 1e-9;  // seconds: float rounding of sums of a few milliseconds
 
-// Step A: g3 ready at 20 ms. Backward [51, 151] ms. bucket0 = {g3} (over the 1 MiB first cap):
-// launched at 71, 5 ms of work at 0.25 while backward runs → done at 91. bucket1 = {g2, g1, g0}
-// launched at 151: 9 ms of work; AdamW for bucket0 runs [151, 155] (12 ms × 4/12) at 0.25 → 1 ms
-// done, 8 ms left at full speed → 163; AdamW for bucket1 [163, 171]; synced at 171. Step =
-// zero_grad 1 + forward 50 + backward 100 + wait 20 + residual 2 = 173 ms.
-// Step B: g3 ready at 90 ms: bucket0 launched at 141, 10 ms of backward at 0.25 → 2.5 ms done,
-// 2.5 ms after → 153.5; AdamW [153.5, 157.5]; bucket1 from 153.5: 1 ms during that AdamW, 8 ms
-// after → 165.5; AdamW [165.5, 173.5]; synced 173.5, step 175.5.
+// Step A: g3 ready at 20 ms. Backward [51, 151] ms. bucket0 = {g3} (g2 would pass the 1 MiB
+// first cap): launched at 71, 1.5 ms of work at 0.25 while backward runs → done at 77. bucket1 =
+// {g2, g1, g0}, 7.5 MB, launched at 151: 8.5 ms of work; AdamW for bucket0 runs [151, 151.75]
+// (12 ms × 0.5/8) at 0.25 → 0.1875 ms done, 8.3125 left at full speed → 160.0625; AdamW for
+// bucket1 [160.0625, 171.3125]; synced then. Step = zero_grad 1 + forward 50 + backward 100 +
+// wait 20.3125 + residual 2 = 173.3125 ms.
+// Step B: g3 ready at 98 ms: bucket0 launched at 149, 2 ms of backward at 0.25 → 0.5 ms done,
+// 1 ms after → 152; AdamW [152, 152.75]; bucket1 from 152: 0.1875 during it, 8.3125 after →
+// 161.0625; AdamW [161.0625, 172.3125]; synced then, step 174.3125.
 ProfiledStep profiled(int64_t step, double g3_ready_ms) {
-  const bool late = g3_ready_ms > 50;
+  const bool late = g3_ready_ms > 50;  // step B
   ProfiledStep s;
   s.step = step;
   s.zero_grad_s = 1 * kMs;
@@ -32,12 +34,12 @@ ProfiledStep profiled(int64_t step, double g3_ready_ms) {
   s.last_backward_start_s = 51 * kMs;
   s.last_backward_end_s = 151 * kMs;
   s.optimizer_s = s.overlapped_optimizer_s = 12 * kMs;
-  s.synced_s = (late ? 173.5 : 171) * kMs;
-  s.step_s = (late ? 175.5 : 173) * kMs;
+  s.synced_s = (late ? 172.3125 : 171.3125) * kMs;
+  s.step_s = (late ? 174.3125 : 173.3125) * kMs;
   s.ready_s = {100 * kMs, 70 * kMs, 50 * kMs, g3_ready_ms * kMs};
   s.collectives = {
-      {"all_reduce/bucket0", 4000000, (51 + g3_ready_ms) * kMs, (late ? 153.5 : 91) * kMs},
-      {"all_reduce/bucket1", 8000000, 151 * kMs, (late ? 165.5 : 163) * kMs}};
+      {"all_reduce/bucket0", 500000, (51 + g3_ready_ms) * kMs, (late ? 152 : 77) * kMs},
+      {"all_reduce/bucket1", 7500000, 151 * kMs, (late ? 161.0625 : 160.0625) * kMs}};
   return s;
 }
 
@@ -53,9 +55,9 @@ MeasuredJob hand_written_job() {
   job.result.transport = "shm";
   job.result.profile.host_cores = 2;
   job.result.profile.gradients = {
-      {"g0", 4000000}, {"g1", 2000000}, {"g2", 2000000}, {"g3", 4000000}};
+      {"g0", 4000000}, {"g1", 2000000}, {"g2", 1500000}, {"g3", 500000}};
   // A, B, A: every median is step A's, and the three kinds of all-reduce fix the link's fit.
-  job.result.profile.steps = {profiled(0, 20), profiled(1, 90), profiled(2, 20)};
+  job.result.profile.steps = {profiled(0, 20), profiled(1, 98), profiled(2, 20)};
   for (const auto& s : job.result.profile.steps) {
     StepMetrics m;
     m.step = s.step;
@@ -78,9 +80,11 @@ TEST(StepReplay, TheLinkFitRecoversAlphaBetaAndTheSpeedWhileComputing) {
 TEST(StepReplay, TheJobsOwnConfigurationReproducesItsMeasuredStep) {
   const MeasuredJob job = hand_written_job();
   const StepFigures f = predict(job, {});
-  EXPECT_NEAR(f.step_s, 173 * kMs, kTight);        // step A, the median
-  EXPECT_NEAR(f.exposed_comm_s, 8 * kMs, kTight);  // wait 20 less the 12 ms of AdamW inside it
-  EXPECT_NEAR(f.comm_s, 32 * kMs, kTight);         // bucket0 [71, 91] + bucket1 [151, 163]
+  EXPECT_NEAR(f.step_s, 173.3125 * kMs, kTight);  // step A, the median
+  // The wait after backward, less the 12 ms of AdamW inside it.
+  EXPECT_NEAR(f.exposed_comm_s, 8.3125 * kMs, kTight);
+  // Each all-reduce's service: bucket0 [20, 26] and bucket1 [100, 109.0625] of the backward.
+  EXPECT_NEAR(f.comm_s, 15.0625 * kMs, kTight);
   EXPECT_NEAR(f.optimizer_s, 12 * kMs, kTight);
   EXPECT_NEAR(f.step_s, measured_figures(job).step_s, kTight);
 }
@@ -107,17 +111,19 @@ TEST(StepReplay, OneBucketForEveryGradientPredictsNoOverlap) {
 }
 
 TEST(StepReplay, ZeroOneStepsItsShareAndQueuesItsBroadcastsBehindTheAllReduces) {
-  // Owners by size: 4 MB to ranks 0 and 1, then 2 MB to each: rank 0 owns half. bucket0 done at
-  // 40 ms as before; AdamW for it [100, 102]; bucket1 from 100: 0.5 ms during that AdamW, 8.5 ms
-  // after → 110.5; AdamW [110.5, 114.5]. Broadcasts move half an all-reduce's bytes: bucket0's
-  // (1 + 2 ms of work) from 110.5, 1 ms during that AdamW, 2 after → 116.5; bucket1's (1 + 4) →
-  // 121.5. Wait 14.5, then 7 for the broadcasts: step 1 + 50 + 100 + 14.5 + 7 + 2 = 174.5.
+  // Owners by size: 4 MB to rank 0, then 2, 1.5 and 0.5 MB to rank 1: rank 0 owns half (6 ms of
+  // AdamW). bucket0 done at 26 ms (after the last backward's start) as before; AdamW for it
+  // [100, 100.375]; bucket1 from 100: 0.09375 ms during it, 8.40625 after → 108.78125; AdamW
+  // [108.78125, 114.40625]. Broadcasts move half an all-reduce's bytes: bucket0's (1 + 0.25 ms)
+  // from 108.78125, inside that AdamW at 0.25 → 113.78125; bucket1's (1 + 3.75 ms) from 114.40625
+  // → 119.15625. Wait 14.40625, then 4.75 for the broadcasts: step 1 + 50 + 100 + 14.40625 +
+  // 4.75 + 2 = 172.15625.
   WhatIfChange change;
   change.shard_optimizer = true;
   const StepFigures f = predict(hand_written_job(), change);
-  EXPECT_NEAR(f.step_s, 174.5 * kMs, kTight);
-  EXPECT_NEAR(f.exposed_comm_s, 15.5 * kMs, kTight);  // 14.5 - 6 of AdamW + 7
-  EXPECT_NEAR(f.optimizer_s, 13 * kMs, kTight);       // 6 of AdamW + the 7 ms broadcast wait
+  EXPECT_NEAR(f.step_s, 172.15625 * kMs, kTight);
+  EXPECT_NEAR(f.exposed_comm_s, 13.15625 * kMs, kTight);  // 14.40625 - 6 of AdamW + 4.75
+  EXPECT_NEAR(f.optimizer_s, 10.75 * kMs, kTight);        // 6 of AdamW + the 4.75 ms wait
 }
 
 TEST(StepReplay, ComputeFollowsTheLocalBatchAndTheCoresEachRankGets) {

@@ -208,6 +208,23 @@ std::string outcome_table(const TuneOutcome& outcome) {
     }
     out += row;
   }
+  // Trials of a few steps on a shared host differ by noise; say how many are within it.
+  const Candidate& best = outcome.candidates.front();
+  if (best.trials.empty()) return out;
+  const TrialResult& w = best.trials.back();
+  int close = 0;
+  for (size_t i = 1; i < outcome.candidates.size(); ++i) {
+    const auto& c = outcome.candidates[i];
+    close += !c.trials.empty() && c.trials.back().median_step_s - w.median_step_s <= w.std_step_s;
+  }
+  if (close > 0) {
+    std::snprintf(
+        row, sizeof row,
+        "%d more within the winner's spread (±%.1f ms): between them the difference is "
+        "noise at these trial lengths (a longer --budget or --trial-steps separates them)\n",
+        close, w.std_step_s * 1e3);
+    out += row;
+  }
   return out;
 }
 
