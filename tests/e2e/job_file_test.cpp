@@ -115,5 +115,26 @@ TEST(JobFile, TheDemoJobTrainsAFallingLoss) {
   EXPECT_LT(steps[39]["eval_loss"].get<double>(), steps[19]["eval_loss"].get<double>() + 0.05);
 }
 
+// `local ddp -f` runs a file that `show --spec` or `tune -o` wrote, world-size and all: the
+// file's world size sets the ranks, and more workers start than --workers if it needs them.
+TEST(JobFile, LocalRunsASpecFileAtItsWorldSize) {
+  const std::string file = write_file("local.yaml",
+                                      "kind: ddp\n"
+                                      "world-size: 3\n"
+                                      "model: tiny\n"
+                                      "batch: 6\n"
+                                      "context: 16\n"
+                                      "steps: 2\n"
+                                      "threads: 1\n");
+  const auto local =
+      run_process({bin("ddpctl"), "local", "--workers", "2", "--json", "ddp", "-f", file}, {},
+                  std::chrono::seconds(120));
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  const auto out = nlohmann::json::parse(local.out);
+  EXPECT_EQ(out["state"], "SUCCEEDED");
+  EXPECT_EQ(out["world_size"], 3);
+  EXPECT_EQ(out["workers"].size(), 3u);
+}
+
 }  // namespace
 }  // namespace ddpd::testing

@@ -1,5 +1,6 @@
 // ddpctl local ddp | comm: a coordinator and N workers on loopback (LocalCluster), one job (or one
 // comm job per --world-sizes entry) run through them, the result printed, everything stopped.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -27,6 +28,7 @@ struct LocalFlags {
   DdpJobOptions ddp;
   CommJob comm;
   std::vector<int> world_sizes;  // comm: one job each (default: --workers)
+  int ddp_world_size = 0;        // ddp: --world-size, or a job file's (0: --workers)
   std::string job_file;
 };
 
@@ -180,14 +182,20 @@ void add_local_command(CLI::App& app, Commands& commands) {
   auto* comm = local->add_subcommand("comm", "Collective benchmark (one job per world size)");
   add_comm_job_flags(*comm, flags->comm);
   for (CLI::App* command : {ddp, comm}) add_job_file_flag(*command, flags->job_file);
+  ddp->add_option("--world-size", flags->ddp_world_size,
+                  "Ranks (default --workers); a job file's world-size (show --spec, tune -o) sets "
+                  "it, and more workers start if it needs them");
   comm->add_option("--world-sizes", flags->world_sizes,
                    "Sweep: one job per world size, e.g. 2,4,6 (default: --workers)")
       ->delimiter(',');
   commands.on(ddp, [flags, ddp] {
     apply_job_file_if_given(flags->job_file, *ddp);
     check_cluster_flags(flags->cluster);
-    fit_default_batch(flags->ddp, *ddp, flags->cluster.workers);
-    return run_local(*flags, {ddp_spec(flags->ddp, flags->cluster.workers)});
+    if (flags->ddp_world_size < 0) throw OptionError("--world-size", "must be >= 1");
+    const int world = flags->ddp_world_size > 0 ? flags->ddp_world_size : flags->cluster.workers;
+    flags->cluster.workers = std::max(flags->cluster.workers, world);
+    fit_default_batch(flags->ddp, *ddp, world);
+    return run_local(*flags, {ddp_spec(flags->ddp, world)});
   });
   commands.on(comm, [flags, comm] {
     apply_job_file_if_given(flags->job_file, *comm);
