@@ -82,7 +82,7 @@ function(ddpd_check_layering)
               FORBID_DIRS proto core worker kernels coordinator client)
   ddpd_forbid(ddpd_core FORBID_TARGETS ddpd_proto ddpd_api ddpd_service gRPC::grpc++
               FORBID_DIRS proto service worker coordinator client)
-  foreach(target ddpd_coordinator_core ddpd-coordinator ddpctl ddpd_plan)
+  foreach(target ddpd_coordinator_core ddpd-coordinator ddpctl ddpd_plan ddpd_tune)
     ddpd_forbid(${target} FORBID_TARGETS ${core_targets} FORBID_DIRS core worker kernels)
   endforeach()
 endfunction()
