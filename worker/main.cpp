@@ -260,6 +260,7 @@ int main(int argc, char** argv) {
   rank_cmd->add_option("--progress-seconds", rank_options.progress_seconds)
       ->capture_default_str()
       ->check(CLI::Range(0.01, 60.0));
+  rank_cmd->add_option("--daemon-pid", rank_options.daemon_pid);
   ddpd::LogOptions log_options;
   log_options.level = "warn";
   ddpd::add_log_flags(app, log_options);

@@ -284,6 +284,15 @@ int run_rank_process(const RankMainOptions& options) {
   // daemon that died before this line closed our stdin: the rank stops at once all the same.
   // getppid() cannot tell: in a container the daemon itself is pid 1.)
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // The daemon may have died between spawning us and the line above: then no signal will ever
+  // come, and a rank that had already been handed its assignment would go on to wait for peers
+  // for the whole collective timeout. The daemon passes its pid; a parent that is no longer it
+  // means it is gone. (In a container the daemon is pid 1 and its death ends the container.)
+  if (options.daemon_pid > 0 && getppid() != options.daemon_pid) {
+    std::fprintf(stderr, "error: the worker daemon (pid %d) exited before this rank started\n",
+                 options.daemon_pid);
+    return 1;
+  }
   close_inherited_sockets();
   v1::Assignment assignment;
   if (!read_frame(0, assignment)) {

@@ -10,6 +10,7 @@ struct RankMainOptions {
   std::string advertise_host = "127.0.0.1";  // the daemon's: where the other ranks reach us
   int cuda_device = 0;                       // the daemon's GPU for NCCL jobs
   double progress_seconds = 1.0;             // between Progress events while a DDP job runs
+  int daemon_pid = 0;                        // the daemon that started us (0: not checked)
 };
 
 // Reads the Assignment from stdin, runs it, writes its events to fd 3. Returns the exit

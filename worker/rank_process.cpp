@@ -70,8 +70,9 @@ RankProcess::RankProcess(RankProcessOptions options, const v1::Assignment& assig
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, to_child[0], 0);  // dup2 clears O_CLOEXEC
   posix_spawn_file_actions_adddup2(&actions, from_child[1], 3);
-  std::vector<std::string> args{options_.executable, "rank", "--progress-seconds",
-                                std::to_string(options_.progress_seconds)};
+  std::vector<std::string> args{options_.executable,  "rank",
+                                "--progress-seconds", std::to_string(options_.progress_seconds),
+                                "--daemon-pid",       std::to_string(getpid())};
   args.insert(args.end(), options_.flags.begin(), options_.flags.end());
   std::vector<char*> argv;
   for (auto& arg : args) argv.push_back(arg.data());

@@ -8,8 +8,10 @@
 // and a Result last, then exits. To stop a rank the daemon closes its stdin: the child sets its
 // cancel flag and aborts its communicator (every collective wait ends within 0.1 s), reports
 // "cancelled" and exits; a child still alive stop_grace_seconds later is SIGKILLed. A child
-// also gets SIGKILL when the daemon dies (PR_SET_PDEATHSIG), and the daemon kills a rank
-// that stops talking (see progress_seconds below): a stopped rank frees its peers at once.
+// also gets SIGKILL when the daemon dies (PR_SET_PDEATHSIG; the child gets the daemon's pid and
+// exits at once if its parent is already another, so a daemon that died before the child's
+// prctl leaves no orphan), and the daemon kills a rank that stops talking (see
+// progress_seconds below): a stopped rank frees its peers at once.
 #pragma once
 
 #include <sys/types.h>
