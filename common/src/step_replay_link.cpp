@@ -135,7 +135,17 @@ LinkModel fit_link_from_job(const MeasuredJob& job) {
   const bool alpha_identifiable = largest->bytes >= kAlphaSizeSpread * smallest->bytes;
   auto fit = least_squares(samples, alpha_identifiable);
   if (fit && (*fit)[0] < 0) fit = least_squares(samples, false);
-  if (!fit || (*fit)[1] <= 0) throw refuse("that fit no positive cost per byte");
+  if (!fit || (*fit)[1] <= 0) {
+    // Noise the three terms cannot be told apart in (tiny buckets, all of them inside
+    // backward): the cost per byte of each service as a whole, at full speed throughout, which
+    // is positive whenever the services are.
+    double bytes_times_service = 0, bytes_squared = 0;
+    for (const auto& s : samples) {
+      bytes_times_service += s.bytes * (s.waiting_s + s.computing_s);
+      bytes_squared += s.bytes * s.bytes;
+    }
+    fit = std::array<double, 3>{0.0, bytes_times_service / bytes_squared, 1.0};
+  }
   LinkModel link;
   link.transport = job.result.transport;
   link.world_size = job.world_size;

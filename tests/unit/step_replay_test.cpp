@@ -77,6 +77,23 @@ TEST(StepReplay, TheLinkFitRecoversAlphaBetaAndTheSpeedWhileComputing) {
   EXPECT_EQ(link.transport, "shm");
 }
 
+// Every all-reduce wholly inside backward and none waited on: the split fit has nothing to go
+// on (waiting is 0 everywhere), so the link falls back to each service's cost per byte at full
+// speed: g = sum(bytes x service) / sum(bytes^2) = (4e6 x 20 ms + 5e6 x 30 ms) / (16e12 + 25e12)
+// = 2.3e5 / 4.1e13 s per byte, and speed 1. (The same three steps each: the ratio is per step.)
+TEST(StepReplay, ALinkWhoseSplitFitFailsFallsBackToTheWholeService) {
+  MeasuredJob job = hand_written_job();
+  for (auto& step : job.result.profile.steps) {
+    step.overlapped_optimizer_s = 0;  // no AdamW inside the synchronisation
+    step.collectives = {{"all_reduce/bucket0", 4000000, 61 * kMs, 81 * kMs},
+                        {"all_reduce/bucket1", 5000000, 91 * kMs, 121 * kMs}};
+  }
+  const LinkModel link = fit_link_from_job(job);
+  EXPECT_EQ(link.alpha_s, 0);
+  EXPECT_NEAR(link.seconds_per_byte, (4e6 * 0.020 + 5e6 * 0.030) / (16e12 + 25e12), 1e-20);
+  EXPECT_EQ(link.speed_while_computing, 1.0);
+}
+
 TEST(StepReplay, TheJobsOwnConfigurationReproducesItsMeasuredStep) {
   const MeasuredJob job = hand_written_job();
   const StepFigures f = predict(job, {});
