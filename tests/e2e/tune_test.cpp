@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <csignal>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -87,6 +88,23 @@ TEST(Tune, CtrlCCancelsTheRunningTrialAndStops) {
   EXPECT_NE(tune.log().find("cancelled"), std::string::npos) << tune.log();
   EXPECT_EQ(cluster.wait_for_end(running)["state"], "CANCELLED");
   EXPECT_FALSE(std::ifstream(best).good()) << "a cancelled search writes no winner";
+}
+
+// `ddpctl local tune`: the same search on a coordinator and workers it starts and stops itself.
+TEST(Tune, LocalTuneStartsItsOwnClusterAndWritesTheWinner) {
+  const std::string best = temp_dir() + "/tune-local.yaml";
+  std::vector<std::string> argv{bin("ddpctl"), "local"};
+  for (auto& a : tune_args(best, "40s")) argv.push_back(a);
+  argv.push_back("--json");
+  const auto tuned = run_process(argv, {}, std::chrono::seconds(180));
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.err;
+  const auto out = nlohmann::json::parse(tuned.out);
+  ASSERT_TRUE(out.contains("winner")) << tuned.out;
+  EXPECT_FALSE(out["candidates"][0]["trials"].empty());
+  std::ifstream file(best);
+  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("world-size: 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("steps: 5"), std::string::npos) << text;
 }
 
 }  // namespace
