@@ -1,5 +1,7 @@
 #include "shm/shm_process_group.h"
 
+#include "shm/rank_order_sum.h"
+
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
 #include <immintrin.h>
@@ -263,15 +265,22 @@ void ShmProcessGroup::all_reduce(const at::Tensor& tensor, c10d::ReduceOp op, De
         // This rank's sub-range, summed in rank order into its own slot (which others read next).
         [&, lo = lo, hi = hi](int buffer) {
           if (hi == lo) return;
-          auto term = [&](int r) {
-            return view_of(
-                r == rank_ ? chunk_data + lo * element : segment_.slot(r, buffer) + lo * element,
-                hi - lo, dtype);
+          auto term_data = [&](int r) {
+            return r == rank_ ? chunk_data + lo * element : segment_.slot(r, buffer) + lo * element;
           };
-          at::Tensor result = view_of(segment_.slot(rank_, buffer) + lo * element, hi - lo, dtype);
-          result.copy_(term(0));
-          for (int r = 1; r < size_; ++r) reduce_into(result, term(r), op);
-          std::memcpy(chunk_data + lo * element, result.data_ptr(), (hi - lo) * element);
+          char* own_slot = segment_.slot(rank_, buffer) + lo * element;
+          if (op == c10d::ReduceOp::SUM) {
+            std::vector<const void*> terms;
+            for (int r = 0; r < size_; ++r) terms.push_back(term_data(r));
+            if (sum_in_rank_order(terms, hi - lo, dtype, chunk_data + lo * element, own_slot)) {
+              return;
+            }
+          }
+          at::Tensor result = view_of(own_slot, hi - lo, dtype);
+          result.copy_(view_of(term_data(0), hi - lo, dtype));
+          for (int r = 1; r < size_; ++r)
+            reduce_into(result, view_of(term_data(r), hi - lo, dtype), op);
+          std::memcpy(chunk_data + lo * element, own_slot, (hi - lo) * element);
         },
         // Every other rank's reduced sub-range, from its slot.
         [&](int buffer) {
@@ -343,14 +352,17 @@ void ShmProcessGroup::reduce_scatter(const at::Tensor& output, const at::Tensor&
         },
         [&](int buffer) {
           if (length == 0) return;
-          auto term = [&](int r) {
-            return view_of(r == rank_ ? const_cast<char*>(in) + (r * total + offset) * element
-                                      : segment_.slot(r, buffer) + rank_ * length * element,
-                           length, dtype);
+          auto term_data = [&](int r) {
+            return r == rank_ ? const_cast<char*>(in) + (r * total + offset) * element
+                              : segment_.slot(r, buffer) + rank_ * length * element;
           };
+          // Rank order: every rank sums its chunk the same way.
+          std::vector<const void*> terms;
+          for (int r = 0; r < size_; ++r) terms.push_back(term_data(r));
+          if (sum_in_rank_order(terms, length, dtype, out + offset * element, nullptr)) return;
           at::Tensor result = view_of(out + offset * element, length, dtype);
-          result.copy_(term(0));  // rank order: every rank sums its chunk the same way
-          for (int r = 1; r < size_; ++r) result.add_(term(r));
+          result.copy_(view_of(term_data(0), length, dtype));
+          for (int r = 1; r < size_; ++r) result.add_(view_of(term_data(r), length, dtype));
         },
         nullptr, deadline);
     if (total == 0) break;

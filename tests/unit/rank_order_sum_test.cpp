@@ -1,0 +1,58 @@
+// The shm transport's fused reduction (core/src/shm/rank_order_sum.h) gives the same bits as the
+// Tensor-op sequence it replaced (copy_ of rank 0's term, then add_ of each later rank's), for
+// every world size the transport runs at, on counts that straddle its blocks, with a destination
+// that aliases a term (the all-reduce sums into its own tensor).
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "shm/rank_order_sum.h"
+
+namespace ddpd::shm {
+namespace {
+
+at::Tensor tensor_op_sum(const std::vector<at::Tensor>& terms) {
+  at::Tensor result = terms[0].clone();
+  for (size_t r = 1; r < terms.size(); ++r) result.add_(terms[r]);
+  return result;
+}
+
+class RankOrderSum : public ::testing::TestWithParam<std::tuple<int, c10::ScalarType>> {};
+
+TEST_P(RankOrderSum, MatchesTheTensorOpSequenceBitForBit) {
+  const auto [world, dtype] = GetParam();
+  at::manual_seed(world);
+  for (const int64_t count : {int64_t{1}, int64_t{2047}, int64_t{2048}, int64_t{10'001}}) {
+    std::vector<at::Tensor> terms;
+    // Magnitudes spread over 2^±20, so the order of the additions changes the rounding.
+    for (int r = 0; r < world; ++r) {
+      terms.push_back(at::randn({count}, at::TensorOptions().dtype(dtype)) *
+                      at::exp2(at::randint(-20, 20, {count}).to(dtype)));
+    }
+    const at::Tensor expected = tensor_op_sum(terms);
+    // The last rank sums into its own term, as the all-reduce does, and into a second buffer.
+    at::Tensor own = terms.back().clone();
+    std::vector<const void*> pointers;
+    for (int r = 0; r + 1 < world; ++r) pointers.push_back(terms[r].data_ptr());
+    pointers.push_back(own.data_ptr());
+    at::Tensor copy = at::empty_like(own);
+    ASSERT_TRUE(sum_in_rank_order(pointers, count, dtype, own.data_ptr(), copy.data_ptr()));
+    EXPECT_TRUE(at::equal(own, expected)) << "world " << world << ", count " << count;
+    EXPECT_TRUE(at::equal(copy, expected)) << "world " << world << ", count " << count;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldsAndDtypes, RankOrderSum,
+                         ::testing::Combine(::testing::Values(2, 3, 4, 6),
+                                            ::testing::Values(at::kFloat, at::kDouble)));
+
+TEST(RankOrderSumFallback, RefusesHalfPrecisionWithoutWriting) {
+  // bfloat16 rounds after every add; the caller keeps the Tensor ops for it.
+  at::Tensor a = at::ones({4}, at::kBFloat16);
+  at::Tensor out = at::zeros({4}, at::kBFloat16);
+  EXPECT_FALSE(
+      sum_in_rank_order({a.data_ptr(), a.data_ptr()}, 4, at::kBFloat16, out.data_ptr(), nullptr));
+  EXPECT_EQ(out.sum().item<float>(), 0.0f);
+}
+
+}  // namespace
+}  // namespace ddpd::shm
