@@ -63,9 +63,10 @@ CLI::Option* add_enum_option(CLI::App& app, E& value, const std::string& help) {
 
 }  // namespace
 
-void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
-  // A repeated flag overrides the earlier one, so wrappers can append to a base command line.
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+namespace {
+
+// Model and batch.
+void add_model_flags(CLI::App& app, DdpJobOptions& o) {
   app.add_option("--model", o.model, "Model preset: tiny, small, medium, large, xl, 2.7B")
       ->capture_default_str();
   app.add_option("--d-model", o.d_model, "Override the preset's d_model");
@@ -82,6 +83,10 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
       ->capture_default_str();
   app.add_option("--seed", o.seed, "Seed (model init uses seed + rank, then rank 0's wins)")
       ->capture_default_str();
+}
+
+// Strategy, optimizer and numerics.
+void add_optimizer_flags(CLI::App& app, DdpJobOptions& o) {
   add_enum_option(app, o.strategy, "naive, flat, overlap, bucketed or fsdp");
   app.add_option("--bucket-mb", o.bucket_size_mb, "Bucket cap in MiB (bucketed)")
       ->capture_default_str();
@@ -94,6 +99,10 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
   add_enum_option(app, o.precision, "fp32 or bf16 (autocast)");
   add_enum_option(app, o.device, "cpu (gloo) or cuda (nccl, GPU = local rank)");
   add_enum_option(app, o.attention, "naive (full score matrix) or flash (tiled)");
+}
+
+// Data, measurement and timeouts.
+void add_data_flags(CLI::App& app, DdpJobOptions& o) {
   app.add_option("--data", o.data_path, "Token file (flat binary); random tokens when unset");
   add_enum_option(app, o.data_dtype, "uint16 or int32");
   app.add_option("--spread-every", o.spread_every, "Measure param spread every K steps (0: never)")
@@ -107,6 +116,10 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
       ->capture_default_str();
   app.add_option("--timeout", o.collective_timeout_s, "Collective and rendezvous timeout, seconds")
       ->capture_default_str();
+}
+
+// What the daemons watch and do: stalls, stragglers, faults, checkpoints, restarts.
+void add_daemon_flags(CLI::App& app, DdpJobOptions& o) {
   app.add_option("--stall-seconds", o.stall_seconds,
                  "Daemon jobs: seconds without a completed collective or step on any rank before "
                  "the coordinator reports a stall (0: never)")
@@ -136,6 +149,10 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
   app.add_option("--min-world-size", o.min_world_size,
                  "Daemon jobs: a restart may shrink the job to this many ranks (0: no shrink)")
       ->capture_default_str();
+}
+
+// The training loop: schedule, clipping, accumulation, compression, evaluation.
+void add_loop_flags(CLI::App& app, DdpJobOptions& o) {
   add_enum_option(app, o.lr_schedule, "constant, cosine or linear (to --min-lr)");
   app.add_option("--lr-warmup-steps", o.lr_warmup_steps, "Linear warm-up steps of the lr")
       ->capture_default_str();
@@ -157,6 +174,10 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
       ->capture_default_str();
   app.add_option("--eval-batches", o.eval_batches, "Global batches per held-out evaluation")
       ->capture_default_str();
+}
+
+// Per-strategy details, debugging and transport.
+void add_strategy_detail_flags(CLI::App& app, DdpJobOptions& o) {
   app.add_flag("--static-buckets", o.static_buckets,
                "overlap/bucketed: keep reverse registration order instead of rebuilding buckets in "
                "the order gradients became ready in the first step");
@@ -182,6 +203,19 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
   app.add_option("--journal-size", o.journal_size,
                  "Collectives each rank's journal keeps (sequence number, op, tag, size, state)")
       ->capture_default_str();
+}
+
+}  // namespace
+
+void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
+  // A repeated flag overrides the earlier one, so wrappers can append to a base command line.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  add_model_flags(app, o);
+  add_optimizer_flags(app, o);
+  add_data_flags(app, o);
+  add_daemon_flags(app, o);
+  add_loop_flags(app, o);
+  add_strategy_detail_flags(app, o);
   check_integer_flags(app);
   check_enum_flags(app);
 }
@@ -199,6 +233,8 @@ void add_comm_flags(CLI::App& app, CommBenchOptions& o) {
   app.add_option("--dtype", o.dtype, "float32 or bfloat16")->capture_default_str();
   app.add_option("--warmup", o.warmup, "Untimed iterations per size")->capture_default_str();
   app.add_option("--iters", o.iters, "Timed iterations per size")->capture_default_str();
+  app.add_flag("--shared-buffers", o.shared_buffers,
+               "all_reduce on buffers every rank maps, read in place (shm transport)");
 }
 
 void add_comm_job_flags(CLI::App& app, CommJob& job) {
