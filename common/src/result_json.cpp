@@ -144,7 +144,8 @@ nlohmann::json to_json(const CommBenchResult& result) {
       {"in_place_spread_bytes_per_second", {largest.in_place.min, largest.in_place.max}},
       {"memory_by_size", memory_by_size},
       {"rows", rows},
-      {"fits", fits}};
+      {"fits", fits},
+      {"shared_buffers", result.shared_buffers}};
   if (!result.transport_note.empty()) out["transport_note"] = result.transport_note;
   return out;
 }

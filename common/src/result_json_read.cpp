@@ -194,6 +194,7 @@ CommBenchResult comm_result_from_json(const nlohmann::json& json) {
   result.world_size = r.get<int>("world_size");
   result.transport = r.get_or<std::string>("transport", "gloo");
   result.transport_note = r.get_or<std::string>("transport_note", "");
+  result.shared_buffers = r.get_or<bool>("shared_buffers", false);
   for (const auto& row : r.array("rows")) result.rows.push_back(comm_row(row));
   for (const auto& f : r.array("fits", false)) {
     result.fits.push_back({f.get<std::string>("collective"), f.get<double>("alpha_seconds"),

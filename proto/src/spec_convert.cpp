@@ -137,6 +137,7 @@ v1::CommSpec to_proto(const CommJob& job) {
   s.set_dtype(job.bench.dtype);
   s.set_warmup(job.bench.warmup);
   s.set_iters(job.bench.iters);
+  s.set_shared_buffers(job.bench.shared_buffers);
   s.set_collective_timeout_s(job.collective_timeout_s);
   return s;
 }
@@ -152,6 +153,7 @@ CommJob from_proto(const v1::CommSpec& s) {
   if (!s.dtype().empty()) job.bench.dtype = s.dtype();
   if (s.has_warmup()) job.bench.warmup = s.warmup();
   if (s.has_iters()) job.bench.iters = s.iters();
+  if (s.has_shared_buffers()) job.bench.shared_buffers = s.shared_buffers();
   if (s.has_collective_timeout_s()) job.collective_timeout_s = s.collective_timeout_s();
   return job;
 }

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Benchmark (not a test): the shared-memory transport against Gloo's TCP and the
 # torch.distributed Gloo peer, in one run (docs/shm-transport.md).
-#  1. Headline: all-reduce of 100 MB at world 2: busbw of ours over shm and over Gloo, the
+#  1. Headline: all-reduce of 100 MB at world 2: busbw of ours over shm (private buffers, and
+#     shm-shared: buffers every rank maps, --shared-buffers, as bucketed's gradients) and Gloo, the
 #     peer's, the ratio to the peer, and the fraction of this host's memcpy and loopback
 #     ceilings (measured by the comm job itself, every rank at once, with their spread).
-#  2. The table: all-reduce at world 2, 4 and 6 for 1 MB-1 GB over both transports, and the
+#  2. The table: all-reduce at world 2, 4 and 6 for 1 MB-1 GB over gloo, shm and shm-shared, and the
 #     peer at 100 MB for each world size.
 #  3. DDP: tests/bench/bench_ddp.sh's config (2 ranks, bucketed 25 MB) over both transports
 #     against the PyTorch DDP peer: median step time and exposed communication.
@@ -23,9 +24,12 @@ export OPENBLAS_NUM_THREADS=1
 [ -x "$worker" ] || { echo "build first: bash scripts/build.sh" >&2; exit 1; }
 [ -f "$allreduce_peer" ] || { echo "peer script not found at $allreduce_peer" >&2; exit 1; }
 
-comm_json() {  # world transport sizes → the comm job's JSON (rank 0)
+comm_json() {  # world transport|shm-shared sizes → the comm job's JSON (rank 0)
+  local transport=$2 shared=()
+  # shm-shared: buffers every rank maps, read in place (--shared-buffers), as bucketed's are
+  [ "$transport" = shm-shared ] && { transport=shm; shared=(--shared-buffers); }
   bash scripts/launch-local.sh "$1" -- "$worker" run comm --collective all_reduce --sizes "$3" \
-    --iters "$iters" --warmup 3 --transport "$2" --json | grep '^{'
+    --iters "$iters" --warmup 3 --transport "$transport" "${shared[@]}" --json | grep '^{'
 }
 peer_busbw() {  # world size_mb → GB/s
   timeout 600 "$python" "$allreduce_peer" "$1" "$2" "$iters" 2>/dev/null |
@@ -42,14 +46,15 @@ echo "peer: PyTorch $torch_version ($python)," \
 echo
 echo "== 1. all-reduce 100 MB at world 2"
 shm=$(comm_json 2 shm 100MB)
+shared=$(comm_json 2 shm-shared 100MB)
 gloo=$(comm_json 2 gloo 100MB)
 peer=$(peer_busbw 2 100)
 row='d["rows"][0]'
 shm_bw=$(field "$row[\"busbw_bytes_per_second\"]/1e9" <<<"$shm")
 gloo_bw=$(field "$row[\"busbw_bytes_per_second\"]/1e9" <<<"$gloo")
 printf "%-28s %10s %12s %12s %12s\n" run "busbw GB/s" "of memcpy" "of in place" "of loopback"
-for transport in shm gloo; do
-  result=$shm; [ "$transport" = gloo ] && result=$gloo
+for transport in shm shm-shared gloo; do
+  result=$shm; [ "$transport" = gloo ] && result=$gloo; [ "$transport" = shm-shared ] && result=$shared
   printf "%-28s %10.3f %11.1f%% %11.1f%% %11.1f%%\n" "ours, $transport" \
     "$(field "$row[\"busbw_bytes_per_second\"]/1e9" <<<"$result")" \
     "$(field "100*$row[\"fraction_of_memcpy\"]" <<<"$result")" \
@@ -58,15 +63,17 @@ for transport in shm gloo; do
 done
 printf "%-28s %10.3f\n" "torch.distributed gloo (peer)" "$peer"
 echo "ceilings (shm run, median and spread): $(field '"memcpy %.2f GB/s (%.2f-%.2f), in place %.2f GB/s (%.2f-%.2f), loopback %.2f GB/s (%.2f-%.2f)" % (d["memcpy_bytes_per_second"]/1e9, *[x/1e9 for x in d["memcpy_spread_bytes_per_second"]], d["in_place_bytes_per_second"]/1e9, *[x/1e9 for x in d["in_place_spread_bytes_per_second"]], d["loopback_bytes_per_second"]/1e9, *[x/1e9 for x in d["loopback_spread_bytes_per_second"]])' <<<"$shm")"
+shared_bw=$(field "$row[\"busbw_bytes_per_second\"]/1e9" <<<"$shared")
+echo "shm-shared / peer: $("$python" -c "print(f'{$shared_bw/$peer:.2f}')")   shm-shared / in place: $(field "f'{$row[\"fraction_of_in_place\"]:.2f}'" <<<"$shared")  (goal >= 0.50)"
 echo "shm / peer: $("$python" -c "print(f'{$shm_bw/$peer:.2f}')")  (goal >= 3)   shm / memcpy: $(field "f'{$row[\"fraction_of_memcpy\"]:.2f}'" <<<"$shm")  (goal >= 0.40)"
 echo
 echo "== 2. all-reduce by world size and transport (busbw GB/s; peer at 100 MB)"
-printf "%-6s %-9s %10s %10s %10s %10s %12s\n" world transport 1MB 10MB 100MB 1GB "peer 100MB"
+printf "%-6s %-10s %10s %10s %10s %10s %12s\n" world transport 1MB 10MB 100MB 1GB "peer 100MB"
 for world in 2 4 6; do
   peer=$(peer_busbw "$world" 100)
-  for transport in gloo shm; do
+  for transport in gloo shm shm-shared; do
     result=$(comm_json "$world" "$transport" 1MB,10MB,100MB,1GB)
-    printf "%-6s %-9s %s %12s\n" "$world" "$transport" \
+    printf "%-6s %-10s %s %12s\n" "$world" "$transport" \
       "$(field "' '.join('%10.3f' % (r['busbw_bytes_per_second'] / 1e9) for r in d['rows'] if r['collective'] == 'all_reduce')" <<<"$result")" \
       "$peer"
   done

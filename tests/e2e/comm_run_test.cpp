@@ -12,26 +12,43 @@ struct CommCase {
   int world;
   std::string transport;  // gloo | shm
   std::string dtype;
+  bool shared_buffers = false;  // --shared-buffers: all-reduce buffers every rank maps
 };
 
 std::string case_name(const ::testing::TestParamInfo<CommCase>& info) {
-  return info.param.transport + "_w" + std::to_string(info.param.world) + "_" + info.param.dtype;
+  return info.param.transport + "_w" + std::to_string(info.param.world) + "_" + info.param.dtype +
+         (info.param.shared_buffers ? "_shared" : "");
 }
 
 class CommRun : public ::testing::TestWithParam<CommCase> {};
 
 TEST_P(CommRun, EveryCollectivePassesItsDataCheck) {
   const int world = GetParam().world;
-  const auto outcomes = run_ranks(
-      {DDPD_WORKER_BINARY, "run", "comm", "--collective",
-       "all_reduce,all_gather,reduce_scatter,broadcast", "--sizes", "4KB,1MB,3MB", "--warmup", "1",
-       "--iters", "3", "--json", "--transport", GetParam().transport, "--dtype", GetParam().dtype},
-      world, std::chrono::seconds(120));
+  std::vector<std::string> command{DDPD_WORKER_BINARY,
+                                   "run",
+                                   "comm",
+                                   "--collective",
+                                   "all_reduce,all_gather,reduce_scatter,broadcast",
+                                   "--sizes",
+                                   "4KB,1MB,3MB",
+                                   "--warmup",
+                                   "1",
+                                   "--iters",
+                                   "3",
+                                   "--json",
+                                   "--transport",
+                                   GetParam().transport,
+                                   "--dtype",
+                                   GetParam().dtype};
+  if (GetParam().shared_buffers) command.push_back("--shared-buffers");
+  const auto outcomes = run_ranks(command, world, std::chrono::seconds(120));
   for (int r = 0; r < world; ++r) ASSERT_EQ(outcomes[r].exit_code, 0) << outcomes[r].err;
   const auto result = nlohmann::json::parse(outcomes[0].out);
   EXPECT_EQ(result["state"], "SUCCEEDED");
   EXPECT_EQ(result["world_size"], world);
   EXPECT_EQ(result["transport"], GetParam().transport);
+  // Read in place only over shm: Gloo's ranks never map each other's memory.
+  EXPECT_EQ(result["shared_buffers"], GetParam().shared_buffers && GetParam().transport == "shm");
   EXPECT_GT(result["loopback_bytes_per_second"].get<double>(), 1e7);
   // 4 collectives × 3 sizes, and the all-reduce back-to-back at each size (time per call).
   ASSERT_EQ(result["rows"].size(), 15u);
@@ -66,7 +83,9 @@ INSTANTIATE_TEST_SUITE_P(
     WorldSizes, CommRun,
     ::testing::Values(CommCase{2, "gloo", "float32"}, CommCase{3, "gloo", "float32"},
                       CommCase{2, "shm", "float32"}, CommCase{3, "shm", "bfloat16"},
-                      CommCase{4, "shm", "float32"}, CommCase{4, "shm", "bfloat16"}),
+                      CommCase{4, "shm", "float32"}, CommCase{4, "shm", "bfloat16"},
+                      CommCase{2, "gloo", "float32", true}, CommCase{3, "shm", "float32", true},
+                      CommCase{4, "shm", "bfloat16", true}),
     case_name);
 
 TEST(CommRunBadInput, UnknownCollectiveAndBadSizeAreRefused) {

@@ -1,7 +1,9 @@
 // The shared-memory transport through the Communicator, at world 2, 3 and 4: every collective
 // on sizes that straddle its chunks and do not divide by the world size, float32 and bfloat16
-// (ddpd-test-rank collectives checks the values on every rank), and --transport auto choosing it
-// for ranks on one host. The strategies over it: the default runs (auto picks it here); over Gloo: the Gloo.-prefixed suites (tests/CMakeLists.txt).
+// (ddpd-test-rank collectives checks the values on every rank), also on buffers every rank maps
+// (Communicator::allocate_collective_buffer, read in place), whole and at an offset, and
+// --transport auto choosing it for ranks on one host. The strategies over it: the default runs
+// (auto picks it here); over Gloo: the Gloo.-prefixed suites (tests/CMakeLists.txt).
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,7 +29,9 @@ TEST_P(ShmTransport, EveryCollectiveIsExactOnOddSizesInBothDtypes) {
       ASSERT_EQ(outcomes[r].exit_code, 0) << transport << " rank " << r << ":\n" << outcomes[r].err;
       const auto report = load_json(prefix + ".rank" + std::to_string(r) + ".json");
       EXPECT_EQ(report["transport"], "shm") << transport << " rank " << r;
-      EXPECT_EQ(report["checks"], 5 * (2 * 4 + 2)) << "collectives checked";
+      EXPECT_EQ(report["checks"], 5 * (2 * 6 + 3)) << "collectives checked";
+      EXPECT_TRUE(report["shared_in_place"])
+          << "buffers from allocate_collective_buffer are shared";
       EXPECT_TRUE(report["failures"].empty()) << report["failures"].dump();
     }
   }

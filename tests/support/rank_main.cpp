@@ -285,6 +285,7 @@ int collectives(const ddpd::DdpJobOptions& options, const std::string& out) {
   };
   int ranks_sum = 0;
   for (int r = 0; r < world; ++r) ranks_sum += r;
+  bool shared_in_place = true;
   for (const int64_t n :
        {int64_t{1}, int64_t{7}, int64_t{1001}, int64_t{262147}, int64_t{600001}}) {
     for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
@@ -293,6 +294,19 @@ int collectives(const ddpd::DdpJobOptions& options, const std::string& out) {
       auto x = pattern(n, rank, dtype);
       comm->all_reduce_sum(x, "check/all_reduce").wait();
       check("all_reduce " + tag, x, pattern(n, 0, torch::kFloat) * world + ranks_sum);
+
+      // In a buffer the peers map (over shm): the whole of it, then a range at an odd offset.
+      auto shared = comm->allocate_collective_buffer(n + 5, torch::TensorOptions().dtype(dtype));
+      shared_in_place = shared_in_place && comm->reads_in_place(shared);
+      shared.narrow(0, 0, n).copy_(pattern(n, rank, dtype));
+      auto whole = shared.narrow(0, 0, n);
+      comm->all_reduce_sum(whole, "check/all_reduce_shared").wait();
+      check("all_reduce shared " + tag, whole, pattern(n, 0, torch::kFloat) * world + ranks_sum);
+      auto part = shared.narrow(0, 5, n);
+      part.copy_(pattern(n, rank, dtype));
+      comm->all_reduce_sum(part, "check/all_reduce_shared_part").wait();
+      check("all_reduce shared at offset 5 " + tag, part,
+            pattern(n, 0, torch::kFloat) * world + ranks_sum);
 
       auto b = pattern(n, rank, dtype);
       comm->broadcast(b, world - 1, "check/broadcast").wait();
@@ -312,6 +326,11 @@ int collectives(const ddpd::DdpJobOptions& options, const std::string& out) {
     auto high = torch::full({n}, static_cast<float>(rank));
     comm->all_reduce_max(high);
     check("all_reduce max " + std::to_string(n), high, torch::full({n}, world - 1.0f));
+    auto shared_high = comm->allocate_collective_buffer(n, torch::TensorOptions());
+    shared_high.fill_(static_cast<float>(rank));
+    comm->all_reduce_max(shared_high);
+    check("all_reduce max shared " + std::to_string(n), shared_high,
+          torch::full({n}, world - 1.0f));
     auto low = torch::full({n}, static_cast<float>(rank));
     comm->all_reduce_min(low);
     check("all_reduce min " + std::to_string(n), low, torch::zeros({n}));
@@ -319,6 +338,7 @@ int collectives(const ddpd::DdpJobOptions& options, const std::string& out) {
   }
   report["checks"] = checks;
   report["failures"] = failures;
+  report["shared_in_place"] = shared_in_place;
   std::ofstream(rank_prefix(out, rank) + ".json") << report.dump();
   return failures.empty() ? 0 : 1;
 }

@@ -39,7 +39,8 @@ Stats stats_of(const std::vector<double>& v) {
 // One collective at one size: its buffers, how to refill them, run it once, and check it.
 class Trial {
  public:
-  Trial(const std::string& collective, int64_t bytes, at::ScalarType dtype, Communicator& comm)
+  Trial(const std::string& collective, int64_t bytes, at::ScalarType dtype, bool shared_buffers,
+        Communicator& comm)
       : collective_(collective), comm_(comm) {
     const int n = comm.world_size();
     const int64_t element = at::elementSize(dtype);
@@ -52,9 +53,16 @@ class Trial {
     } else if (collective == "reduce_scatter") {
       input_ = at::empty({elements_}, options);
       output_ = at::empty({elements_ / n}, options);
+    } else if (collective == "all_reduce" && shared_buffers) {
+      input_ = comm.allocate_collective_buffer(elements_, options);
     } else {
       input_ = at::empty({elements_}, options);
     }
+  }
+
+  // Whether the all-reduce reads the peers' buffers in place.
+  bool reads_in_place() const {
+    return collective_ == "all_reduce" && comm_.reads_in_place(input_);
   }
 
   int64_t bytes() const { return elements_ * input_.element_size(); }
@@ -295,7 +303,8 @@ CommBenchResult run_comm_benchmark(const CommBenchOptions& options, Communicator
     std::vector<int64_t> fit_sizes;
     std::vector<double> fit_times;
     for (int64_t size : options.sizes_bytes) {
-      Trial trial(collective, size, dtype, comm);
+      Trial trial(collective, size, dtype, options.shared_buffers, comm);
+      if (trial.reads_in_place()) result.shared_buffers = true;
       for (int i = 0; i < options.warmup; ++i) {
         trial.refill();
         trial.run();

@@ -243,6 +243,20 @@ bool Communicator::skip_injected(const std::string& name) {
   return true;
 }
 
+at::Tensor Communicator::allocate_collective_buffer(int64_t numel,
+                                                    const at::TensorOptions& options) {
+  if (auto* shm_group = dynamic_cast<shm::ShmProcessGroup*>(group_.get());
+      shm_group != nullptr && options.device().is_cpu()) {
+    return shm_group->allocate_shared(numel, options);
+  }
+  return at::zeros({numel}, options);
+}
+
+bool Communicator::reads_in_place(const at::Tensor& tensor) const {
+  const auto* shm_group = dynamic_cast<const shm::ShmProcessGroup*>(group_.get());
+  return shm_group != nullptr && tensor.is_contiguous() && shm_group->is_shared(tensor);
+}
+
 std::vector<std::optional<std::string>> Communicator::exchange_failure_reports(
     const std::string& report, std::chrono::milliseconds wait) {
   std::vector<std::optional<std::string>> own(world_size_);

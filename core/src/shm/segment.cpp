@@ -45,40 +45,64 @@ size_t Segment::size_for(int world_size, int64_t slot_bytes) {
          static_cast<size_t>(world_size) * 2 * static_cast<size_t>(slot_bytes);
 }
 
-Segment Segment::create(int world_size, int64_t slot_bytes) {
+std::string unique_segment_name() {
   std::random_device device;
   const uint64_t random = (static_cast<uint64_t>(device()) << 32) | device();
   char name[96];
   std::snprintf(name, sizeof(name), "/%s%llu-%d-%016llx", kPrefix,
                 static_cast<unsigned long long>(pid_namespace()), static_cast<int>(::getpid()),
                 static_cast<unsigned long long>(random));
+  return name;
+}
+
+Mapping create_mapping(const std::string& name, size_t bytes) {
+  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) throw std::runtime_error(errno_text("shm_open " + name));
+  // ftruncate alone only sets the size: tmpfs backs pages when first touched, so a /dev/shm too
+  // small for the object (Docker's default 64 MiB) would kill a rank with SIGBUS mid-collective.
+  // posix_fallocate reserves every page now and fails here instead, where the caller falls back.
+  int error_number = ::ftruncate(fd, static_cast<off_t>(bytes)) == 0 ? 0 : errno;
+  if (error_number == 0) error_number = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (error_number != 0) {
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    throw std::runtime_error("reserving " + std::to_string(bytes) + " bytes in /dev/shm: " +
+                             std::strerror(error_number) + " (is /dev/shm large enough?)");
+  }
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (base == MAP_FAILED) {
+    ::shm_unlink(name.c_str());
+    throw std::runtime_error(errno_text("mmap"));
+  }
+  return {base, bytes};
+}
+
+Mapping open_mapping(const std::string& name, size_t bytes) {
+  const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
+  if (fd < 0) throw std::runtime_error(errno_text("shm_open " + name));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
+    ::close(fd);
+    throw std::runtime_error("segment " + name + " has " + std::to_string(st.st_size) +
+                             " bytes, expected " + std::to_string(bytes));
+  }
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (base == MAP_FAILED) throw std::runtime_error(errno_text("mmap " + name));
+  return {base, bytes};
+}
+
+Segment Segment::create(int world_size, int64_t slot_bytes) {
   Segment segment;
-  segment.name_ = name;
+  segment.name_ = unique_segment_name();
   segment.world_size_ = world_size;
   segment.slot_bytes_ = slot_bytes;
   segment.size_ = size_for(world_size, slot_bytes);
-  const int fd = ::shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) throw std::runtime_error(errno_text(std::string("shm_open ") + name));
-  // ftruncate alone only sets the size: tmpfs backs pages when first touched, so a /dev/shm too
-  // small for the segment (Docker's default 64 MiB) would kill a rank with SIGBUS mid-collective.
-  // posix_fallocate reserves every page now and fails here instead, where auto falls back.
-  int error_number = ::ftruncate(fd, static_cast<off_t>(segment.size_)) == 0 ? 0 : errno;
-  if (error_number == 0) error_number = ::posix_fallocate(fd, 0, static_cast<off_t>(segment.size_));
-  if (error_number != 0) {
-    ::close(fd);
-    ::shm_unlink(name);
-    throw std::runtime_error("reserving " + std::to_string(segment.size_) + " bytes in /dev/shm: " +
-                             std::strerror(error_number) + " (is /dev/shm large enough?)");
-  }
-  segment.base_ = ::mmap(nullptr, segment.size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (segment.base_ == MAP_FAILED) {
-    segment.base_ = nullptr;
-    ::shm_unlink(name);
-    throw std::runtime_error(errno_text("mmap"));
-  }
+  segment.base_ = create_mapping(segment.name_, segment.size_).base;
+  std::random_device device;
   SegmentHeader* header = segment.header();
-  header->nonce = random ^ 0x5a5a5a5a5a5a5a5aULL;
+  header->nonce = (static_cast<uint64_t>(device()) << 32) | device();
   header->world_size = world_size;
   header->slot_bytes = slot_bytes;
   for (int r = 0; r < world_size; ++r) new (&segment.control(r)) RankControl{};
@@ -94,20 +118,7 @@ Segment Segment::open(const std::string& name, uint64_t nonce, int world_size, i
   segment.slot_bytes_ = slot_bytes;
   segment.size_ = size_for(world_size, slot_bytes);
   segment.unlinked_ = true;  // rank 0 owns the name
-  const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
-  if (fd < 0) throw std::runtime_error(errno_text("shm_open " + name));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != segment.size_) {
-    ::close(fd);
-    throw std::runtime_error("segment " + name + " has " + std::to_string(st.st_size) +
-                             " bytes, expected " + std::to_string(segment.size_));
-  }
-  segment.base_ = ::mmap(nullptr, segment.size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (segment.base_ == MAP_FAILED) {
-    segment.base_ = nullptr;
-    throw std::runtime_error(errno_text("mmap " + name));
-  }
+  segment.base_ = open_mapping(name, segment.size_).base;
   std::atomic_thread_fence(std::memory_order_acquire);
   if (segment.header()->magic != kMagic || segment.header()->nonce != nonce) {
     throw std::runtime_error("segment " + name + " is not this group's (magic or nonce differs)");

@@ -64,6 +64,19 @@ class Segment {
   bool unlinked_ = false;
 };
 
+// A named POSIX shared-memory object, mapped read-write and shared.
+struct Mapping {
+  void* base = nullptr;
+  size_t bytes = 0;
+};
+// A fresh name, /ddpd-shm-<pid namespace>-<pid>-<random> (remove_stale_segments knows it).
+std::string unique_segment_name();
+// Creates `name` with every one of its `bytes` reserved in /dev/shm, and maps it. Throws
+// std::runtime_error (the name removed) when /dev/shm cannot hold it or the mapping fails.
+Mapping create_mapping(const std::string& name, size_t bytes);
+// Maps an existing `name`; throws unless it has exactly `bytes`.
+Mapping open_mapping(const std::string& name, size_t bytes);
+
 // This process's pid namespace (inode of /proc/self/ns/pid; 0 when unreadable).
 uint64_t pid_namespace();
 // "boot id/host name": ranks that share it run on one kernel of one host.

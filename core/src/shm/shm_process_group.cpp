@@ -7,6 +7,7 @@
 #include <immintrin.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -246,6 +247,11 @@ void ShmProcessGroup::chunk(const std::function<void(int)>& write,
 }
 
 void ShmProcessGroup::all_reduce(const at::Tensor& tensor, c10d::ReduceOp op, Deadline deadline) {
+  if (const auto by_rank = shared_buffers_->find(tensor.data_ptr(), tensor.nbytes());
+      !by_rank.empty()) {
+    all_reduce_shared(tensor, op, by_rank, deadline);
+    return;
+  }
   const at::ScalarType dtype = tensor.scalar_type();
   const int64_t element = tensor.element_size();
   const int64_t total = tensor.numel();
@@ -294,6 +300,99 @@ void ShmProcessGroup::all_reduce(const at::Tensor& tensor, c10d::ReduceOp op, De
         deadline);
     if (total == 0) break;
   }
+}
+
+void ShmProcessGroup::all_reduce_shared(const at::Tensor& tensor, c10d::ReduceOp op,
+                                        const std::vector<char*>& by_rank, Deadline deadline) {
+  const at::ScalarType dtype = tensor.scalar_type();
+  const int64_t element = tensor.element_size();
+  const int64_t length = tensor.numel();
+  char* own = by_rank[rank_];
+  const auto [lo, hi] = share(length, rank_, size_);
+  chunk(
+      nullptr,  // phase 1 only says "my data is complete": peers read it where it is
+      [&, lo = lo, hi = hi](int) {
+        if (hi == lo) return;
+        std::vector<const void*> terms;
+        for (int r = 0; r < size_; ++r) terms.push_back(by_rank[r] + lo * element);
+        if (op == c10d::ReduceOp::SUM &&
+            sum_in_rank_order(terms, hi - lo, dtype, own + lo * element, nullptr)) {
+          return;
+        }
+        // Into a temporary: this rank's own term is overwritten only once every term is read.
+        at::Tensor result = view_of(by_rank[0] + lo * element, hi - lo, dtype).clone();
+        for (int r = 1; r < size_; ++r)
+          reduce_into(result, view_of(by_rank[r] + lo * element, hi - lo, dtype), op);
+        std::memcpy(own + lo * element, result.data_ptr(), (hi - lo) * element);
+      },
+      [&](int) {
+        for (int r = 0; r < size_; ++r) {
+          if (r == rank_) continue;
+          const auto [r_lo, r_hi] = share(length, r, size_);
+          std::memcpy(own + r_lo * element, by_rank[r] + r_lo * element, (r_hi - r_lo) * element);
+        }
+      },
+      deadline);
+  // Peers copy this rank's sub-range in their phase 3; the caller may write the tensor after.
+  wait_for_phase(3 * (chunks_done_ - 1) + 3, deadline);
+}
+
+std::vector<std::string> ShmProcessGroup::exchange(const std::string& record) {
+  constexpr int64_t kRecordBytes = 256;
+  TORCH_CHECK(static_cast<int64_t>(record.size()) < kRecordBytes, "shm: record too long");
+  at::Tensor input = at::zeros({kRecordBytes}, at::kByte);
+  std::memcpy(input.data_ptr(), record.data(), record.size());
+  std::vector<at::Tensor> inputs{input};
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int r = 0; r < size_; ++r) outputs[0].push_back(at::zeros({kRecordBytes}, at::kByte));
+  allgather(outputs, inputs, c10d::AllgatherOptions())->wait();
+  std::vector<std::string> records;
+  for (const auto& output : outputs[0])
+    records.emplace_back(static_cast<const char*>(output.data_ptr()));
+  return records;
+}
+
+at::Tensor ShmProcessGroup::allocate_shared(int64_t numel, const at::TensorOptions& options) {
+  const size_t page = 4096;
+  const size_t bytes =
+      std::max<size_t>(
+          1, (static_cast<size_t>(numel) * options.dtype().itemsize() + page - 1) / page) *
+      page;
+  // 1. Create this rank's object.
+  const std::string name = unique_segment_name();
+  std::vector<Mapping> by_rank(size_);
+  try {
+    by_rank[rank_] = create_mapping(name, bytes);
+  } catch (const std::exception&) {
+  }
+  // 2. Learn every rank's name; 3. map the peers'.
+  const std::vector<std::string> names = exchange(by_rank[rank_].base ? name : "");
+  bool mapped = true;
+  for (int r = 0; r < size_; ++r) {
+    if (names[r].empty()) mapped = false;
+    if (r == rank_ || !mapped) continue;
+    try {
+      by_rank[r] = open_mapping(names[r], bytes);
+    } catch (const std::exception&) {
+      mapped = false;
+    }
+  }
+  const std::vector<std::string> statuses = exchange(mapped ? "mapped" : "failed");
+  if (by_rank[rank_].base) ::shm_unlink(name.c_str());  // every rank has mapped it, or never will
+  bool everyone = true;
+  for (const auto& status : statuses) everyone = everyone && status == "mapped";
+  if (!everyone) {
+    for (const Mapping& mapping : by_rank) {
+      if (mapping.base) ::munmap(mapping.base, mapping.bytes);
+    }
+    return at::zeros({numel}, options);
+  }
+  void* own_base = by_rank[rank_].base;
+  shared_buffers_->add(std::move(by_rank), rank_);
+  // tmpfs pages start zeroed. The deleter keeps the table alive past this group.
+  return at::from_blob(
+      own_base, {numel}, [buffers = shared_buffers_](void* base) { buffers->remove(base); },
+      options);
 }
 
 void ShmProcessGroup::all_gather(const char* input, int64_t bytes,

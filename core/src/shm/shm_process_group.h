@@ -19,6 +19,12 @@
 // while the others still read chunk g. Waits spin briefly, then yield; every wait has the
 // collective timeout and fails at once when a peer died (its pid is gone, its heartbeat
 // stopped for 2 s, or it left the group), naming the rank.
+//
+// An all-reduce of a tensor in a shared buffer (allocate_shared) runs the same three phases on
+// the whole tensor as one chunk, with no copy in phase 1 (the data is where peers read it), the
+// reduce reading every rank's buffer in place and writing only this rank's own, and phase 3
+// copying the others' sub-ranges from their buffers. It returns only once every rank has
+// completed phase 3: until then a peer may still be reading this rank's sub-range.
 
 #include <condition_variable>
 #include <deque>
@@ -29,6 +35,7 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include "shm/segment.h"
+#include "shm/shared_buffers.h"
 
 namespace ddpd::shm {
 
@@ -63,6 +70,17 @@ class ShmProcessGroup final : public c10d::Backend {
       at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& options) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& options) override;
 
+  // Collective (every rank, same sizes, same order, as a collective): a zeroed 1-D tensor of
+  // `numel` elements in memory every rank maps (shm/shared_buffers.h). All-reduces on it read
+  // the peers' data in place. Falls back to private memory on every rank when any rank cannot
+  // create or map its buffer (a small /dev/shm): the result is then an ordinary tensor. Any
+  // thread that may launch collectives.
+  at::Tensor allocate_shared(int64_t numel, const at::TensorOptions& options);
+  // Whether `tensor` lies wholly in a buffer from allocate_shared. Any thread.
+  bool is_shared(const at::Tensor& tensor) const {
+    return !shared_buffers_->find(tensor.data_ptr(), tensor.nbytes()).empty();
+  }
+
  private:
   using Deadline = std::chrono::steady_clock::time_point;
   // Queues `run` for the executor; the returned work completes when it has run.
@@ -85,12 +103,18 @@ class ShmProcessGroup final : public c10d::Backend {
              const std::function<void(int buffer)>& read, Deadline deadline);
 
   void all_reduce(const at::Tensor& tensor, c10d::ReduceOp op, Deadline deadline);
+  // all_reduce of a tensor in a shared buffer; `by_rank`: each rank's copy of it.
+  void all_reduce_shared(const at::Tensor& tensor, c10d::ReduceOp op,
+                         const std::vector<char*>& by_rank, Deadline deadline);
+  // Every rank's `record` (at most kRecordBytes), through this group's all-gather.
+  std::vector<std::string> exchange(const std::string& record);
   void all_gather(const char* input, int64_t bytes, const std::vector<char*>& outputs,
                   Deadline deadline);
   void broadcast_bytes(char* data, int64_t bytes, int root, Deadline deadline);
   void reduce_scatter(const at::Tensor& output, const at::Tensor& input, Deadline deadline);
 
   Segment segment_;
+  std::shared_ptr<SharedBuffers> shared_buffers_ = std::make_shared<SharedBuffers>();
   const std::chrono::milliseconds timeout_;
   const uint64_t spin_limit_;  // pause-spins before a wait yields (16× that before it sleeps)
   uint64_t chunks_done_ = 0;   // chunks this rank has completed (executor thread only)

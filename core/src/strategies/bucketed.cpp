@@ -94,7 +94,8 @@ class BucketedSynchronizer final : public ReplicatedSynchronizer {
       Bucket bucket;
       int64_t total = 0;
       for (size_t i : indices) total += params_[i].numel();
-      bucket.buffer = torch::zeros({total}, params_[indices.front()].options());
+      // Over shm, in memory the peers map: the all-reduce reads it in place (no copy in).
+      bucket.buffer = comm_->allocate_collective_buffer(total, params_[indices.front()].options());
       int64_t offset = 0;
       for (size_t i : indices) {
         auto& p = params_[i];

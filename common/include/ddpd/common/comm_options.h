@@ -18,6 +18,10 @@ struct CommBenchOptions {
   std::string dtype = "float32";  // float32 | bfloat16
   int warmup = 5;                 // untimed iterations per size
   int iters = 20;                 // timed iterations per size
+  // all_reduce on buffers every rank maps (Communicator::allocate_collective_buffer), read in
+  // place over the shm transport, as DDP's bucketed gradients are (nccl-tests' -R, registered
+  // buffers). Elsewhere the buffers are private either way.
+  bool shared_buffers = false;
 };
 
 const std::vector<std::string>& collective_names();
@@ -75,6 +79,7 @@ struct CommBenchResult {
   int world_size = 1;
   std::string transport = "none";  // gloo, shm, nccl; and why auto chose gloo, if it did
   std::string transport_note;
+  bool shared_buffers = false;  // the all-reduces read the peers' buffers in place
   std::vector<CommRow> rows;
   std::vector<LatencyBandwidthFit> fits;
   // Loopback TCP: one stream per rank, all at once (as many as a ring's), bytes/s each. The

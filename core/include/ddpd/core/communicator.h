@@ -196,6 +196,14 @@ class Communicator {
   //
   // In-place sum across ranks (fp32, bf16 and fp16 on every transport).
   PendingCollective all_reduce_sum(at::Tensor& tensor, const std::string& name);
+  // A zeroed 1-D buffer that all_reduce_sum reads in place, without copying it into the
+  // transport first: over shm it lies in memory every rank maps (ShmProcessGroup::
+  // allocate_shared); elsewhere, or where /dev/shm cannot hold it, it is ordinary memory.
+  // Collective: every rank allocates the same sizes in the same order.
+  at::Tensor allocate_collective_buffer(int64_t numel, const at::TensorOptions& options);
+  // Whether an all-reduce of `tensor` reads the peers' data in place (it lies in a buffer from
+  // allocate_collective_buffer that every rank maps).
+  bool reads_in_place(const at::Tensor& tensor) const;
   // In-place element-wise max / min (used for the param spread).
   void all_reduce_max(at::Tensor& tensor);
   void all_reduce_min(at::Tensor& tensor);
