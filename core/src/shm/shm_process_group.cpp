@@ -78,6 +78,23 @@ void reduce_into(at::Tensor& accumulator, const at::Tensor& other, c10d::ReduceO
   }
 }
 
+// `count` elements reduced over `terms` in rank order, so every rank gets the same bits, into
+// `out` and also `also_out` unless null. Either may alias a term: float sums take the fused pass
+// (rank_order_sum.h); the rest reduce into a temporary first.
+void reduce_in_rank_order(const std::vector<const void*>& terms, int64_t count,
+                          at::ScalarType dtype, c10d::ReduceOp op, char* out, char* also_out) {
+  if (count == 0) return;
+  if (op == c10d::ReduceOp::SUM && sum_in_rank_order(terms, count, dtype, out, also_out)) return;
+  auto term = [&](size_t r) {
+    return view_of(static_cast<char*>(const_cast<void*>(terms[r])), count, dtype);
+  };
+  at::Tensor result = term(0).clone();
+  for (size_t r = 1; r < terms.size(); ++r) reduce_into(result, term(r), op);
+  const size_t bytes = static_cast<size_t>(count) * at::elementSize(dtype);
+  std::memcpy(out, result.data_ptr(), bytes);
+  if (also_out != nullptr) std::memcpy(also_out, result.data_ptr(), bytes);
+}
+
 }  // namespace
 
 ShmProcessGroup::ShmProcessGroup(Segment segment, int rank, int world_size,
@@ -270,23 +287,13 @@ void ShmProcessGroup::all_reduce(const at::Tensor& tensor, c10d::ReduceOp op, De
         },
         // This rank's sub-range, summed in rank order into its own slot (which others read next).
         [&, lo = lo, hi = hi](int buffer) {
-          if (hi == lo) return;
-          auto term_data = [&](int r) {
-            return r == rank_ ? chunk_data + lo * element : segment_.slot(r, buffer) + lo * element;
-          };
-          char* own_slot = segment_.slot(rank_, buffer) + lo * element;
-          if (op == c10d::ReduceOp::SUM) {
-            std::vector<const void*> terms;
-            for (int r = 0; r < size_; ++r) terms.push_back(term_data(r));
-            if (sum_in_rank_order(terms, hi - lo, dtype, chunk_data + lo * element, own_slot)) {
-              return;
-            }
+          std::vector<const void*> terms;
+          for (int r = 0; r < size_; ++r) {
+            terms.push_back(r == rank_ ? chunk_data + lo * element
+                                       : segment_.slot(r, buffer) + lo * element);
           }
-          at::Tensor result = view_of(own_slot, hi - lo, dtype);
-          result.copy_(view_of(term_data(0), hi - lo, dtype));
-          for (int r = 1; r < size_; ++r)
-            reduce_into(result, view_of(term_data(r), hi - lo, dtype), op);
-          std::memcpy(chunk_data + lo * element, own_slot, (hi - lo) * element);
+          reduce_in_rank_order(terms, hi - lo, dtype, op, chunk_data + lo * element,
+                               segment_.slot(rank_, buffer) + lo * element);
         },
         // Every other rank's reduced sub-range, from its slot.
         [&](int buffer) {
@@ -312,18 +319,9 @@ void ShmProcessGroup::all_reduce_shared(const at::Tensor& tensor, c10d::ReduceOp
   chunk(
       nullptr,  // phase 1 only says "my data is complete": peers read it where it is
       [&, lo = lo, hi = hi](int) {
-        if (hi == lo) return;
         std::vector<const void*> terms;
         for (int r = 0; r < size_; ++r) terms.push_back(by_rank[r] + lo * element);
-        if (op == c10d::ReduceOp::SUM &&
-            sum_in_rank_order(terms, hi - lo, dtype, own + lo * element, nullptr)) {
-          return;
-        }
-        // Into a temporary: this rank's own term is overwritten only once every term is read.
-        at::Tensor result = view_of(by_rank[0] + lo * element, hi - lo, dtype).clone();
-        for (int r = 1; r < size_; ++r)
-          reduce_into(result, view_of(by_rank[r] + lo * element, hi - lo, dtype), op);
-        std::memcpy(own + lo * element, result.data_ptr(), (hi - lo) * element);
+        reduce_in_rank_order(terms, hi - lo, dtype, op, own + lo * element, nullptr);
       },
       [&](int) {
         for (int r = 0; r < size_; ++r) {
@@ -450,18 +448,13 @@ void ShmProcessGroup::reduce_scatter(const at::Tensor& output, const at::Tensor&
           }
         },
         [&](int buffer) {
-          if (length == 0) return;
-          auto term_data = [&](int r) {
-            return r == rank_ ? const_cast<char*>(in) + (r * total + offset) * element
-                              : segment_.slot(r, buffer) + rank_ * length * element;
-          };
-          // Rank order: every rank sums its chunk the same way.
           std::vector<const void*> terms;
-          for (int r = 0; r < size_; ++r) terms.push_back(term_data(r));
-          if (sum_in_rank_order(terms, length, dtype, out + offset * element, nullptr)) return;
-          at::Tensor result = view_of(out + offset * element, length, dtype);
-          result.copy_(view_of(term_data(0), length, dtype));
-          for (int r = 1; r < size_; ++r) result.add_(view_of(term_data(r), length, dtype));
+          for (int r = 0; r < size_; ++r) {
+            terms.push_back(r == rank_ ? in + (r * total + offset) * element
+                                       : segment_.slot(r, buffer) + rank_ * length * element);
+          }
+          reduce_in_rank_order(terms, length, dtype, c10d::ReduceOp::SUM, out + offset * element,
+                               nullptr);
         },
         nullptr, deadline);
     if (total == 0) break;
