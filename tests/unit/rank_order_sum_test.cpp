@@ -1,7 +1,8 @@
 // The shm transport's fused reduction (core/src/shm/rank_order_sum.h) gives the same bits as the
 // Tensor-op sequence it replaced (copy_ of rank 0's term, then add_ of each later rank's), for
-// every world size the transport runs at, on counts that straddle its blocks, with a destination
-// that aliases a term (the all-reduce sums into its own tensor).
+// every term count (the streamed loops up to 8 terms, the L1 blocks past them), on counts that
+// straddle the vector width and the blocks, with a destination that aliases a term (the all-reduce
+// sums into its own tensor).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -21,7 +22,8 @@ class RankOrderSum : public ::testing::TestWithParam<std::tuple<int, c10::Scalar
 TEST_P(RankOrderSum, MatchesTheTensorOpSequenceBitForBit) {
   const auto [world, dtype] = GetParam();
   at::manual_seed(world);
-  for (const int64_t count : {int64_t{1}, int64_t{2047}, int64_t{2048}, int64_t{10'001}}) {
+  for (const int64_t count :
+       {int64_t{1}, int64_t{7}, int64_t{2047}, int64_t{2048}, int64_t{10'001}}) {
     std::vector<at::Tensor> terms;
     // Magnitudes spread over 2^±20, so the order of the additions changes the rounding.
     for (int r = 0; r < world; ++r) {
@@ -29,20 +31,29 @@ TEST_P(RankOrderSum, MatchesTheTensorOpSequenceBitForBit) {
                       at::exp2(at::randint(-20, 20, {count}).to(dtype)));
     }
     const at::Tensor expected = tensor_op_sum(terms);
-    // The last rank sums into its own term, as the all-reduce does, and into a second buffer.
-    at::Tensor own = terms.back().clone();
-    std::vector<const void*> pointers;
-    for (int r = 0; r + 1 < world; ++r) pointers.push_back(terms[r].data_ptr());
-    pointers.push_back(own.data_ptr());
-    at::Tensor copy = at::empty_like(own);
-    ASSERT_TRUE(sum_in_rank_order(pointers, count, dtype, own.data_ptr(), copy.data_ptr()));
-    EXPECT_TRUE(at::equal(own, expected)) << "world " << world << ", count " << count;
-    EXPECT_TRUE(at::equal(copy, expected)) << "world " << world << ", count " << count;
+    // A rank sums into its own term, as the all-reduce does: the first rank's and the last's,
+    // alone and with a second destination (the private path's slot).
+    for (const int own_rank : {0, world - 1}) {
+      for (const bool second_destination : {false, true}) {
+        at::Tensor own = terms[own_rank].clone();
+        std::vector<const void*> pointers;
+        for (int r = 0; r < world; ++r)
+          pointers.push_back(r == own_rank ? own.data_ptr() : terms[r].data_ptr());
+        at::Tensor copy = at::zeros_like(own);
+        ASSERT_TRUE(sum_in_rank_order(pointers, count, dtype, own.data_ptr(),
+                                      second_destination ? copy.data_ptr() : nullptr));
+        const std::string where = "world " + std::to_string(world) + ", count " +
+                                  std::to_string(count) + ", into rank " +
+                                  std::to_string(own_rank) + "'s term";
+        EXPECT_TRUE(at::equal(own, expected)) << where;
+        if (second_destination) EXPECT_TRUE(at::equal(copy, expected)) << where;
+      }
+    }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldsAndDtypes, RankOrderSum,
-                         ::testing::Combine(::testing::Values(2, 3, 4, 6),
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 6, 8, 9),
                                             ::testing::Values(at::kFloat, at::kDouble)));
 
 TEST(RankOrderSumFallback, RefusesHalfPrecisionWithoutWriting) {

@@ -8,8 +8,9 @@
 // writes); the reduce phase is half of the transport's memory traffic, and the transport is
 // bound by memory bandwidth when ranks outnumber cores.
 //
-// The sum is accumulated in blocks that stay in L1, term by term in rank order, so every element
-// is rounded exactly as ((t0 + t1) + t2) + ... : the same bits as the Tensor-op sequence.
+// Every element is summed term by term in rank order, ((t0 + t1) + t2) + ..., so it is rounded
+// exactly as the Tensor-op sequence rounds it: the same bits. Up to 8 terms that is one
+// vectorized pass over the elements; past 8, the terms stream through L1 blocks.
 
 #include <cstdint>
 #include <vector>
