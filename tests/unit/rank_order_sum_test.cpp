@@ -40,14 +40,29 @@ TEST_P(RankOrderSum, MatchesTheTensorOpSequenceBitForBit) {
         for (int r = 0; r < world; ++r)
           pointers.push_back(r == own_rank ? own.data_ptr() : terms[r].data_ptr());
         at::Tensor copy = at::zeros_like(own);
-        ASSERT_TRUE(sum_in_rank_order(pointers, count, dtype, own.data_ptr(),
-                                      second_destination ? copy.data_ptr() : nullptr));
+        std::vector<void*> outs{own.data_ptr()};
+        if (second_destination) outs.push_back(copy.data_ptr());
+        ASSERT_TRUE(sum_in_rank_order(pointers, count, dtype, outs));
         const std::string where = "world " + std::to_string(world) + ", count " +
                                   std::to_string(count) + ", into rank " +
                                   std::to_string(own_rank) + "'s term";
         EXPECT_TRUE(at::equal(own, expected)) << where;
         if (second_destination) EXPECT_TRUE(at::equal(copy, expected)) << where;
       }
+    }
+    // The shared all-reduce writes the sum back into every term.
+    std::vector<at::Tensor> buffers;
+    std::vector<const void*> pointers;
+    std::vector<void*> outs;
+    for (const auto& term : terms) {
+      buffers.push_back(term.clone());
+      pointers.push_back(buffers.back().data_ptr());
+      outs.push_back(buffers.back().data_ptr());
+    }
+    ASSERT_TRUE(sum_in_rank_order(pointers, count, dtype, outs));
+    for (int r = 0; r < world; ++r) {
+      EXPECT_TRUE(at::equal(buffers[r], expected))
+          << "world " << world << ", count " << count << ", every term, rank " << r;
     }
   }
 }
@@ -60,9 +75,16 @@ TEST(RankOrderSumFallback, RefusesHalfPrecisionWithoutWriting) {
   // bfloat16 rounds after every add; the caller keeps the Tensor ops for it.
   at::Tensor a = at::ones({4}, at::kBFloat16);
   at::Tensor out = at::zeros({4}, at::kBFloat16);
-  EXPECT_FALSE(
-      sum_in_rank_order({a.data_ptr(), a.data_ptr()}, 4, at::kBFloat16, out.data_ptr(), nullptr));
+  EXPECT_FALSE(sum_in_rank_order({a.data_ptr(), a.data_ptr()}, 4, at::kBFloat16, {out.data_ptr()}));
   EXPECT_EQ(out.sum().item<float>(), 0.0f);
+}
+
+TEST(RankOrderSumFallback, RefusesThreeDestinationsThatAreNotTheTerms) {
+  at::Tensor a = at::ones({4});
+  std::vector<at::Tensor> outs{at::zeros({4}), at::zeros({4}), at::zeros({4})};
+  EXPECT_FALSE(sum_in_rank_order({a.data_ptr(), a.data_ptr(), a.data_ptr()}, 4, at::kFloat,
+                                 {outs[0].data_ptr(), outs[1].data_ptr(), outs[2].data_ptr()}));
+  for (const auto& out : outs) EXPECT_EQ(out.sum().item<float>(), 0.0f);
 }
 
 }  // namespace

@@ -19,11 +19,12 @@
 
 namespace ddpd::shm {
 
-// Sums `count` elements of `dtype` over `terms` (rank order) into `out`, and also into
-// `also_out` unless it is null. Either destination may alias one of the terms element for
-// element. Returns false, writing nothing, for a dtype it does not handle (only float32 and
-// float64 are fused; the caller then falls back to Tensor ops).
+// Sums `count` elements of `dtype` over `terms` (rank order) into every destination of `outs`:
+// one, two, or the terms themselves (`outs` holding the same pointers in the same order: the
+// shared all-reduce writes the result back into every rank's buffer). A destination may alias a
+// term element for element. Returns false, writing nothing, for a dtype it does not handle (only
+// float32 and float64 are fused; the caller then falls back to Tensor ops) or other destinations.
 bool sum_in_rank_order(const std::vector<const void*>& terms, int64_t count, c10::ScalarType dtype,
-                       void* out, void* also_out);
+                       const std::vector<void*>& outs);
 
 }  // namespace ddpd::shm

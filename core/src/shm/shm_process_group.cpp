@@ -79,20 +79,19 @@ void reduce_into(at::Tensor& accumulator, const at::Tensor& other, c10d::ReduceO
 }
 
 // `count` elements reduced over `terms` in rank order, so every rank gets the same bits, into
-// `out` and also `also_out` unless null. Either may alias a term: float sums take the fused pass
+// every destination of `outs`. A destination may alias a term: float sums take the fused pass
 // (rank_order_sum.h); the rest reduce into a temporary first.
 void reduce_in_rank_order(const std::vector<const void*>& terms, int64_t count,
-                          at::ScalarType dtype, c10d::ReduceOp op, char* out, char* also_out) {
+                          at::ScalarType dtype, c10d::ReduceOp op, const std::vector<void*>& outs) {
   if (count == 0) return;
-  if (op == c10d::ReduceOp::SUM && sum_in_rank_order(terms, count, dtype, out, also_out)) return;
+  if (op == c10d::ReduceOp::SUM && sum_in_rank_order(terms, count, dtype, outs)) return;
   auto term = [&](size_t r) {
     return view_of(static_cast<char*>(const_cast<void*>(terms[r])), count, dtype);
   };
   at::Tensor result = term(0).clone();
   for (size_t r = 1; r < terms.size(); ++r) reduce_into(result, term(r), op);
   const size_t bytes = static_cast<size_t>(count) * at::elementSize(dtype);
-  std::memcpy(out, result.data_ptr(), bytes);
-  if (also_out != nullptr) std::memcpy(also_out, result.data_ptr(), bytes);
+  for (void* out : outs) std::memcpy(out, result.data_ptr(), bytes);
 }
 
 }  // namespace
@@ -292,8 +291,9 @@ void ShmProcessGroup::all_reduce(const at::Tensor& tensor, c10d::ReduceOp op, De
             terms.push_back(r == rank_ ? chunk_data + lo * element
                                        : segment_.slot(r, buffer) + lo * element);
           }
-          reduce_in_rank_order(terms, hi - lo, dtype, op, chunk_data + lo * element,
-                               segment_.slot(rank_, buffer) + lo * element);
+          reduce_in_rank_order(
+              terms, hi - lo, dtype, op,
+              {chunk_data + lo * element, segment_.slot(rank_, buffer) + lo * element});
         },
         // Every other rank's reduced sub-range, from its slot.
         [&](int buffer) {
@@ -313,26 +313,22 @@ void ShmProcessGroup::all_reduce_shared(const at::Tensor& tensor, c10d::ReduceOp
                                         const std::vector<char*>& by_rank, Deadline deadline) {
   const at::ScalarType dtype = tensor.scalar_type();
   const int64_t element = tensor.element_size();
-  const int64_t length = tensor.numel();
-  char* own = by_rank[rank_];
-  const auto [lo, hi] = share(length, rank_, size_);
+  const auto [lo, hi] = share(tensor.numel(), rank_, size_);
   chunk(
       nullptr,  // phase 1 only says "my data is complete": peers read it where it is
+      // This rank's sub-range of every buffer, reduced and written back into every buffer: each
+      // rank reads and writes its tensor's bytes once in all, as an in-place pass does.
       [&, lo = lo, hi = hi](int) {
         std::vector<const void*> terms;
-        for (int r = 0; r < size_; ++r) terms.push_back(by_rank[r] + lo * element);
-        reduce_in_rank_order(terms, hi - lo, dtype, op, own + lo * element, nullptr);
-      },
-      [&](int) {
+        std::vector<void*> outs;
         for (int r = 0; r < size_; ++r) {
-          if (r == rank_) continue;
-          const auto [r_lo, r_hi] = share(length, r, size_);
-          std::memcpy(own + r_lo * element, by_rank[r] + r_lo * element, (r_hi - r_lo) * element);
+          terms.push_back(by_rank[r] + lo * element);
+          outs.push_back(by_rank[r] + lo * element);
         }
+        reduce_in_rank_order(terms, hi - lo, dtype, op, outs);
       },
+      nullptr,  // chunk() waited for every rank's reduce: every buffer holds the whole result
       deadline);
-  // Peers copy this rank's sub-range in their phase 3; the caller may write the tensor after.
-  wait_for_phase(3 * (chunks_done_ - 1) + 3, deadline);
 }
 
 std::vector<std::string> ShmProcessGroup::exchange(const std::string& record) {
@@ -453,8 +449,7 @@ void ShmProcessGroup::reduce_scatter(const at::Tensor& output, const at::Tensor&
             terms.push_back(r == rank_ ? in + (r * total + offset) * element
                                        : segment_.slot(r, buffer) + rank_ * length * element);
           }
-          reduce_in_rank_order(terms, length, dtype, c10d::ReduceOp::SUM, out + offset * element,
-                               nullptr);
+          reduce_in_rank_order(terms, length, dtype, c10d::ReduceOp::SUM, {out + offset * element});
         },
         nullptr, deadline);
     if (total == 0) break;

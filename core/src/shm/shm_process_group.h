@@ -20,11 +20,18 @@
 // collective timeout and fails at once when a peer died (its pid is gone, its heartbeat
 // stopped for 2 s, or it left the group), naming the rank.
 //
-// An all-reduce of a tensor in a shared buffer (allocate_shared) runs the same three phases on
-// the whole tensor as one chunk, with no copy in phase 1 (the data is where peers read it), the
-// reduce reading every rank's buffer in place and writing only this rank's own, and phase 3
-// copying the others' sub-ranges from their buffers. It returns only once every rank has
-// completed phase 3: until then a peer may still be reading this rank's sub-range.
+// An all-reduce of a tensor in a shared buffer (allocate_shared) is one chunk with a different
+// division of work (the two-shot all-reduce of symmetric-memory designs):
+//   1. no copy: phase 3g+1 only says "my data is complete", and peers read it where it is;
+//   2. this rank reduces its sub-range over every rank's buffer, in rank order, and writes the
+//      result into that sub-range of every rank's buffer; no other rank reads or writes that
+//      sub-range in this phase, and no rank writes its own data again before the collective
+//      returns on every rank;
+//   3. nothing to copy: the wait for every rank's phase 3g+2 is the end, since every buffer
+//      then holds the whole result and no peer touches this rank's buffer again.
+// Each rank reads and writes its tensor's bytes once in all, as an in-place pass does; the
+// copy-out design (reduce into its own buffer, then copy the others' sub-ranges from theirs)
+// moved 2.5 bytes per byte at world 2 and ran at 0.52 of the in-place ceiling against 0.88.
 
 #include <condition_variable>
 #include <deque>
