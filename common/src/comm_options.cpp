@@ -126,13 +126,25 @@ LatencyBandwidthFit fit_latency_bandwidth(const std::vector<int64_t>& sizes,
   return fit;
 }
 
-double fraction_of(double busbw_bytes_per_s, const Ceiling& ceiling) {
-  return ceiling.median > 0 ? busbw_bytes_per_s / ceiling.median : 0;
+double fraction_of(double bytes_per_s, const Ceiling& ceiling) {
+  return ceiling.median > 0 ? bytes_per_s / ceiling.median : 0;
 }
 
 MemoryCeilings memory_ceilings_at(const CommBenchResult& result, int64_t size_bytes) {
   const auto found = result.memory_by_size.find(size_bytes);
   return found == result.memory_by_size.end() ? MemoryCeilings{} : found->second;
+}
+
+double fraction_of_loopback(const CommRow& row, const CommBenchResult& result) {
+  return fraction_of(row.busbw_bytes_per_s, result.loopback);
+}
+
+double fraction_of_memcpy(const CommRow& row, const CommBenchResult& result) {
+  return fraction_of(row.algbw_bytes_per_s, memory_ceilings_at(result, row.size_bytes).memcpy);
+}
+
+double fraction_of_in_place(const CommRow& row, const CommBenchResult& result) {
+  return fraction_of(row.algbw_bytes_per_s, memory_ceilings_at(result, row.size_bytes).in_place);
 }
 
 Ceiling own_ceiling(const CommBenchResult& result, int64_t size_bytes) {
@@ -142,7 +154,8 @@ Ceiling own_ceiling(const CommBenchResult& result, int64_t size_bytes) {
 
 bool above_own_ceiling(const CommBenchResult& result, const CommRow& row) {
   const Ceiling own = own_ceiling(result, row.size_bytes);
-  return own.max > 0 && row.busbw_bytes_per_s > own.max;
+  const double rate = result.transport == "shm" ? row.algbw_bytes_per_s : row.busbw_bytes_per_s;
+  return own.max > 0 && rate > own.max;
 }
 
 }  // namespace ddpd

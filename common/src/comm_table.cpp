@@ -36,16 +36,14 @@ std::string row_line(const CommBenchResult& result, const CommRow& r) {
   double lo = INFINITY, hi = 0;
   for (double v : r.rank_min_s) lo = std::min(lo, v);
   for (double v : r.rank_max_s) hi = std::max(hi, v);
-  const MemoryCeilings memory = memory_ceilings_at(result, r.size_bytes);
   char line[256];
   std::snprintf(line, sizeof(line),
                 "%-15s %12lld %11.1f %11.1f %11.1f %10.3f %10.3f %6.1f%% %6.1f%% %6.1f%% %4s%s\n",
                 r.collective.c_str(), static_cast<long long>(r.size_bytes),
                 r.time_s * kMicroseconds, lo * kMicroseconds, hi * kMicroseconds,
                 r.algbw_bytes_per_s / kGB, r.busbw_bytes_per_s / kGB,
-                100 * fraction_of(r.busbw_bytes_per_s, result.loopback),
-                100 * fraction_of(r.busbw_bytes_per_s, memory.memcpy),
-                100 * fraction_of(r.busbw_bytes_per_s, memory.in_place), r.data_ok ? "yes" : "NO",
+                100 * fraction_of_loopback(r, result), 100 * fraction_of_memcpy(r, result),
+                100 * fraction_of_in_place(r, result), r.data_ok ? "yes" : "NO",
                 above_own_ceiling(result, r) ? "  !" : "");
   return line;
 }
@@ -73,7 +71,8 @@ std::string comm_table(const CommBenchResult& result) {
   }
   if (above_ceiling) {
     out +=
-        "# ! busbw above the transport's ceiling (its best trial): the ceiling was mismeasured "
+        "# ! above the transport's ceiling (its best trial; busbw against loopback, algbw "
+        "against in place): the ceiling was mismeasured "
         "(too few bytes, no warm-up, or other load during it)\n";
   }
   return out;
@@ -88,12 +87,12 @@ std::string comm_sweep_table(const std::vector<CommBenchResult>& results) {
   out += line;
   for (const auto& result : results) {
     for (const auto& r : result.rows) {
-      std::snprintf(
-          line, sizeof(line), "%-7d %-9s %-15s %12lld %11.1f %10.3f %10.3f %6.1f%% %6.1f%%\n",
-          result.world_size, result.transport.c_str(), r.collective.c_str(),
-          static_cast<long long>(r.size_bytes), r.time_s * kMicroseconds, r.algbw_bytes_per_s / kGB,
-          r.busbw_bytes_per_s / kGB, 100 * fraction_of(r.busbw_bytes_per_s, result.loopback),
-          100 * fraction_of(r.busbw_bytes_per_s, memory_ceilings_at(result, r.size_bytes).memcpy));
+      std::snprintf(line, sizeof(line),
+                    "%-7d %-9s %-15s %12lld %11.1f %10.3f %10.3f %6.1f%% %6.1f%%\n",
+                    result.world_size, result.transport.c_str(), r.collective.c_str(),
+                    static_cast<long long>(r.size_bytes), r.time_s * kMicroseconds,
+                    r.algbw_bytes_per_s / kGB, r.busbw_bytes_per_s / kGB,
+                    100 * fraction_of_loopback(r, result), 100 * fraction_of_memcpy(r, result));
       out += line;
     }
   }

@@ -96,7 +96,6 @@ nlohmann::json to_json(const TrainingResult& result) {
 nlohmann::json to_json(const CommBenchResult& result) {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& r : result.rows) {
-    const MemoryCeilings memory = memory_ceilings_at(result, r.size_bytes);
     rows.push_back({{"collective", r.collective},
                     {"size_bytes", r.size_bytes},
                     {"time_seconds", r.time_s},
@@ -106,9 +105,9 @@ nlohmann::json to_json(const CommBenchResult& result) {
                     {"rank_max_seconds", r.rank_max_s},
                     {"algbw_bytes_per_second", r.algbw_bytes_per_s},
                     {"busbw_bytes_per_second", r.busbw_bytes_per_s},
-                    {"fraction_of_loopback", fraction_of(r.busbw_bytes_per_s, result.loopback)},
-                    {"fraction_of_memcpy", fraction_of(r.busbw_bytes_per_s, memory.memcpy)},
-                    {"fraction_of_in_place", fraction_of(r.busbw_bytes_per_s, memory.in_place)},
+                    {"fraction_of_loopback", fraction_of_loopback(r, result)},
+                    {"fraction_of_memcpy", fraction_of_memcpy(r, result)},
+                    {"fraction_of_in_place", fraction_of_in_place(r, result)},
                     {"above_ceiling", above_own_ceiling(result, r)},
                     {"data_ok", r.data_ok}});
   }

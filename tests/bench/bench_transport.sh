@@ -68,14 +68,19 @@ echo "shm-shared / peer: $("$python" -c "print(f'{$shared_bw/$peer:.2f}')")   sh
 echo "shm / peer: $("$python" -c "print(f'{$shm_bw/$peer:.2f}')")  (goal >= 3)   shm / memcpy: $(field "f'{$row[\"fraction_of_memcpy\"]:.2f}'" <<<"$shm")  (goal >= 0.40)"
 echo
 echo "== 2. all-reduce by world size and transport (busbw GB/s; peer at 100 MB)"
-printf "%-6s %-10s %10s %10s %10s %10s %12s\n" world transport 1MB 10MB 100MB 1GB "peer 100MB"
+# "of own ceiling" at 100 MB: algbw against the in-place rate for shm, busbw against loopback for
+# gloo (docs/metrics.md#comm-result: at world N, shm busbw may pass the in-place rate by 2(N-1)/N).
+printf "%-6s %-10s %10s %10s %10s %10s %12s %15s\n" world transport 1MB 10MB 100MB 1GB "peer 100MB" \
+  "of own ceiling"
 for world in 2 4 6; do
   peer=$(peer_busbw "$world" 100)
   for transport in gloo shm shm-shared; do
     result=$(comm_json "$world" "$transport" 1MB,10MB,100MB,1GB)
-    printf "%-6s %-10s %s %12s\n" "$world" "$transport" \
+    own=fraction_of_in_place; [ "$transport" = gloo ] && own=fraction_of_loopback
+    printf "%-6s %-10s %s %12s %14.1f%%\n" "$world" "$transport" \
       "$(field "' '.join('%10.3f' % (r['busbw_bytes_per_second'] / 1e9) for r in d['rows'] if r['collective'] == 'all_reduce')" <<<"$result")" \
-      "$peer"
+      "$peer" \
+      "$(field "[100 * r['$own'] for r in d['rows'] if r['collective'] == 'all_reduce'][2]" <<<"$result")"
   done
 done
 echo

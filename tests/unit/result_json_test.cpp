@@ -83,9 +83,10 @@ CommBenchResult comm_result_with_two_sizes() {
     row.rank_min_s = {0.5e-3, 1.5e-3};
     row.rank_max_s = {2e-3, 3e-3};
     row.time_s = 2e-3;
-    row.algbw_bytes_per_s = 4e9;
-    // At 16 MiB, above the in-place ceiling's best trial (17 GB/s): flagged.
+    // At 16 MiB, above the in-place ceiling's best trial (17 GB/s): flagged. At world 2 busbw
+    // is algbw (the factor 2(N-1)/N is 1).
     row.busbw_bytes_per_s = size == (1 << 20) ? 5e9 : 18e9;
+    row.algbw_bytes_per_s = row.busbw_bytes_per_s;
     row.data_ok = true;
     r.rows.push_back(row);
   }
@@ -131,8 +132,9 @@ TEST(ResultJson, AMissingOrMistypedFieldIsNamedWithItsPath) {
   }
 }
 
-// The table's shares are the row's busbw over each ceiling measured at its size: 5 GB/s at 1 MiB
-// is 250.0 % of loopback's 2, 50.0 % of memcpy's 10 and 25.0 % of in place's 20.
+// The table's shares are the row's rate over each ceiling measured at its size (at world 2 busbw
+// and algbw are one figure): 5 GB/s at 1 MiB is 250.0 % of loopback's 2, 50.0 % of memcpy's 10
+// and 25.0 % of in place's 20.
 TEST(ResultJson, CommTableShowsEachRowAgainstTheCeilingsAtItsSize) {
   const std::string table =
       comm_table(comm_result_from_json(to_json(comm_result_with_two_sizes())));
@@ -141,8 +143,30 @@ TEST(ResultJson, CommTableShowsEachRowAgainstTheCeilingsAtItsSize) {
   // 18 GB/s at 16 MiB: 900.0 % of loopback, 225.0 % of memcpy's 8, 112.5 % of in place's 16,
   // and above in place's best trial (17): flagged.
   EXPECT_NE(table.find("900.0%  225.0%  112.5%  yes  !\n"), std::string::npos) << table;
-  EXPECT_NE(table.find("# ! busbw above the transport's ceiling"), std::string::npos);
+  EXPECT_NE(table.find("# ! above the transport's ceiling"), std::string::npos);
   EXPECT_NE(table.find("t(S) = 25.0 us + S / 6.000 GB/s"), std::string::npos) << table;
+}
+
+// The memory ceilings bound algbw, loopback bounds busbw. At world 4, 6 GB/s of busbw is 4 GB/s
+// of algbw: 80.0 % of an in-place rate of 5 and 40.0 % of a memcpy rate of 10, under the best
+// in-place trial (5.5) and so not flagged, though busbw is above it; 300.0 % of loopback's 2.
+TEST(ResultJson, MemoryCeilingsBoundAlgbwAndLoopbackBoundsBusbw) {
+  CommBenchResult result = comm_result_with_two_sizes();
+  result.world_size = 4;
+  result.memory_by_size[1 << 20] = {{10e9, 9e9, 11e9}, {5e9, 4.5e9, 5.5e9}};
+  CommRow& row = result.rows[0];
+  row.algbw_bytes_per_s = 4e9;
+  row.busbw_bytes_per_s = 6e9;
+  EXPECT_DOUBLE_EQ(fraction_of_in_place(row, result), 0.8);
+  EXPECT_DOUBLE_EQ(fraction_of_memcpy(row, result), 0.4);
+  EXPECT_DOUBLE_EQ(fraction_of_loopback(row, result), 3.0);
+  EXPECT_FALSE(above_own_ceiling(result, row));
+  row.algbw_bytes_per_s = 6e9;  // above the best in-place trial
+  EXPECT_TRUE(above_own_ceiling(result, row));
+  result.transport = "gloo";  // then loopback is its own ceiling, against busbw
+  EXPECT_TRUE(above_own_ceiling(result, row));
+  row.busbw_bytes_per_s = 2.4e9;
+  EXPECT_FALSE(above_own_ceiling(result, row));
 }
 
 }  // namespace

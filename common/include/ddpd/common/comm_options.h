@@ -90,14 +90,21 @@ struct CommBenchResult {
   std::map<int64_t, MemoryCeilings> memory_by_size;
 };
 
-// A row's busbw as a fraction of a ceiling's median (0 when it was not measured).
-double fraction_of(double busbw_bytes_per_s, const Ceiling& ceiling);
+// A rate as a fraction of a ceiling's median (0 when it was not measured).
+double fraction_of(double bytes_per_s, const Ceiling& ceiling);
+// What each ceiling bounds. Loopback bounds busbw: a ring sends busbw's bytes through each
+// rank's one stream. The memory ceilings bound algbw: whatever the world size, a rank reads and
+// writes at least its own buffer, and an all-reduce on shared buffers does no more than that, so
+// its busbw may pass the in-place rate by the factor 2(N-1)/N (world 4: 6.1 GB/s against 5.5).
+double fraction_of_loopback(const CommRow& row, const CommBenchResult& result);
+double fraction_of_memcpy(const CommRow& row, const CommBenchResult& result);
+double fraction_of_in_place(const CommRow& row, const CommBenchResult& result);
 // The memory ceilings measured at a row's size (zeros when none were).
 MemoryCeilings memory_ceilings_at(const CommBenchResult& result, int64_t size_bytes);
 // The ceiling of the result's own transport: in-place memory for shm, loopback TCP otherwise.
 Ceiling own_ceiling(const CommBenchResult& result, int64_t size_bytes);
-// A transport's busbw cannot pass its own ceiling; a row above the ceiling's best trial is
-// flagged, not hidden: it means the ceiling was mismeasured.
+// A transport cannot pass its own ceiling (busbw for loopback, algbw for in place); a row above
+// the ceiling's best trial is flagged, not hidden: it means the ceiling was mismeasured.
 bool above_own_ceiling(const CommBenchResult& result, const CommRow& row);
 
 // A comm job: the benchmark options plus the backend, the transport and the collective timeout.
