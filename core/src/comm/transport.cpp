@@ -24,7 +24,7 @@ TransportChoice choose_transport(Transport requested, c10d::Store& store, int ra
   auto give_up = [&](const std::string& reason) -> TransportChoice {
     if (requested == Transport::kShm) throw std::runtime_error("transport shm: " + reason);
     choice.note = "transport auto chose gloo: " + reason;
-    return std::move(choice);
+    return std::move(choice);  // a captured reference: moved, not copied
   };
 
   // 2. One host?
@@ -60,7 +60,7 @@ TransportChoice choose_transport(Transport requested, c10d::Store& store, int ra
       return give_up(failure);
     }
     choice.transport = "shm";
-    return std::move(choice);
+    return choice;
   }
   const std::string published = take(store, "transport/segment");
   std::string opened = "ok";
@@ -84,7 +84,7 @@ TransportChoice choose_transport(Transport requested, c10d::Store& store, int ra
     return give_up(decision);  // rank 0's verdict, naming the rank: every rank reports the same
   }
   choice.transport = "shm";
-  return std::move(choice);
+  return choice;
 }
 
 }  // namespace ddpd
