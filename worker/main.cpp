@@ -122,6 +122,8 @@ int run_ddp(const ddpd::DdpJobOptions& options, const ddpd::LocalRunOptions& loc
                  s.step_seconds * 1e3);
   };
   hooks.succeeded = [&](const ddpd::TrainingResult& result) {
+    if (result.shared_buffers_fallback)
+      spdlog::warn("{}", describe(*result.shared_buffers_fallback));
     metrics->record_memory(result.memory, /*final_points=*/true);
     metrics->job_finished(true);
   };
@@ -149,6 +151,8 @@ int run_comm(const ddpd::CommJob& job, bool json) {
   try {
     auto comm = ddpd::connect(rendezvous);
     const auto result = ddpd::run_comm_benchmark(options, *comm);
+    if (result.shared_buffers_fallback)
+      spdlog::warn("{}", describe(*result.shared_buffers_fallback));
     if (rendezvous.rank == 0) {
       std::cout << (json ? ddpd::to_json(result).dump() + "\n" : ddpd::comm_table(result));
     }

@@ -203,8 +203,13 @@ class RankRun {
     publish(comm, nullptr);
     started(*comm);
     const CommBenchResult bench = run_comm_benchmark(job.bench, *comm);
+    warn_if_fallback(bench.shared_buffers_fallback);
     write(comm_event(bench));
     return a_.rank() == 0 ? to_json(bench).dump() : "";
+  }
+
+  void warn_if_fallback(const std::optional<SharedBufferFallback>& fallback) const {
+    if (fallback) spdlog::warn("job={} rank={} {}", a_.job_id(), a_.rank(), describe(*fallback));
   }
 
   std::string run_ddp_job() {
@@ -233,6 +238,7 @@ class RankRun {
       throw;
     }
     publish(nullptr, nullptr);
+    warn_if_fallback(training.shared_buffers_fallback);
     write(memory_event(training.memory, /*final_points=*/true));
     return a_.rank() == 0 ? to_json(training).dump() : "";
   }

@@ -29,6 +29,8 @@ std::string header(const CommBenchResult& result) {
                 memory.in_place.max / kGB);
   std::string out = line;
   if (!result.transport_note.empty()) out += "# " + result.transport_note + "\n";
+  if (result.shared_buffers_fallback)
+    out += "# " + describe(*result.shared_buffers_fallback) + "\n";
   return out;
 }
 

@@ -40,6 +40,15 @@ nlohmann::json profile_json(const StepProfile& profile) {
   return {{"host_cores", profile.host_cores}, {"gradients", gradients}, {"steps", steps}};
 }
 
+// The fallback as data, and `reason`, the same in words for people (readers ignore it).
+nlohmann::json fallback_json(const SharedBufferFallback& fallback) {
+  return {{"rank", fallback.rank},
+          {"step", to_string(fallback.step)},
+          {"peer", fallback.peer},
+          {"errno", fallback.error_number},
+          {"reason", describe(fallback)}};
+}
+
 }  // namespace
 
 nlohmann::json to_json(const TrainingResult& result) {
@@ -89,6 +98,9 @@ nlohmann::json to_json(const TrainingResult& result) {
         {"step_peak_unsharded_gradient_bytes", result.memory.step_peak_unsharded_gradient_bytes},
         {"step_peak_full_gradient_units", result.memory.step_peak_full_gradient_units}}}};
   if (!result.transport_note.empty()) out["transport_note"] = result.transport_note;
+  if (result.shared_buffers_fallback) {
+    out["shared_buffers_fallback"] = fallback_json(*result.shared_buffers_fallback);
+  }
   if (!result.profile.steps.empty()) out["profile"] = profile_json(result.profile);
   return out;
 }
@@ -146,6 +158,9 @@ nlohmann::json to_json(const CommBenchResult& result) {
       {"fits", fits},
       {"shared_buffers", result.shared_buffers}};
   if (!result.transport_note.empty()) out["transport_note"] = result.transport_note;
+  if (result.shared_buffers_fallback) {
+    out["shared_buffers_fallback"] = fallback_json(*result.shared_buffers_fallback);
+  }
   return out;
 }
 

@@ -56,6 +56,17 @@ class Reader {
     return out;
   }
   bool has(const char* key) const { return json_.contains(key); }
+  // The string under `key` through `parse` (an enum's parser), naming the key when it throws
+  // std::invalid_argument.
+  template <typename Parse>
+  auto parsed(const char* key, Parse parse) const {
+    const std::string text = get<std::string>(key);
+    try {
+      return parse(text);
+    } catch (const std::invalid_argument& e) {
+      fail(key, e.what());
+    }
+  }
 
  private:
   std::string child(const char* key) const { return path_.empty() ? key : path_ + "." + key; }
@@ -164,6 +175,17 @@ StepProfile step_profile(const nlohmann::json& json) {
   return profile;
 }
 
+std::optional<SharedBufferFallback> shared_buffer_fallback(const Reader& r) {
+  if (!r.has("shared_buffers_fallback")) return std::nullopt;
+  const Reader f = r.object("shared_buffers_fallback");
+  SharedBufferFallback fallback;
+  fallback.rank = f.get<int>("rank");
+  fallback.step = f.parsed("step", shared_buffer_step_from_string);
+  fallback.peer = f.get<int>("peer");
+  fallback.error_number = f.get<int>("errno");
+  return fallback;
+}
+
 }  // namespace
 
 TrainingResult training_result_from_json(const nlohmann::json& json) {
@@ -172,6 +194,7 @@ TrainingResult training_result_from_json(const nlohmann::json& json) {
   result.synchronization = r.get<std::string>("synchronization");
   result.transport = r.get_or<std::string>("transport", "none");
   result.transport_note = r.get_or<std::string>("transport_note", "");
+  result.shared_buffers_fallback = shared_buffer_fallback(r);
   result.optimizer_sharding = r.get_or<bool>("optimizer_sharding", false);
   result.micro_batches = r.get_or<int64_t>("micro_batches", 1);
   result.gradient_wire_dtype = r.get_or<std::string>("gradient_wire_dtype", "fp32");
@@ -195,6 +218,7 @@ CommBenchResult comm_result_from_json(const nlohmann::json& json) {
   result.transport = r.get_or<std::string>("transport", "gloo");
   result.transport_note = r.get_or<std::string>("transport_note", "");
   result.shared_buffers = r.get_or<bool>("shared_buffers", false);
+  result.shared_buffers_fallback = shared_buffer_fallback(r);
   for (const auto& row : r.array("rows")) result.rows.push_back(comm_row(row));
   for (const auto& f : r.array("fits", false)) {
     result.fits.push_back({f.get<std::string>("collective"), f.get<double>("alpha_seconds"),

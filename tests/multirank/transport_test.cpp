@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 
 #include "multirank/multirank_test_util.h"
@@ -38,6 +39,30 @@ TEST_P(ShmTransport, EveryCollectiveIsExactOnOddSizesInBothDtypes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, ShmTransport, ::testing::Values(2, 3, 4));
+
+// One rank's /dev/shm refuses its collective buffer (its file-size limit lowered: EFBIG from
+// posix_fallocate, a real failure of the call): every rank falls back to private memory and
+// names that rank, the step and the errno; the all-reduce stays exact, and the next allocation
+// is shared again.
+TEST(ShmSharedBuffers, ARankThatCannotCreateItsBufferIsNamedAndEveryRankFallsBack) {
+  constexpr int kWorld = 3, kFailing = 1;
+  const std::string prefix = temp_dir() + "/shared-fallback";
+  const auto outcomes =
+      run_ranks({rank_helper(), "shared-fallback", "--out", prefix, "--transport", "shm", "--batch",
+                 std::to_string(kWorld), "--failing-rank", std::to_string(kFailing)},
+                kWorld, std::chrono::seconds(60));
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r << ":\n" << outcomes[r].err;
+    const auto report = load_json(prefix + ".rank" + std::to_string(r) + ".json");
+    EXPECT_FALSE(report["in_place"]) << "rank " << r;
+    ASSERT_TRUE(report.contains("fallback")) << "rank " << r;
+    EXPECT_EQ(report["fallback"]["rank"], kFailing) << "rank " << r;
+    EXPECT_EQ(report["fallback"]["step"], "create") << "rank " << r;
+    EXPECT_EQ(report["fallback"]["errno"], EFBIG) << "rank " << r;
+    EXPECT_TRUE(report["sum_exact"]) << "rank " << r;
+    EXPECT_TRUE(report["next_in_place"]) << "rank " << r;
+  }
+}
 
 }  // namespace
 }  // namespace ddpd::testing

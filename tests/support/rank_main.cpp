@@ -31,7 +31,10 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <sys/resource.h>
+
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -343,6 +346,41 @@ int collectives(const ddpd::DdpJobOptions& options, const std::string& out) {
   return failures.empty() ? 0 : 1;
 }
 
+// A real /dev/shm refusal on one rank: that rank's file-size limit is lowered to 0 while it
+// allocates a collective buffer, so its posix_fallocate fails with EFBIG (SIGXFSZ ignored).
+// Every rank must then fall back to private memory and name that rank; the all-reduce on the
+// buffer must still be exact, and the next allocation (the limit restored) shared again.
+int shared_fallback(const ddpd::DdpJobOptions& options, const std::string& out, int failing_rank) {
+  const auto rendezvous = ddpd::rendezvous_for_job(options);
+  auto comm = ddpd::connect(rendezvous);
+  const int rank = comm->rank(), world = comm->world_size();
+  rlimit saved{};
+  getrlimit(RLIMIT_FSIZE, &saved);
+  if (rank == failing_rank) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    rlimit none = saved;
+    none.rlim_cur = 0;
+    setrlimit(RLIMIT_FSIZE, &none);
+  }
+  auto refused = comm->allocate_collective_buffer(1001, torch::TensorOptions());
+  setrlimit(RLIMIT_FSIZE, &saved);
+  nlohmann::json report;
+  report["in_place"] = comm->reads_in_place(refused);
+  if (const auto fallback = comm->shared_buffer_fallback()) {
+    report["fallback"] = {{"rank", fallback->rank},
+                          {"step", ddpd::to_string(fallback->step)},
+                          {"peer", fallback->peer},
+                          {"errno", fallback->error_number}};
+  }
+  refused.fill_(static_cast<float>(rank + 1));
+  comm->all_reduce_sum(refused, "check/all_reduce_fallback").wait();
+  report["sum_exact"] = torch::equal(refused, torch::full({1001}, world * (world + 1) / 2.0f));
+  auto shared = comm->allocate_collective_buffer(1001, torch::TensorOptions());
+  report["next_in_place"] = comm->reads_in_place(shared);
+  std::ofstream(rank_prefix(out, rank) + ".json") << report.dump();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -378,6 +416,12 @@ int main(int argc, char** argv) {
       app.add_subcommand("collectives", "Every collective on odd sizes, both dtypes, checked");
   ddpd::add_ddp_flags(*collectives_cmd, options);
   collectives_cmd->add_option("--out", out)->required();
+  auto* fallback_cmd = app.add_subcommand(
+      "shared-fallback", "A collective buffer one rank cannot create: every rank falls back");
+  ddpd::add_ddp_flags(*fallback_cmd, options);
+  fallback_cmd->add_option("--out", out)->required();
+  int failing_rank = 0;
+  fallback_cmd->add_option("--failing-rank", failing_rank)->required();
   bool float64 = false;
   for (auto* command : {train_cmd, readiness_cmd, zero1_cmd}) {
     command->add_flag("--float64", float64, "Build the model in float64 (verification runs)");
@@ -389,6 +433,7 @@ int main(int argc, char** argv) {
     if (train_cmd->parsed()) return train(options, out, tie_embeddings, freeze_embedding);
     if (readiness_cmd->parsed()) return readiness(options, out, with_unused);
     if (collectives_cmd->parsed()) return collectives(options, out);
+    if (fallback_cmd->parsed()) return shared_fallback(options, out, failing_rank);
     return zero1(options, out, add_group_at, step_in_parts);
   } catch (const std::exception& e) {
     std::cerr << "FAILED: " << e.what() << std::endl;

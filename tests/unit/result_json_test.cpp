@@ -14,6 +14,7 @@ TrainingResult training_result_setting_every_field() {
   r.synchronization = "bucketed";
   r.transport = "shm";
   r.transport_note = "auto chose shm";
+  r.shared_buffers_fallback = SharedBufferFallback{2, SharedBufferStep::kMap, 0, 12};
   r.optimizer_sharding = true;
   r.micro_batches = 3;
   r.gradient_wire_dtype = "bf16";
@@ -71,6 +72,7 @@ CommBenchResult comm_result_with_two_sizes() {
   CommBenchResult r;
   r.world_size = 2;
   r.transport = "shm";
+  r.shared_buffers_fallback = SharedBufferFallback{1, SharedBufferStep::kCreate, -1, 28};
   r.loopback = {2e9, 1.5e9, 2.5e9};
   r.memory_by_size[1 << 20] = {{10e9, 9e9, 11e9}, {20e9, 19e9, 21e9}};
   r.memory_by_size[1 << 24] = {{8e9, 7e9, 9e9}, {16e9, 15e9, 17e9}};
@@ -121,6 +123,19 @@ TEST(ResultJson, AMissingOrMistypedFieldIsNamedWithItsPath) {
     FAIL() << "accepted a step without its loss";
   } catch (const std::runtime_error& e) {
     EXPECT_STREQ(e.what(), "result JSON: steps[1].loss: missing");
+  }
+  json = to_json(comm_result_with_two_sizes());
+  EXPECT_EQ(json["shared_buffers_fallback"]["reason"],
+            "shared buffers fell back to private memory: rank 1 could not create its buffer in "
+            "/dev/shm (No space left on device, errno 28)");
+  json["shared_buffers_fallback"]["step"] = "open";
+  try {
+    comm_result_from_json(json);
+    FAIL() << "accepted an unknown step";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(),
+                 "result JSON: shared_buffers_fallback.step: unknown shared-buffer step 'open' "
+                 "(create, map)");
   }
   json = to_json(comm_result_with_two_sizes());
   json["rows"][0]["size_bytes"] = "big";

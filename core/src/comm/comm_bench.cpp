@@ -305,6 +305,9 @@ CommBenchResult run_comm_benchmark(const CommBenchOptions& options, Communicator
     for (int64_t size : options.sizes_bytes) {
       Trial trial(collective, size, dtype, options.shared_buffers, comm);
       if (trial.reads_in_place()) result.shared_buffers = true;
+      if (options.shared_buffers && !result.shared_buffers_fallback) {
+        result.shared_buffers_fallback = comm.shared_buffer_fallback();
+      }
       for (int i = 0; i < options.warmup; ++i) {
         trial.refill();
         trial.run();

@@ -252,6 +252,11 @@ at::Tensor Communicator::allocate_collective_buffer(int64_t numel,
   return at::zeros({numel}, options);
 }
 
+std::optional<SharedBufferFallback> Communicator::shared_buffer_fallback() const {
+  const auto* shm_group = dynamic_cast<const shm::ShmProcessGroup*>(group_.get());
+  return shm_group != nullptr ? shm_group->last_shared_fallback() : std::nullopt;
+}
+
 bool Communicator::reads_in_place(const at::Tensor& tensor) const {
   const auto* shm_group = dynamic_cast<const shm::ShmProcessGroup*>(group_.get());
   return shm_group != nullptr && tensor.is_contiguous() && shm_group->is_shared(tensor);

@@ -20,7 +20,10 @@ constexpr uint64_t kMagic = 0x6464706473686d31ULL;  // "ddpdshm1"
 constexpr size_t kHeaderBytes = 4096;
 constexpr const char* kPrefix = "ddpd-shm-";
 
-std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
+// The failed call's errno, as text and as data.
+ShmSystemError system_error(const std::string& what, int error_number) {
+  return ShmSystemError(what + ": " + std::strerror(error_number), error_number);
+}
 
 size_t round_up(size_t value, size_t to) { return (value + to - 1) / to * to; }
 
@@ -57,7 +60,10 @@ std::string unique_segment_name() {
 
 Mapping create_mapping(const std::string& name, size_t bytes) {
   const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) throw std::runtime_error(errno_text("shm_open " + name));
+  if (fd < 0) {
+    const int error_number = errno;  // before building the message, which may allocate
+    throw system_error("shm_open " + name, error_number);
+  }
   // ftruncate alone only sets the size: tmpfs backs pages when first touched, so a /dev/shm too
   // small for the object (Docker's default 64 MiB) would kill a rank with SIGBUS mid-collective.
   // posix_fallocate reserves every page now and fails here instead, where the caller falls back.
@@ -66,30 +72,39 @@ Mapping create_mapping(const std::string& name, size_t bytes) {
   if (error_number != 0) {
     ::close(fd);
     ::shm_unlink(name.c_str());
-    throw std::runtime_error("reserving " + std::to_string(bytes) + " bytes in /dev/shm: " +
-                             std::strerror(error_number) + " (is /dev/shm large enough?)");
+    throw system_error(
+        "reserving " + std::to_string(bytes) + " bytes in /dev/shm (is it large enough?)",
+        error_number);
   }
   void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
   if (base == MAP_FAILED) {
+    const int error_number = errno;
     ::shm_unlink(name.c_str());
-    throw std::runtime_error(errno_text("mmap"));
+    throw system_error("mmap", error_number);
   }
   return {base, bytes};
 }
 
 Mapping open_mapping(const std::string& name, size_t bytes) {
   const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
-  if (fd < 0) throw std::runtime_error(errno_text("shm_open " + name));
+  if (fd < 0) {
+    const int error_number = errno;  // before building the message, which may allocate
+    throw system_error("shm_open " + name, error_number);
+  }
   struct stat st {};
   if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
     ::close(fd);
-    throw std::runtime_error("segment " + name + " has " + std::to_string(st.st_size) +
-                             " bytes, expected " + std::to_string(bytes));
+    throw ShmSystemError("segment " + name + " has " + std::to_string(st.st_size) +
+                             " bytes, expected " + std::to_string(bytes),
+                         EINVAL);
   }
   void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
-  if (base == MAP_FAILED) throw std::runtime_error(errno_text("mmap " + name));
+  if (base == MAP_FAILED) {
+    const int error_number = errno;
+    throw system_error("mmap " + name, error_number);
+  }
   return {base, bytes};
 }
 

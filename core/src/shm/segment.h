@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 namespace ddpd::shm {
@@ -69,12 +70,23 @@ struct Mapping {
   void* base = nullptr;
   size_t bytes = 0;
 };
+// A failed call on a shared-memory object: the message, and the errno as data.
+class ShmSystemError : public std::runtime_error {
+ public:
+  ShmSystemError(const std::string& what, int error_number)
+      : std::runtime_error(what), error_number_(error_number) {}
+  int error_number() const { return error_number_; }
+
+ private:
+  int error_number_;
+};
+
 // A fresh name, /ddpd-shm-<pid namespace>-<pid>-<random> (remove_stale_segments knows it).
 std::string unique_segment_name();
 // Creates `name` with every one of its `bytes` reserved in /dev/shm, and maps it. Throws
-// std::runtime_error (the name removed) when /dev/shm cannot hold it or the mapping fails.
+// ShmSystemError (the name removed) when /dev/shm cannot hold it or the mapping fails.
 Mapping create_mapping(const std::string& name, size_t bytes);
-// Maps an existing `name`; throws unless it has exactly `bytes`.
+// Maps an existing `name`; throws ShmSystemError unless it has exactly `bytes` (EINVAL then).
 Mapping open_mapping(const std::string& name, size_t bytes);
 
 // This process's pid namespace (inode of /proc/self/ns/pid; 0 when unreadable).

@@ -1,18 +1,20 @@
 #pragma once
 // Buffers that every rank of an shm group maps: each rank's buffer is its own POSIX
 // shared-memory object, and every rank maps every peer's. An all-reduce on such a buffer reads
-// the peers' data where it lies, so it needs no write phase: at world 4 each rank moves about
-// 2.75 bytes per byte of the all-reduce instead of 4.5 (docs/shm-transport.md). As NCCL's
+// the peers' data where it lies and writes the result into every rank's buffer, so each rank
+// moves 2 bytes per byte of the all-reduce (read, write) instead of 4.5 at world 4 through the
+// slots (docs/shm-transport.md). As NCCL's
 // registered user buffers and PyTorch's symmetric memory, they are allocated collectively:
 // every rank allocates the same sizes in the same order, and uses them in the same collectives.
 //
 // Allocation protocol (ShmProcessGroup::allocate_shared, on the group's executor, in order with
 // the group's collectives):
 //   1. each rank creates and reserves its object (unique_segment_name) and maps it;
-//   2. all-gather of {created?, name}: if any rank failed, every rank removes its own, and the
-//      allocation falls back to private memory on every rank;
-//   3. each rank maps every peer's object; all-gather of {mapped?}; each rank then unlinks its
-//      own name, so nothing is left in /dev/shm; on any failure every rank unmaps and falls back.
+//   2. all-gather of the names ("" where a rank could not create);
+//   3. each rank maps every peer's object; all-gather of each rank's status as data (the failed
+//      step, the peer, the errno); each rank then unlinks its own name, so nothing is left in
+//      /dev/shm; on any failure every rank unmaps and falls back to private memory, and the
+//      lowest failing rank's status is the reason (ShmProcessGroup::last_shared_fallback).
 // The mappings live until the last tensor viewing the buffer is freed.
 
 #include <cstddef>

@@ -346,6 +346,21 @@ std::vector<std::string> ShmProcessGroup::exchange(const std::string& record) {
   return records;
 }
 
+std::vector<ShmProcessGroup::AllocationStatus> ShmProcessGroup::exchange_statuses(
+    const AllocationStatus& mine) {
+  at::Tensor input = at::tensor({mine.failed_step, mine.peer, mine.error_number}, at::kInt);
+  std::vector<at::Tensor> inputs{input};
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int r = 0; r < size_; ++r) outputs[0].push_back(at::zeros({3}, at::kInt));
+  allgather(outputs, inputs, c10d::AllgatherOptions())->wait();
+  std::vector<AllocationStatus> statuses;
+  for (const auto& output : outputs[0]) {
+    const int32_t* v = output.data_ptr<int32_t>();
+    statuses.push_back({v[0], v[1], v[2]});
+  }
+  return statuses;
+}
+
 at::Tensor ShmProcessGroup::allocate_shared(int64_t numel, const at::TensorOptions& options) {
   const size_t page = 4096;
   const size_t bytes =
@@ -355,27 +370,32 @@ at::Tensor ShmProcessGroup::allocate_shared(int64_t numel, const at::TensorOptio
   // 1. Create this rank's object.
   const std::string name = unique_segment_name();
   std::vector<Mapping> by_rank(size_);
+  AllocationStatus status;
   try {
     by_rank[rank_] = create_mapping(name, bytes);
-  } catch (const std::exception&) {
+  } catch (const ShmSystemError& e) {
+    status = {AllocationStatus::kCreateFailed, -1, e.error_number()};
   }
   // 2. Learn every rank's name; 3. map the peers'.
   const std::vector<std::string> names = exchange(by_rank[rank_].base ? name : "");
-  bool mapped = true;
-  for (int r = 0; r < size_; ++r) {
-    if (names[r].empty()) mapped = false;
-    if (r == rank_ || !mapped) continue;
+  for (int r = 0; r < size_ && !status.failed(); ++r) {
+    if (r == rank_ || names[r].empty()) continue;  // a peer that could not create says so below
     try {
       by_rank[r] = open_mapping(names[r], bytes);
-    } catch (const std::exception&) {
-      mapped = false;
+    } catch (const ShmSystemError& e) {
+      status = {AllocationStatus::kMapFailed, r, e.error_number()};
     }
   }
-  const std::vector<std::string> statuses = exchange(mapped ? "mapped" : "failed");
+  const std::vector<AllocationStatus> statuses = exchange_statuses(status);
   if (by_rank[rank_].base) ::shm_unlink(name.c_str());  // every rank has mapped it, or never will
-  bool everyone = true;
-  for (const auto& status : statuses) everyone = everyone && status == "mapped";
-  if (!everyone) {
+  for (int r = 0; r < size_; ++r) {
+    if (!statuses[r].failed()) continue;
+    // The lowest rank that failed is the reason (a failed create makes no peer fail to map).
+    last_shared_fallback_ = SharedBufferFallback{
+        r,
+        statuses[r].failed_step == AllocationStatus::kCreateFailed ? SharedBufferStep::kCreate
+                                                                   : SharedBufferStep::kMap,
+        statuses[r].peer, statuses[r].error_number};
     for (const Mapping& mapping : by_rank) {
       if (mapping.base) ::munmap(mapping.base, mapping.bytes);
     }

@@ -37,10 +37,12 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include "ddpd/common/shared_buffer_fallback.h"
 #include "shm/segment.h"
 #include "shm/shared_buffers.h"
 
@@ -80,9 +82,14 @@ class ShmProcessGroup final : public c10d::Backend {
   // Collective (every rank, same sizes, same order, as a collective): a zeroed 1-D tensor of
   // `numel` elements in memory every rank maps (shm/shared_buffers.h). All-reduces on it read
   // the peers' data in place. Falls back to private memory on every rank when any rank cannot
-  // create or map its buffer (a small /dev/shm): the result is then an ordinary tensor. Any
-  // thread that may launch collectives.
+  // create or map its buffer (a small /dev/shm): the result is then an ordinary tensor, and
+  // last_shared_fallback() says which rank failed, at which step, with which errno. Any thread
+  // that may launch collectives, one at a time.
   at::Tensor allocate_shared(int64_t numel, const at::TensorOptions& options);
+  // The latest allocate_shared that fell back (none when none did). allocate_shared's thread.
+  const std::optional<SharedBufferFallback>& last_shared_fallback() const {
+    return last_shared_fallback_;
+  }
   // Whether `tensor` lies wholly in a buffer from allocate_shared. Any thread.
   bool is_shared(const at::Tensor& tensor) const {
     return !shared_buffers_->find(tensor.data_ptr(), tensor.nbytes()).empty();
@@ -115,6 +122,16 @@ class ShmProcessGroup final : public c10d::Backend {
                          const std::vector<char*>& by_rank, Deadline deadline);
   // Every rank's `record` (at most kRecordBytes), through this group's all-gather.
   std::vector<std::string> exchange(const std::string& record);
+  // One rank's part of allocate_shared, as the ranks exchange it (three int32s).
+  struct AllocationStatus {
+    static constexpr int32_t kCreateFailed = 1;
+    static constexpr int32_t kMapFailed = 2;
+    int32_t failed_step = 0;  // 0: created and mapped every peer's
+    int32_t peer = -1;        // kMapFailed: whose object
+    int32_t error_number = 0;
+    bool failed() const { return failed_step != 0; }
+  };
+  std::vector<AllocationStatus> exchange_statuses(const AllocationStatus& mine);
   void all_gather(const char* input, int64_t bytes, const std::vector<char*>& outputs,
                   Deadline deadline);
   void broadcast_bytes(char* data, int64_t bytes, int root, Deadline deadline);
@@ -126,6 +143,7 @@ class ShmProcessGroup final : public c10d::Backend {
   const uint64_t spin_limit_;  // pause-spins before a wait yields (16× that before it sleeps)
   uint64_t chunks_done_ = 0;   // chunks this rank has completed (executor thread only)
   std::string broken_;         // set once a collective failed: later ones fail with it
+  std::optional<SharedBufferFallback> last_shared_fallback_;  // allocate_shared's thread
 
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -545,6 +545,7 @@ TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_st
   result.synchronization = synchronization();
   result.transport = impl_->comm->transport();
   result.transport_note = impl_->comm->transport_note();
+  result.shared_buffers_fallback = impl_->comm->shared_buffer_fallback();
   result.optimizer_sharding = impl_->sharded && impl_->comm->world_size() > 1;
   result.micro_batches = impl_->options.grad_accum;
   result.gradient_wire_dtype = impl_->comm->world_size() == 1 ? "none"

@@ -4,10 +4,12 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ddpd/common/job_options.h"
+#include "ddpd/common/shared_buffer_fallback.h"
 
 namespace ddpd {
 
@@ -80,6 +82,8 @@ struct CommBenchResult {
   std::string transport = "none";  // gloo, shm, nccl; and why auto chose gloo, if it did
   std::string transport_note;
   bool shared_buffers = false;  // the all-reduces read the peers' buffers in place
+  // --shared-buffers asked for, and the buffers fell back to private memory: why (as data).
+  std::optional<SharedBufferFallback> shared_buffers_fallback;
   std::vector<CommRow> rows;
   std::vector<LatencyBandwidthFit> fits;
   // Loopback TCP: one stream per rank, all at once (as many as a ring's), bytes/s each. The

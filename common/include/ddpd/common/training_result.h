@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "ddpd/common/shared_buffer_fallback.h"
+
 namespace ddpd {
 
 // One interval of a step on one rank, for timelines. Times are unix seconds (see
@@ -122,6 +124,8 @@ struct TrainingResult {
   // --transport auto chose gloo ("" otherwise).
   std::string transport = "none";
   std::string transport_note;
+  // Why bucketed's gradient buffers fell back to private memory over shm (none otherwise).
+  std::optional<SharedBufferFallback> shared_buffers_fallback;
   bool optimizer_sharding = false;  // ZeRO-1 ran (asked for, and more than one rank)
   int64_t micro_batches = 1;        // per optimizer step and rank (--grad-accum)
   // The dtype gradients travelled in: fp32, or fp16/bf16 under --grad-compression ("none" at

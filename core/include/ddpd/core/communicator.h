@@ -5,6 +5,7 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include "ddpd/common/job_options.h"
+#include "ddpd/common/shared_buffer_fallback.h"
 #include "ddpd/core/collective_journal.h"
 
 #include <atomic>
@@ -204,6 +205,10 @@ class Communicator {
   // Whether an all-reduce of `tensor` reads the peers' data in place (it lies in a buffer from
   // allocate_collective_buffer that every rank maps).
   bool reads_in_place(const at::Tensor& tensor) const;
+  // Why the latest allocate_collective_buffer over shm fell back to private memory on every
+  // rank: the rank, the step and the errno (none when none fell back, and off shm). The thread
+  // that allocates.
+  std::optional<SharedBufferFallback> shared_buffer_fallback() const;
   // In-place element-wise max / min (used for the param spread).
   void all_reduce_max(at::Tensor& tensor);
   void all_reduce_min(at::Tensor& tensor);
