@@ -72,9 +72,9 @@ Mapping create_mapping(const std::string& name, size_t bytes) {
   if (error_number != 0) {
     ::close(fd);
     ::shm_unlink(name.c_str());
-    throw system_error(
-        "reserving " + std::to_string(bytes) + " bytes in /dev/shm (is it large enough?)",
-        error_number);
+    throw ShmSystemError("reserving " + std::to_string(bytes) + " bytes in /dev/shm: " +
+                             std::strerror(error_number) + " (is /dev/shm large enough?)",
+                         error_number);
   }
   void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
