@@ -222,15 +222,20 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
 
 void add_comm_flags(CLI::App& app, CommBenchOptions& o) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--collective", o.collectives,
-                 "all_reduce, all_gather, reduce_scatter, broadcast (several: comma-separated)")
+  app.add_option_function<std::vector<std::string>>(
+         "--collective",
+         [&o](const std::vector<std::string>& names) {
+           o.collectives.clear();
+           for (const auto& name : names) o.collectives.push_back(parse_enum<Collective>(name));
+         },
+         "all_reduce, all_gather, reduce_scatter, broadcast (several: comma-separated)")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
-      ->capture_default_str();
+      ->default_str("all_reduce");
   app.add_option_function<std::string>(
       "--sizes", [&o](const std::string& list) { o.sizes_bytes = parse_sizes(list); },
       "Buffer sizes, e.g. 1MB,10MB,100MB,1GB (units B, KB, MB, GB; binary)");
-  app.add_option("--dtype", o.dtype, "float32 or bfloat16")->capture_default_str();
+  add_enum_option(app, o.dtype, "float32 or bfloat16");
   app.add_option("--warmup", o.warmup, "Untimed iterations per size")->capture_default_str();
   app.add_option("--iters", o.iters, "Timed iterations per size")->capture_default_str();
   app.add_flag("--shared-buffers", o.shared_buffers,

@@ -98,6 +98,8 @@ DDPD_ENUM_NAMES(LrSchedule, "constant", "cosine", "linear")
 DDPD_ENUM_NAMES(GradCompression, "none", "fp16", "bf16")
 DDPD_ENUM_NAMES(FsdpUnits, "block", "whole")
 DDPD_ENUM_NAMES(Transport, "auto", "gloo", "shm")
+DDPD_ENUM_NAMES(Collective, "all_reduce", "all_gather", "reduce_scatter", "broadcast")
+DDPD_ENUM_NAMES(CommDtype, "float32", "bfloat16")
 #undef DDPD_ENUM_NAMES
 
 const std::vector<std::string>& strategy_names() { return EnumInfo<Strategy>::names(); }

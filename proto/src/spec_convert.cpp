@@ -130,11 +130,11 @@ DdpJobOptions from_proto(const v1::DdpSpec& s) {
 
 v1::CommSpec to_proto(const CommJob& job) {
   v1::CommSpec s;
-  for (const auto& c : job.bench.collectives) s.add_collectives(c);
+  for (const Collective c : job.bench.collectives) s.add_collectives(enum_name(c));
   for (int64_t size : job.bench.sizes_bytes) s.add_sizes_bytes(size);
   s.set_backend(job.backend);
   s.set_transport(to_string(job.transport));
-  s.set_dtype(job.bench.dtype);
+  s.set_dtype(enum_name(job.bench.dtype));
   s.set_warmup(job.bench.warmup);
   s.set_iters(job.bench.iters);
   s.set_shared_buffers(job.bench.shared_buffers);
@@ -144,13 +144,17 @@ v1::CommSpec to_proto(const CommJob& job) {
 
 CommJob from_proto(const v1::CommSpec& s) {
   CommJob job;
-  if (s.collectives_size() > 0)
-    job.bench.collectives.assign(s.collectives().begin(), s.collectives().end());
+  if (s.collectives_size() > 0) {
+    job.bench.collectives.clear();
+    for (const auto& name : s.collectives()) {
+      job.bench.collectives.push_back(parse_enum<Collective>(name));
+    }
+  }
   if (s.sizes_bytes_size() > 0)
     job.bench.sizes_bytes.assign(s.sizes_bytes().begin(), s.sizes_bytes().end());
   if (!s.backend().empty()) job.backend = s.backend();
   if (!s.transport().empty()) job.transport = parse_transport(s.transport());
-  if (!s.dtype().empty()) job.bench.dtype = s.dtype();
+  if (!s.dtype().empty()) job.bench.dtype = parse_enum<CommDtype>(s.dtype());
   if (s.has_warmup()) job.bench.warmup = s.warmup();
   if (s.has_iters()) job.bench.iters = s.iters();
   if (s.has_shared_buffers()) job.bench.shared_buffers = s.shared_buffers();

@@ -237,7 +237,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(CudaNcclComm, EveryCollectivePassesItsDataCheck) {
   REQUIRE_GPUS(2);
   CommBenchOptions options;
-  options.collectives = {"all_reduce", "all_gather", "reduce_scatter", "broadcast"};
+  options.collectives = {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter,
+                         Collective::kBroadcast};
   options.sizes_bytes = {4096, (1 << 20) + 4, 16 << 20};
   options.warmup = 1;
   options.iters = 3;
@@ -276,7 +277,8 @@ TEST(CudaNcclComm, EveryCollectivePassesItsDataCheck) {
 TEST(CudaComm, BuffersLiveOnTheGpuAndAreChecked) {
   REQUIRE_GPUS(1);
   CommBenchOptions options;
-  options.collectives = {"all_reduce", "all_gather", "reduce_scatter", "broadcast"};
+  options.collectives = {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter,
+                         Collective::kBroadcast};
   options.sizes_bytes = {1 << 20, 16 << 20};
   options.warmup = 1;
   options.iters = 3;

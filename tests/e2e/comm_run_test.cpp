@@ -69,7 +69,8 @@ TEST_P(CommRun, EveryCollectivePassesItsDataCheck) {
     EXPECT_EQ(static_cast<int64_t>(bytes) % (element * world), 0) << "whole elements per rank";
     EXPECT_DOUBLE_EQ(row["algbw_bytes_per_second"].get<double>(), bytes / slowest);
     EXPECT_NEAR(row["busbw_bytes_per_second"].get<double>(),
-                bytes / slowest * busbw_factor(collective, world), 1e-6 * bytes / slowest);
+                bytes / slowest * busbw_factor(parse_enum<Collective>(collective), world),
+                1e-6 * bytes / slowest);
   }
   EXPECT_EQ(back_to_back, 3);
   // One fit per collective, and the all-reduce's back-to-back fit (the bucket advisor's alpha).
@@ -92,7 +93,11 @@ TEST(CommRunBadInput, UnknownCollectiveAndBadSizeAreRefused) {
   auto o = run_process({DDPD_WORKER_BINARY, "run", "comm", "--collective", "gossip"}, {},
                        std::chrono::seconds(30));
   EXPECT_EQ(o.exit_code, 2);
-  EXPECT_EQ(o.err.rfind("error: --collective: unknown collective 'gossip'", 0), 0u) << o.err;
+  EXPECT_EQ(o.err.rfind("error: --collective: must be all_reduce, all_gather, reduce_scatter or "
+                        "broadcast, got 'gossip'",
+                        0),
+            0u)
+      << o.err;
   o = run_process({DDPD_WORKER_BINARY, "run", "comm", "--sizes", "10QB"}, {},
                   std::chrono::seconds(30));
   EXPECT_EQ(o.exit_code, 2);

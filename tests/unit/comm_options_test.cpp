@@ -9,13 +9,14 @@ namespace ddpd {
 namespace {
 
 TEST(CommOptions, BusBandwidthFactorsAreNcclTests) {
-  EXPECT_DOUBLE_EQ(busbw_factor("all_reduce", 2), 1.0);
-  EXPECT_DOUBLE_EQ(busbw_factor("all_reduce", 4), 1.5);
-  EXPECT_DOUBLE_EQ(busbw_factor("all_reduce", 6), 2.0 * 5 / 6);
-  EXPECT_DOUBLE_EQ(busbw_factor("all_gather", 4), 0.75);
-  EXPECT_DOUBLE_EQ(busbw_factor("reduce_scatter", 6), 5.0 / 6);
-  EXPECT_DOUBLE_EQ(busbw_factor("broadcast", 6), 1.0);
-  EXPECT_THROW(busbw_factor("all_to_all", 2), OptionError);
+  EXPECT_DOUBLE_EQ(busbw_factor(Collective::kAllReduce, 2), 1.0);
+  EXPECT_DOUBLE_EQ(busbw_factor(Collective::kAllReduce, 4), 1.5);
+  EXPECT_DOUBLE_EQ(busbw_factor(Collective::kAllReduce, 6), 2.0 * 5 / 6);
+  EXPECT_DOUBLE_EQ(busbw_factor(Collective::kAllGather, 4), 0.75);
+  EXPECT_DOUBLE_EQ(busbw_factor(Collective::kReduceScatter, 6), 5.0 / 6);
+  EXPECT_DOUBLE_EQ(busbw_factor(Collective::kBroadcast, 6), 1.0);
+  EXPECT_EQ(parse_enum<Collective>("reduce_scatter"), Collective::kReduceScatter);
+  EXPECT_EQ(enum_name(Collective::kAllGather), "all_gather");
 }
 
 TEST(CommOptions, SizesUseBinaryUnits) {
@@ -42,12 +43,11 @@ TEST(CommOptions, BadInputNamesTheFlag) {
   EXPECT_EQ(flag_of([] { parse_size("MB"); }), "--sizes");
   EXPECT_EQ(flag_of([] { parse_size("16GB"); }), "--sizes");
   EXPECT_EQ(flag_of([] { parse_sizes("1MB,,2MB"); }), "--sizes");
+  EXPECT_EQ(flag_of([] { parse_enum<Collective>("gossip"); }), "--collective");
+  EXPECT_EQ(flag_of([] { parse_enum<CommDtype>("float16"); }), "--dtype");
   CommBenchOptions o;
-  o.collectives = {"all_reduce", "gossip"};
+  o.collectives = {};
   EXPECT_EQ(flag_of([&] { validate(o); }), "--collective");
-  o = {};
-  o.dtype = "float16";
-  EXPECT_EQ(flag_of([&] { validate(o); }), "--dtype");
   o = {};
   o.iters = 0;
   EXPECT_EQ(flag_of([&] { validate(o); }), "--iters");

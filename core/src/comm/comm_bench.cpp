@@ -39,7 +39,7 @@ Stats stats_of(const std::vector<double>& v) {
 // One collective at one size: its buffers, how to refill them, run it once, and check it.
 class Trial {
  public:
-  Trial(const std::string& collective, int64_t bytes, at::ScalarType dtype, bool shared_buffers,
+  Trial(Collective collective, int64_t bytes, at::ScalarType dtype, bool shared_buffers,
         Communicator& comm)
       : collective_(collective), comm_(comm) {
     const int n = comm.world_size();
@@ -47,13 +47,13 @@ class Trial {
     // Whole elements, divisible by N where the collective splits the buffer.
     elements_ = std::max<int64_t>(bytes / element / n, 1) * n;
     auto options = at::TensorOptions().dtype(dtype).device(comm.device());
-    if (collective == "all_gather") {
+    if (collective == Collective::kAllGather) {
       input_ = at::empty({elements_ / n}, options);
       output_ = at::empty({elements_}, options);
-    } else if (collective == "reduce_scatter") {
+    } else if (collective == Collective::kReduceScatter) {
       input_ = at::empty({elements_}, options);
       output_ = at::empty({elements_ / n}, options);
-    } else if (collective == "all_reduce" && shared_buffers) {
+    } else if (collective == Collective::kAllReduce && shared_buffers) {
       input_ = comm.allocate_collective_buffer(elements_, options);
     } else {
       input_ = at::empty({elements_}, options);
@@ -62,7 +62,7 @@ class Trial {
 
   // Whether the all-reduce reads the peers' buffers in place.
   bool reads_in_place() const {
-    return collective_ == "all_reduce" && comm_.reads_in_place(input_);
+    return collective_ == Collective::kAllReduce && comm_.reads_in_place(input_);
   }
 
   int64_t bytes() const { return elements_ * input_.element_size(); }
@@ -70,7 +70,7 @@ class Trial {
   // Known values: rank r contributes r + 1 (broadcast: the root's 7, others 0).
   void refill() {
     const int rank = comm_.rank();
-    if (collective_ == "broadcast") {
+    if (collective_ == Collective::kBroadcast) {
       input_.fill_(rank == 0 ? 7 : 0);
     } else {
       input_.fill_(rank + 1);
@@ -78,14 +78,19 @@ class Trial {
   }
 
   void run() {
-    if (collective_ == "all_reduce") {
-      comm_.all_reduce_sum(input_, "bench/all_reduce").wait();
-    } else if (collective_ == "broadcast") {
-      comm_.broadcast(input_, 0, "bench/broadcast").wait();
-    } else if (collective_ == "all_gather") {
-      comm_.all_gather(output_, input_, "bench/all_gather").wait();
-    } else {
-      comm_.reduce_scatter_sum(output_, input_, "bench/reduce_scatter");
+    switch (collective_) {
+      case Collective::kAllReduce:
+        comm_.all_reduce_sum(input_, "bench/all_reduce").wait();
+        break;
+      case Collective::kBroadcast:
+        comm_.broadcast(input_, 0, "bench/broadcast").wait();
+        break;
+      case Collective::kAllGather:
+        comm_.all_gather(output_, input_, "bench/all_gather").wait();
+        break;
+      case Collective::kReduceScatter:
+        comm_.reduce_scatter_sum(output_, input_, "bench/reduce_scatter");
+        break;
     }
   }
 
@@ -93,9 +98,9 @@ class Trial {
   bool check() const {
     const int n = comm_.world_size();
     const double sum = n * (n + 1) / 2.0;
-    if (collective_ == "all_reduce") return values_equal(input_, sum);
-    if (collective_ == "broadcast") return values_equal(input_, 7);
-    if (collective_ == "reduce_scatter") return values_equal(output_, sum);
+    if (collective_ == Collective::kAllReduce) return values_equal(input_, sum);
+    if (collective_ == Collective::kBroadcast) return values_equal(input_, 7);
+    if (collective_ == Collective::kReduceScatter) return values_equal(output_, sum);
     const int64_t chunk = output_.numel() / n;
     for (int r = 0; r < n; ++r) {
       if (!values_equal(output_.narrow(0, r * chunk, chunk), r + 1)) return false;
@@ -104,17 +109,17 @@ class Trial {
   }
 
  private:
-  std::string collective_;
+  Collective collective_;
   Communicator& comm_;
   int64_t elements_ = 0;
   at::Tensor input_, output_;
 };
 
 // One row from every rank's iteration times and data check (gathered, as all_gather_object
-// would). `bus_collective` names the bus-bandwidth factor. Throws when a rank's data was wrong.
-CommRow gathered_row(const std::string& collective, const std::string& bus_collective,
-                     int64_t size_bytes, const std::vector<double>& times, bool ok,
-                     Communicator& comm) {
+// would), named `row_name`; `bus_collective` gives the bus-bandwidth factor. Throws when a
+// rank's data was wrong.
+CommRow gathered_row(const std::string& row_name, Collective bus_collective, int64_t size_bytes,
+                     const std::vector<double>& times, bool ok, Communicator& comm) {
   const int n = comm.world_size();
   const Stats mine = stats_of(times);
   auto local = at::tensor({mine.mean, mine.std, mine.min, mine.max, ok ? 1.0 : 0.0},
@@ -124,7 +129,7 @@ CommRow gathered_row(const std::string& collective, const std::string& bus_colle
   comm.all_gather(gathered, local, "bench/gather_stats").wait();
   const auto all = gathered.cpu();
   CommRow row;
-  row.collective = collective;
+  row.collective = row_name;
   row.size_bytes = size_bytes;
   row.data_ok = true;
   for (int r = 0; r < n; ++r) {
@@ -136,7 +141,7 @@ CommRow gathered_row(const std::string& collective, const std::string& bus_colle
     row.data_ok = row.data_ok && s[4].item<double>() == 1.0;
   }
   if (!row.data_ok) {
-    throw std::runtime_error("data check failed: " + collective + " of " +
+    throw std::runtime_error("data check failed: " + row_name + " of " +
                              std::to_string(size_bytes) +
                              " bytes produced wrong values on some rank");
   }
@@ -176,8 +181,8 @@ CommRow back_to_back_row(int64_t bytes, int calls, int warmup, int iters, at::Sc
   }
   bool ok = true;
   for (const auto& b : buffers) ok = ok && values_equal(b, n * (n + 1) / 2.0);
-  return gathered_row("all_reduce_back_to_back", "all_reduce", elements * at::elementSize(dtype),
-                      times, ok, comm);
+  return gathered_row("all_reduce_back_to_back", Collective::kAllReduce,
+                      elements * at::elementSize(dtype), times, ok, comm);
 }
 
 }  // namespace
@@ -295,7 +300,7 @@ MemoryCeilings measure_memory_ceilings(Communicator& comm, int64_t bytes, int tr
 
 CommBenchResult run_comm_benchmark(const CommBenchOptions& options, Communicator& comm) {
   validate(options);
-  const at::ScalarType dtype = options.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
+  const at::ScalarType dtype = options.dtype == CommDtype::kBFloat16 ? at::kBFloat16 : at::kFloat;
   const int n = comm.world_size();
   CommBenchResult result;
   result.world_size = n;
@@ -326,15 +331,16 @@ CommBenchResult run_comm_benchmark(const CommBenchOptions& options, Communicator
         const auto end = timeline.mark();
         times.push_back(timeline.seconds(end) - timeline.seconds(start));
       }
-      CommRow row = gathered_row(collective, collective, trial.bytes(), times, trial.check(), comm);
+      CommRow row = gathered_row(enum_name(collective), collective, trial.bytes(), times,
+                                 trial.check(), comm);
       fit_sizes.push_back(row.size_bytes);
       fit_times.push_back(row.time_s);
       result.rows.push_back(std::move(row));
     }
     auto fit = fit_latency_bandwidth(fit_sizes, fit_times);
-    fit.collective = collective;
+    fit.collective = enum_name(collective);
     result.fits.push_back(fit);
-    if (collective == "all_reduce" && n > 1) {
+    if (collective == Collective::kAllReduce && n > 1) {
       // The per-call overhead as DDP pays it (the bucket advisor's alpha): calls pipeline, so
       // the barrier-separated fit above overstates it. Sizes up to 64 MB, 256 MB in flight.
       std::vector<int64_t> sizes;

@@ -14,30 +14,28 @@
 namespace ddpd {
 
 struct CommBenchOptions {
-  std::vector<std::string> collectives{
-      "all_reduce"};  // all_reduce, all_gather, reduce_scatter, broadcast
+  std::vector<Collective> collectives{Collective::kAllReduce};
   std::vector<int64_t> sizes_bytes{1 << 20, 10 << 20, 100 << 20, int64_t{1} << 30};
-  std::string dtype = "float32";  // float32 | bfloat16
-  int warmup = 5;                 // untimed iterations per size
-  int iters = 20;                 // timed iterations per size
+  CommDtype dtype = CommDtype::kFloat32;
+  int warmup = 5;  // untimed iterations per size
+  int iters = 20;  // timed iterations per size
   // all_reduce on buffers every rank maps (Communicator::allocate_collective_buffer), read in
   // place over the shm transport, as DDP's bucketed gradients are (nccl-tests' -R, registered
   // buffers). Elsewhere the buffers are private either way.
   bool shared_buffers = false;
 };
 
-const std::vector<std::string>& collective_names();
 // "1MB", "10MB", "1GB", "512KB", "4096B", "4096": binary units (1 MB = 2^20 bytes, as the
 // peer's size_mb). Throws OptionError("--sizes") naming the bad entry.
 int64_t parse_size(const std::string& text);
 std::vector<int64_t> parse_sizes(const std::string& comma_separated);
-// Throws OptionError naming the flag for unknown collectives, dtypes, sizes < 1 element or
-// above 8 GiB, warmup < 0, iters < 1.
+// Throws OptionError naming the flag for no collective, sizes < 1 element or above 8 GiB,
+// warmup < 0, iters < 1 (collectives and dtypes are enums, parsed where they are named).
 void validate(const CommBenchOptions& options);
 
 // nccl-tests' bus-bandwidth factor: 2(n-1)/n all_reduce, (n-1)/n all_gather and
 // reduce_scatter, 1 broadcast.
-double busbw_factor(const std::string& collective, int world_size);
+double busbw_factor(Collective collective, int world_size);
 
 struct CommRow {
   std::string collective;

@@ -92,6 +92,11 @@ enum class Transport { kAuto, kGloo, kShm };
 Transport parse_transport(const std::string& name);  // parse_enum<Transport>
 std::string to_string(Transport transport);          // enum_name
 
+// A collective that comm jobs benchmark (nccl-tests' names).
+enum class Collective { kAllReduce, kAllGather, kReduceScatter, kBroadcast };
+// The element type comm jobs benchmark in.
+enum class CommDtype { kFloat32, kBFloat16 };
+
 #define DDPD_ENUM_INFO(Enum, flag)                  \
   template <>                                       \
   struct EnumInfo<Enum> {                           \
@@ -108,6 +113,8 @@ DDPD_ENUM_INFO(LrSchedule, "--lr-schedule");
 DDPD_ENUM_INFO(GradCompression, "--grad-compression");
 DDPD_ENUM_INFO(FsdpUnits, "--fsdp-units");
 DDPD_ENUM_INFO(Transport, "--transport");
+DDPD_ENUM_INFO(Collective, "--collective");
+DDPD_ENUM_INFO(CommDtype, "--dtype");
 #undef DDPD_ENUM_INFO
 
 // A bad option value. `flag()` is the command-line flag name (e.g. "--batch") so every
