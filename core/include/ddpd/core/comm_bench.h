@@ -15,9 +15,9 @@ CommBenchResult run_comm_benchmark(const CommBenchOptions& options, Communicator
 // Loopback: each rank streams over its own TCP connection on 127.0.0.1 (N streams, as a ring
 // has), 0.2 s of warm-up, then `trials` windows of 0.2 s. Memory: each rank moves a buffer of
 // `bytes` (at most 256 MiB: DRAM-bound beyond) at least 64 MiB in all per trial, after two
-// untimed copies, first as memcpy to another buffer, then in place (memmove by one cache
-// line: every line read and written back); small buffers stay in cache, as the collective's
-// chunks do. Each trial counts its slowest rank.
+// untimed copies, first as memcpy to another buffer, then in place (x += 1 on every element,
+// 8 interleaved streams: every element read and written back once); small buffers stay in
+// cache, as the collective's chunks do. Each trial counts its slowest rank.
 Ceiling measure_loopback_ceiling(Communicator& comm, int trials = 5);
 MemoryCeilings measure_memory_ceilings(Communicator& comm, int64_t bytes, int trials = 3);
 
