@@ -10,16 +10,6 @@ torch::Tensor flatten(const std::vector<torch::Tensor>& tensors) {
   return torch::cat(views);
 }
 
-void flatten_into(const std::vector<torch::Tensor>& tensors, const torch::Tensor& flat) {
-  torch::NoGradGuard no_grad;
-  int64_t offset = 0;
-  for (const auto& t : tensors) {
-    flat.narrow(0, offset, t.numel()).view_as(t).copy_(t.detach());
-    offset += t.numel();
-  }
-  TORCH_CHECK(offset == flat.numel(), "flatten_into: ", offset, " elements for ", flat.numel());
-}
-
 torch::Tensor empty_flat_like(const std::vector<torch::Tensor>& tensors) {
   TORCH_CHECK(!tensors.empty(), "empty_flat_like: no tensors");
   int64_t numel = 0;

@@ -11,10 +11,6 @@ namespace ddpd::detail {
 // The tensors' elements back to back in one new 1-D buffer (they share one dtype and device).
 torch::Tensor flatten(const std::vector<torch::Tensor>& tensors);
 
-// Copies the tensors' elements back to back into `flat`, which has exactly as many (the
-// inverse of unflatten_into; for a buffer kept across steps).
-void flatten_into(const std::vector<torch::Tensor>& tensors, const torch::Tensor& flat);
-
 // An uninitialised 1-D buffer of the size flatten() would give, for a rank that only receives:
 // copying its own stale values in first would be wasted work.
 torch::Tensor empty_flat_like(const std::vector<torch::Tensor>& tensors);
