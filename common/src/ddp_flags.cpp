@@ -231,7 +231,7 @@ void add_comm_flags(CLI::App& app, CommBenchOptions& o) {
          "all_reduce, all_gather, reduce_scatter, broadcast (several: comma-separated)")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
-      ->default_str("all_reduce");
+      ->default_str(enum_name(Collective::kAllReduce));
   app.add_option_function<std::string>(
       "--sizes", [&o](const std::string& list) { o.sizes_bytes = parse_sizes(list); },
       "Buffer sizes, e.g. 1MB,10MB,100MB,1GB (units B, KB, MB, GB; binary)");

@@ -1,7 +1,7 @@
 #include "ddpd/common/shared_buffer_fallback.h"
 
-#include <cstring>
 #include <stdexcept>
+#include <system_error>
 
 namespace ddpd {
 
@@ -21,7 +21,7 @@ std::string describe(const SharedBufferFallback& fallback) {
           ? "could not create its buffer in /dev/shm"
           : "could not map rank " + std::to_string(fallback.peer) + "'s buffer";
   return "shared buffers fell back to private memory: rank " + std::to_string(fallback.rank) + " " +
-         what + " (" + std::strerror(fallback.error_number) + ", errno " +
+         what + " (" + std::generic_category().message(fallback.error_number) + ", errno " +
          std::to_string(fallback.error_number) + ")";
 }
 

@@ -41,8 +41,8 @@ TEST_P(ShmTransport, EveryCollectiveIsExactOnOddSizesInBothDtypes) {
 INSTANTIATE_TEST_SUITE_P(WorldSizes, ShmTransport, ::testing::Values(2, 3, 4));
 
 // One rank's /dev/shm refuses its collective buffer (its file-size limit lowered: EFBIG from
-// posix_fallocate, a real failure of the call): every rank falls back to private memory and
-// names that rank, the step and the errno; the all-reduce stays exact, and the next allocation
+// the ftruncate that sizes it, a real failure of the call): every rank falls back to private memory
+// and names that rank, the step and the errno; the all-reduce stays exact, and the next allocation
 // is shared again.
 TEST(ShmSharedBuffers, ARankThatCannotCreateItsBufferIsNamedAndEveryRankFallsBack) {
   constexpr int kWorld = 3, kFailing = 1;
@@ -59,6 +59,8 @@ TEST(ShmSharedBuffers, ARankThatCannotCreateItsBufferIsNamedAndEveryRankFallsBac
     EXPECT_EQ(report["fallback"]["rank"], kFailing) << "rank " << r;
     EXPECT_EQ(report["fallback"]["step"], "create") << "rank " << r;
     EXPECT_EQ(report["fallback"]["errno"], EFBIG) << "rank " << r;
+    EXPECT_EQ(report["fallback"]["peer"], -1) << "rank " << r;
+    EXPECT_FALSE(report.contains("next_fallback")) << "a shared allocation clears the reason";
     EXPECT_TRUE(report["sum_exact"]) << "rank " << r;
     EXPECT_TRUE(report["next_in_place"]) << "rank " << r;
   }

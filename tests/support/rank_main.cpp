@@ -347,7 +347,7 @@ int collectives(const ddpd::DdpJobOptions& options, const std::string& out) {
 }
 
 // A real /dev/shm refusal on one rank: that rank's file-size limit is lowered to 0 while it
-// allocates a collective buffer, so its posix_fallocate fails with EFBIG (SIGXFSZ ignored).
+// allocates a collective buffer, so the ftruncate sizing it fails with EFBIG (SIGXFSZ ignored).
 // Every rank must then fall back to private memory and name that rank; the all-reduce on the
 // buffer must still be exact, and the next allocation (the limit restored) shared again.
 int shared_fallback(const ddpd::DdpJobOptions& options, const std::string& out, int failing_rank) {
@@ -377,6 +377,7 @@ int shared_fallback(const ddpd::DdpJobOptions& options, const std::string& out, 
   report["sum_exact"] = torch::equal(refused, torch::full({1001}, world * (world + 1) / 2.0f));
   auto shared = comm->allocate_collective_buffer(1001, torch::TensorOptions());
   report["next_in_place"] = comm->reads_in_place(shared);
+  if (comm->shared_buffer_fallback()) report["next_fallback"] = true;
   std::ofstream(rank_prefix(out, rank) + ".json") << report.dump();
   return 0;
 }

@@ -270,10 +270,15 @@ Ceiling measure_loopback_ceiling(Communicator& comm, int trials) {
 
 MemoryCeilings measure_memory_ceilings(Communicator& comm, int64_t bytes, int trials) {
   // Past a few caches' size the figures no longer move: 256 MiB stands for anything larger.
-  const size_t size = static_cast<size_t>(std::clamp<int64_t>(bytes, 4096, int64_t{256} << 20));
+  // Whole groups of 8 floats, so every byte counted is moved.
+  constexpr size_t kStreams = 8;
+  const size_t parts = static_cast<size_t>(std::clamp<int64_t>(bytes, 4096, int64_t{256} << 20)) /
+                       (sizeof(float) * kStreams);
+  const size_t size = parts * kStreams * sizeof(float);
   // At least 64 MiB moved per trial, so small sizes are timed over many passes.
   const int passes = static_cast<int>(std::max<size_t>(2, (size_t{64} << 20) / size));
-  std::vector<char> from(size, 1), to(size, 2);  // touched: no page faults in the timing
+  // Touched before timing: no page faults in it.
+  std::vector<float> from(size / sizeof(float), 1.0f), to(size / sizeof(float), 2.0f);
   std::memcpy(to.data(), from.data(), size);
   std::memcpy(to.data(), from.data(), size);
   // Every element read and written back once: the least an in-place collective does to its
@@ -281,14 +286,13 @@ MemoryCeilings measure_memory_ceilings(Communicator& comm, int64_t bytes, int tr
   // host, two processes at 100 MB: 8 interleaved streams 13.5-14.1 GB/s each, 4 streams
   // 12.9-13.7, memmove by one cache line (the ceiling until 2026-11-26, which the shared
   // all-reduce passed) 11.6-12.1, one stream 9.0-9.1.
-  constexpr size_t kStreams = 8;
-  float* elements = reinterpret_cast<float*>(to.data());
-  const size_t part = size / sizeof(float) / kStreams;
-  auto in_place = [elements, part](int) {
+  float* elements = to.data();
+  auto in_place = [elements, parts](int) {
 #pragma GCC ivdep  // the streams are disjoint parts of the buffer
-    for (size_t i = 0; i < part; ++i) {
-      for (size_t s = 0; s < kStreams; ++s) elements[s * part + i] += 1.0f;
+    for (size_t i = 0; i < parts; ++i) {
+      for (size_t s = 0; s < kStreams; ++s) elements[s * parts + i] += 1.0f;
     }
+    asm volatile("" : : "r"(elements) : "memory");  // the stores count: none is dead
   };
   std::vector<double> copy_rates, in_place_rates;
   for (int t = 0; t < trials; ++t) {

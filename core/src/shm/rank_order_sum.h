@@ -21,9 +21,11 @@ namespace ddpd::shm {
 
 // Sums `count` elements of `dtype` over `terms` (rank order) into every destination of `outs`:
 // one, two, or the terms themselves (`outs` holding the same pointers in the same order: the
-// shared all-reduce writes the result back into every rank's buffer). A destination may alias a
-// term element for element. Returns false, writing nothing, for a dtype it does not handle (only
-// float32 and float64 are fused; the caller then falls back to Tensor ops) or other destinations.
+// shared all-reduce writes the result back into every rank's buffer). A destination may be a
+// term exactly (the same address), and must not overlap a term at any other offset: the loop is
+// vectorized on the promise that no element depends on another. Returns false, writing nothing, for
+// a dtype it does not handle (only float32 and float64 are fused; the caller then falls back to
+// Tensor ops) or other destinations.
 bool sum_in_rank_order(const std::vector<const void*>& terms, int64_t count, c10::ScalarType dtype,
                        const std::vector<void*>& outs);
 

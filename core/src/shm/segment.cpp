@@ -77,11 +77,11 @@ Mapping create_mapping(const std::string& name, size_t bytes) {
                          error_number);
   }
   void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int mmap_error = errno;  // before close(), which may change it
   ::close(fd);
   if (base == MAP_FAILED) {
-    const int error_number = errno;
     ::shm_unlink(name.c_str());
-    throw system_error("mmap", error_number);
+    throw system_error("mmap", mmap_error);
   }
   return {base, bytes};
 }
@@ -93,18 +93,22 @@ Mapping open_mapping(const std::string& name, size_t bytes) {
     throw system_error("shm_open " + name, error_number);
   }
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
+  if (::fstat(fd, &st) != 0) {
+    const int error_number = errno;
     ::close(fd);
+    throw system_error("fstat " + name, error_number);
+  }
+  if (static_cast<size_t>(st.st_size) != bytes) {
+    ::close(fd);
+    // Not a failed call: the object is not the one expected (EINVAL stands for that).
     throw ShmSystemError("segment " + name + " has " + std::to_string(st.st_size) +
                              " bytes, expected " + std::to_string(bytes),
                          EINVAL);
   }
   void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int mmap_error = errno;  // before close(), which may change it
   ::close(fd);
-  if (base == MAP_FAILED) {
-    const int error_number = errno;
-    throw system_error("mmap " + name, error_number);
-  }
+  if (base == MAP_FAILED) throw system_error("mmap " + name, mmap_error);
   return {base, bytes};
 }
 

@@ -7,8 +7,8 @@
 // registered user buffers and PyTorch's symmetric memory, they are allocated collectively:
 // every rank allocates the same sizes in the same order, and uses them in the same collectives.
 //
-// Allocation protocol (ShmProcessGroup::allocate_shared, on the group's executor, in order with
-// the group's collectives):
+// Allocation protocol (ShmProcessGroup::allocate_shared, on the caller's thread; its all-gathers
+// run on the group's executor, in order with the group's collectives):
 //   1. each rank creates and reserves its object (unique_segment_name) and maps it;
 //   2. all-gather of the names ("" where a rank could not create);
 //   3. each rank maps every peer's object; all-gather of each rank's status as data (the failed

@@ -375,6 +375,8 @@ at::Tensor ShmProcessGroup::allocate_shared(int64_t numel, const at::TensorOptio
     by_rank[rank_] = create_mapping(name, bytes);
   } catch (const ShmSystemError& e) {
     status = {AllocationStatus::kCreateFailed, -1, e.error_number()};
+  } catch (const std::exception&) {  // bad_alloc, say: still every rank's status exchange
+    status = {AllocationStatus::kCreateFailed, -1, 0};
   }
   // 2. Learn every rank's name; 3. map the peers'.
   const std::vector<std::string> names = exchange(by_rank[rank_].base ? name : "");
@@ -384,6 +386,8 @@ at::Tensor ShmProcessGroup::allocate_shared(int64_t numel, const at::TensorOptio
       by_rank[r] = open_mapping(names[r], bytes);
     } catch (const ShmSystemError& e) {
       status = {AllocationStatus::kMapFailed, r, e.error_number()};
+    } catch (const std::exception&) {
+      status = {AllocationStatus::kMapFailed, r, 0};
     }
   }
   const std::vector<AllocationStatus> statuses = exchange_statuses(status);
@@ -401,6 +405,7 @@ at::Tensor ShmProcessGroup::allocate_shared(int64_t numel, const at::TensorOptio
     }
     return at::zeros({numel}, options);
   }
+  last_shared_fallback_.reset();
   void* own_base = by_rank[rank_].base;
   shared_buffers_->add(std::move(by_rank), rank_);
   // tmpfs pages start zeroed. The deleter keeps the table alive past this group.
