@@ -75,6 +75,36 @@ TEST_P(LaunchOrder, StaticBucketsKeepReverseRegistrationOrder) {
   }
 }
 
+// A parameter used in one step and not the next: zero_grad drops the gradients and leaves the
+// bucket holding the last step's average, so an unused parameter must be reduced (and stepped)
+// as zeros, not as that stale average. Used on step 1 only: step 0's buckets are rebuilt, so
+// step 2 is the first to reuse a bucket that held its gradient.
+TEST_P(LaunchOrder, AParameterUnusedAfterAUsedStepIsReducedAsZeros) {
+  const std::string strategy = GetParam();
+  const auto flags = readiness_flags(
+      strategy, {"--with-unused", "--find-unused-parameters", "--use-unused-on-odd-steps"});
+  const std::string prefix = run_helper("sometimes-" + strategy, flags, 2, "readiness");
+  const std::string single = run_helper("sometimes-single-" + strategy, flags, 1, "readiness");
+  for (int step = 0; step < kSteps; ++step) {
+    const std::string file = "grads" + std::to_string(step) + ".pt";
+    for (int rank = 0; rank < 2; ++rank) {
+      const auto grads = load_tensors(rank_file(prefix, rank, file));
+      EXPECT_LT(max_relative_diff(grads, load_tensors(rank_file(single, 0, file))),
+                kGradientRelativeBound)
+          << "step " << step << " rank " << rank;
+      const auto unused = grads.front();  // registered first, 24 elements; 8 used on odd steps
+      ASSERT_EQ(unused.numel(), 24);
+      const double used_part = unused.narrow(0, 0, 8).abs().max().item<double>();
+      if (step % 2 == 1) {
+        EXPECT_GT(used_part, 0) << "step " << step << " rank " << rank;
+      } else {
+        EXPECT_EQ(used_part, 0) << "step " << step << " rank " << rank << ": a stale gradient";
+      }
+      EXPECT_EQ(unused.narrow(0, 8, 16).abs().max().item<double>(), 0);
+    }
+  }
+}
+
 TEST_P(LaunchOrder, AnUnusedParameterIsAnErrorNamingIt) {
   const std::string strategy = GetParam();
   std::vector<std::string> argv{rank_helper(), "readiness", "--out",

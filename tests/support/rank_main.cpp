@@ -17,9 +17,11 @@
 //     another bucket split, another CPU's kernels) moves results by ~1e-16 relative instead of
 //     ~6e-8, and the equivalence suites can hold tight bounds on any x86-64 CPU.
 //
-//   ddpd-test-rank readiness --out PREFIX --strategy overlap|bucketed [--with-unused] ...
+//   ddpd-test-rank readiness --out PREFIX --strategy overlap|bucketed [--with-unused]
+//                            [--use-unused-on-odd-steps] ...
 //     The hook-driven strategies on a two-layer net whose forward order differs from its
-//     registration order (and, with --with-unused, a parameter the forward never uses), through
+//     registration order (and, with --with-unused, a parameter the forward never uses, or uses
+//     on odd steps only: added to the output's 8 columns), through
 //     make_synchronizer. Per step it records the collectives launched before
 //     finish_gradient_synchronization() and in all, and the averaged gradients; SGD moves the
 //     parameters between steps. Files: PREFIX.rankR.gradsK.pt, PREFIX.rankR.json.
@@ -198,13 +200,18 @@ struct OutOfOrderNet : torch::nn::Module {
     late = register_module("late", torch::nn::Linear(40, 8));     // 320 + 8 elements
     early = register_module("early", torch::nn::Linear(16, 40));  // 640 + 40 elements
     // The root's own parameter: registration order lists it first, before the children's.
-    if (with_unused) register_parameter("unused", torch::zeros({24}));
+    if (with_unused) unused = register_parameter("unused", torch::zeros({24}));
   }
-  torch::Tensor forward(const torch::Tensor& x) { return late(torch::relu(early(x))); }
+  torch::Tensor forward(const torch::Tensor& x, bool use_unused = false) {
+    const auto y = late(torch::relu(early(x)));
+    return use_unused ? y + unused.narrow(0, 0, 8) : y;
+  }
   torch::nn::Linear late{nullptr}, early{nullptr};
+  torch::Tensor unused;
 };
 
-int readiness(const ddpd::DdpJobOptions& options, const std::string& out, bool with_unused) {
+int readiness(const ddpd::DdpJobOptions& options, const std::string& out, bool with_unused,
+              bool use_unused_on_odd_steps) {
   const auto rendezvous = ddpd::rendezvous_for_job(options);
   auto comm = ddpd::connect(rendezvous);
   const int rank = comm->rank(), world = comm->world_size();
@@ -234,14 +241,17 @@ int readiness(const ddpd::DdpJobOptions& options, const std::string& out, bool w
         return grad;
       }));
     }
-    auto loss = torch::mse_loss(net.forward(inputs.narrow(0, rank * rows, rows)),
+    const bool use_unused = use_unused_on_odd_steps && step % 2 == 1;
+    auto loss = torch::mse_loss(net.forward(inputs.narrow(0, rank * rows, rows), use_unused),
                                 targets.narrow(0, rank * rows, rows));
     loss.backward();
     for (auto& [p, handle] : hooks) p.remove_hook(handle);
     sync->finish_gradient_synchronization();
     std::vector<torch::Tensor> grads;
     for (auto& p : sync->optimizer_parameters()) {
-      grads.push_back(p.grad().defined() ? p.grad().detach().clone() : torch::zeros_like(p));
+      // NaN for a missing gradient: an unused parameter's must be there, and zero.
+      grads.push_back(p.grad().defined() ? p.grad().detach().clone()
+                                         : torch::full_like(p, std::nan("")));
     }
     torch::save(grads, rank_prefix(out, rank) + ".grads" + std::to_string(step) + ".pt");
     {
@@ -403,6 +413,9 @@ int main(int argc, char** argv) {
   readiness_cmd->add_option("--out", out)->required();
   bool with_unused = false;
   readiness_cmd->add_flag("--with-unused", with_unused);
+  bool use_unused_on_odd_steps = false;
+  readiness_cmd->add_flag("--use-unused-on-odd-steps", use_unused_on_odd_steps)
+      ->needs("--with-unused");
 
   auto* zero1_cmd = app.add_subcommand("zero1", "ShardedOptimizer against AdamW, as a unit");
   ddpd::add_ddp_flags(*zero1_cmd, options);
@@ -432,7 +445,8 @@ int main(int argc, char** argv) {
 
   try {
     if (train_cmd->parsed()) return train(options, out, tie_embeddings, freeze_embedding);
-    if (readiness_cmd->parsed()) return readiness(options, out, with_unused);
+    if (readiness_cmd->parsed())
+      return readiness(options, out, with_unused, use_unused_on_odd_steps);
     if (collectives_cmd->parsed()) return collectives(options, out);
     if (fallback_cmd->parsed()) return shared_fallback(options, out, failing_rank);
     return zero1(options, out, add_group_at, step_in_parts);
