@@ -3,9 +3,10 @@
 # same config in one run; prints median step time, exposed communication and ours/peer.
 # Both sides run one compute thread per rank (the peer calls torch.set_num_threads(1);
 # OPENBLAS_NUM_THREADS=1 keeps OpenBLAS from adding its own threads to either).
-# The headline rows (1 process, 2-rank bucketed) are the median of ROUNDS rounds that alternate
-# ours and the peer's, so drift on this shared host hits both; the scaling efficiency is
-# 1-process step / (N × N-rank step) at the same global batch. Compressed gradients run against
+# The headline rows (1 process, the independent pair, 2-rank bucketed) are the median of ROUNDS
+# rounds that alternate ours and the peer's, so drift on this shared host hits both; the scaling
+# efficiency is 1-process step / (N × N-rank step) at the same global batch, and the pair gives
+# the same figure's ceiling without communication (pair_ms). Compressed gradients run against
 # the peer's DDP with fp16_compress_hook / bf16_compress_hook (tests/bench/torch_ddp_hook_ref.py).
 # The peer runs on the checkout's .venv/bin/python (PyTorch 2.11, scripts/setup.sh) twice at 2
 # ranks: DDP as an expert configures it (DDP_EXPERT=1: gradient_as_bucket_view=True,
@@ -42,6 +43,28 @@ ours() {  # world, extra flags... → "median_step_ms exposed_ms comm_ms"
   else out=$(bash scripts/launch-local.sh "$world" -- "$worker" "${common[@]}" "$@"); fi
   "$python" tests/bench/result_figures.py <<<"$out"
 }
+# The no-communication ceiling at N=2: two 1-process runs of half the global batch each, started
+# together, share the cores' caches and memory bandwidth as two ranks do and exchange nothing. A
+# 2-rank step that matched this pair would lose to contention only; what it takes beyond the pair
+# is the price of synchronising. pair_ms ours|peer → the mean of the two runs' median steps.
+pair_ms() {
+  local half=$((BATCH / 2)) a b
+  if [ "$1" = ours ]; then
+    local args=("${common[@]}")
+    for i in "${!args[@]}"; do [ "${args[$i]}" = --batch ] && args[i + 1]=$half; done
+    "$worker" "${args[@]}" >"$tmp/pair.a" & "$worker" "${args[@]}" >"$tmp/pair.b"; wait
+    a=$("$python" tests/bench/result_figures.py <"$tmp/pair.a" | cut -d' ' -f1)
+    b=$("$python" tests/bench/result_figures.py <"$tmp/pair.b" | cut -d' ' -f1)
+  else
+    local shape_half=($D $FF $L $H $V $CTX $half "$steps" $BUCKET)
+    "$python" "$peer" 1 "${shape_half[@]}" >"$tmp/pair.a" 2>/dev/null &
+    "$python" "$peer" 1 "${shape_half[@]}" >"$tmp/pair.b" 2>/dev/null; wait
+    a=$(sed -n 's/.*median_step_ms=\([0-9.]*\).*/\1/p' "$tmp/pair.a")
+    b=$(sed -n 's/.*median_step_ms=\([0-9.]*\).*/\1/p' "$tmp/pair.b")
+  fi
+  "$python" -c "print(f'{($a + $b) / 2:.1f}')"
+}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 median() { "$python" -c "import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))" "$@"; }
 ratio() { "$python" -c "print(f'{$1/$2:.3f}')"; }
 
@@ -49,13 +72,14 @@ torch_version=$("$python" -c 'import torch; print(torch.__version__)')
 echo "config: d_model $D, d_ff $FF, layers $L, heads $H, vocab $V, context $CTX, global batch $BATCH, $steps steps (2 warm-up), $(nproc) cores"
 echo "peer: PyTorch $torch_version ($python) DistributedDataParallel, backend gloo, threads 1, bucket_cap_mb $BUCKET;" \
   "expert: gradient_as_bucket_view=True static_graph=True (DDP_EXPERT=1); default: both False"
-declare -a o1 p1 o2 p2 d2 e2 c2
+declare -a o1 p1 o2 p2 d2 e2 c2 op pp
 for r in $(seq "$rounds"); do
   read -r t _ _ <<<"$(ours 1)"; o1+=("$t"); p1+=("$(peer_ms 1)")
+  op+=("$(pair_ms ours)"); pp+=("$(pair_ms peer)")
   read -r t e c <<<"$(ours 2 --strategy bucketed --bucket-mb $BUCKET)"; o2+=("$t"); e2+=("$e"); c2+=("$c")
   p2+=("$(peer_ms 2 1)")
   d2+=("$(peer_ms 2 0)")
-  echo "round $r: 1 process ours ${o1[-1]} peer ${p1[-1]}; 2 ranks bucketed ours ${o2[-1]} peer expert ${p2[-1]} default ${d2[-1]} ms"
+  echo "round $r: 1 process ours ${o1[-1]} peer ${p1[-1]}; independent pair ours ${op[-1]} peer ${pp[-1]}; 2 ranks bucketed ours ${o2[-1]} peer expert ${p2[-1]} default ${d2[-1]} ms"
 done
 ours1=$(median "${o1[@]}") peer1=$(median "${p1[@]}") ours2=$(median "${o2[@]}") peer2=$(median "${p2[@]}")
 peer2_default=$(median "${d2[@]}")
@@ -80,6 +104,10 @@ for wire in fp16 bf16; do
     row "2 ranks bucketed $wire (peer hook)" "$t" "$e" "$c" "$theirs"
   fi
 done
+ours_pair=$(median "${op[@]}") peer_pair=$(median "${pp[@]}")
+row "2 independent processes, batch $((BATCH / 2)) each" "$ours_pair" "0" "0" "$peer_pair"
+echo "no-communication ceiling at N=2 (1-process step / (2 x independent-pair step)): ours $("$python" -c "print(f'{$ours1/(2*$ours_pair):.3f}')"), peer $("$python" -c "print(f'{$peer1/(2*$peer_pair):.3f}')");" \
+  "2-rank step over the pair: ours $(ratio "$ours2" "$ours_pair"), peer expert $(ratio "$peer2" "$peer_pair")"
 echo "scaling efficiency at N=2 (1-process step / (2 x 2-rank step)): ours $("$python" -c "print(f'{$ours1/(2*$ours2):.3f}')"), peer expert $("$python" -c "print(f'{$peer1/(2*$peer2):.3f}')"), peer default $("$python" -c "print(f'{$peer1/(2*$peer2_default):.3f}')")"
 echo "peer: PyTorch $torch_version DistributedDataParallel (bucket_cap_mb $BUCKET, backend gloo, threads 1;" \
   "expert rows gradient_as_bucket_view=True static_graph=True, default row both False);" \
