@@ -79,7 +79,7 @@ rank_pipe::RankEvent comm_event(const CommBenchResult& bench) {
   c->set_world_size(bench.world_size);
   for (const auto& row : bench.rows) {
     auto* out = c->add_rows();
-    out->set_collective(row.collective);
+    out->set_collective(enum_name(row.collective));
     out->set_size_bytes(row.size_bytes);
     out->set_time_s(row.time_s);
     out->set_algbw_bytes_per_s(row.algbw_bytes_per_s);
@@ -185,10 +185,11 @@ class RankRun {
     if (!comm.transport_note().empty()) {
       spdlog::warn("job={} rank={} {}", a_.job_id(), a_.rank(), comm.transport_note());
     } else {
-      spdlog::info("job={} rank={} transport {}", a_.job_id(), a_.rank(), comm.transport());
+      spdlog::info("job={} rank={} transport {}", a_.job_id(), a_.rank(),
+                   enum_name(comm.transport()));
     }
     rank_pipe::RankEvent e;
-    e.mutable_started()->set_transport(comm.transport());
+    e.mutable_started()->set_transport(enum_name(comm.transport()));
     e.mutable_started()->set_transport_note(comm.transport_note());
     write(e);
   }

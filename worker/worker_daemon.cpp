@@ -71,7 +71,7 @@ CommBenchResult from_proto(const rank_pipe::CommRows& rows) {
   bench.world_size = rows.world_size();
   for (const auto& r : rows.rows()) {
     CommRow row;
-    row.collective = r.collective();
+    row.collective = parse_enum<CommSeries>(r.collective());
     row.size_bytes = r.size_bytes();
     row.time_s = r.time_s();
     row.algbw_bytes_per_s = r.algbw_bytes_per_s();

@@ -233,7 +233,7 @@ void WorkerMetrics::record_comm(const CommBenchResult& result) {
   auto* job = impl_->current();
   if (!job) return;
   for (const auto& row : result.rows) {
-    const Labels labels{{"collective", row.collective},
+    const Labels labels{{"collective", enum_name(row.collective)},
                         {"size_bytes", std::to_string(row.size_bytes)},
                         {"world_size", std::to_string(result.world_size)}};
     impl_->add(*job, impl_->comm_time, labels)->Set(row.time_s);

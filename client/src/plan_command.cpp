@@ -206,9 +206,9 @@ AllReduceMeasurements measurements(const BucketFlags& f, const std::string& comm
   // fit, which overstates it.
   AllReduceMeasurements m;
   const LatencyBandwidthFit* fit = nullptr;
-  for (const char* name : {"all_reduce_back_to_back", "all_reduce"}) {
+  for (const CommSeries series : {CommSeries::kAllReduceBackToBack, CommSeries::kAllReduce}) {
     for (const auto& candidate : result.fits) {
-      if (!fit && candidate.collective == name) fit = &candidate;
+      if (!fit && candidate.collective == series) fit = &candidate;
     }
   }
   if (!fit) throw OptionError(flag, "holds no all_reduce fit");
@@ -220,7 +220,7 @@ AllReduceMeasurements measurements(const BucketFlags& f, const std::string& comm
   m.alpha_s = fit->alpha_s;
   m.beta_bytes_per_s = fit->beta_bytes_per_s;
   for (const auto& row : result.rows) {
-    if (row.collective == "all_reduce_back_to_back") {
+    if (row.collective == CommSeries::kAllReduceBackToBack) {
       m.back_to_back.emplace_back(static_cast<double>(row.size_bytes), row.time_s);
     }
   }

@@ -56,7 +56,7 @@ void plot_comm(const std::vector<CommBenchResult>& results, const std::string& o
   for (const auto& result : results) {
     std::map<std::string, std::string> by_collective;
     for (const auto& row : result.rows) {
-      by_collective[row.collective] +=
+      by_collective[enum_name(row.collective)] +=
           std::to_string(static_cast<double>(row.size_bytes) / (1 << 20)) + " " +
           std::to_string(row.busbw_bytes_per_s / 1e9) + "\n";
     }

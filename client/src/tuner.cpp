@@ -17,7 +17,10 @@ std::string label_of(const DdpJobOptions& options, int world_size) {
   StepFigures f;
   f.options = options;
   f.world_size = world_size;
-  f.transport = world_size > 1 ? enum_name(options.transport) : "none";
+  // The tune's trials run on one host, where auto means shared memory.
+  f.transport = world_size <= 1                         ? GroupTransport::kNone
+                : options.transport == Transport::kGloo ? GroupTransport::kGloo
+                                                        : GroupTransport::kShm;
   return configuration_line(f);
 }
 

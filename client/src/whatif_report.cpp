@@ -25,7 +25,7 @@ std::string configuration_line(const StepFigures& f) {
     line += " " + format("%g", f.options.bucket_size_mb) + " MB";
   }
   line += ", " + std::to_string(f.world_size) + (f.world_size == 1 ? " rank" : " ranks");
-  if (f.world_size > 1) line += " " + f.transport;
+  if (f.world_size > 1) line += " " + enum_name(f.transport);
   if (f.options.shard_optimizer && f.world_size > 1) line += ", ZeRO-1";
   if (f.options.grad_accum > 1)
     line += ", " + std::to_string(f.options.grad_accum) + " micro-batches";
@@ -59,8 +59,8 @@ std::string whatif_table(const StepFigures& m, const StepFigures& p, const LinkM
   line("activations MB/rank", m.memory.activation_bytes, p.memory.activation_bytes, kMB, "%.1f");
   line("peak MB/rank", m.peak_bytes, p.peak_bytes, kMB, "%.1f");
   out << "\nlink: all-reduce = " << format("%.3f", link.alpha_s * 1e3) << " ms + bytes / "
-      << format("%.2f", link.seconds_per_byte > 0 ? 1e-9 / link.seconds_per_byte : 0)
-      << " GB/s at " << link.world_size << " ranks on " << link.transport << "; "
+      << format("%.2f", link.seconds_per_byte > 0 ? 1e-9 / link.seconds_per_byte : 0) << " GB/s at "
+      << link.world_size << " ranks on " << enum_name(link.transport) << "; "
       << format("%.0f", 100 * link.speed_while_computing)
       << "% of that speed while the rank computes (" << link.source << ", rms error "
       << format("%.0f", 100 * link.rms_relative_error) << "%)\n";
@@ -74,7 +74,7 @@ nlohmann::json figures_json(const StepFigures& f) {
           {"strategy", enum_name(f.options.strategy)},
           {"bucket_size_mb", f.options.bucket_size_mb},
           {"world_size", f.world_size},
-          {"transport", f.transport},
+          {"transport", enum_name(f.transport)},
           {"shard_optimizer", f.options.shard_optimizer && f.world_size > 1},
           {"grad_accum", f.options.grad_accum},
           {"step_seconds", f.step_s},
@@ -94,9 +94,12 @@ nlohmann::json figures_json(const StepFigures& f) {
 }
 
 nlohmann::json link_json(const LinkModel& link) {
-  return {{"transport", link.transport}, {"world_size", link.world_size},
-          {"alpha_s", link.alpha_s},     {"seconds_per_byte", link.seconds_per_byte},
-          {"samples", link.samples},     {"rms_relative_error", link.rms_relative_error},
+  return {{"transport", enum_name(link.transport)},
+          {"world_size", link.world_size},
+          {"alpha_s", link.alpha_s},
+          {"seconds_per_byte", link.seconds_per_byte},
+          {"samples", link.samples},
+          {"rms_relative_error", link.rms_relative_error},
           {"source", link.source}};
 }
 

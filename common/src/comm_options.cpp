@@ -140,13 +140,14 @@ double fraction_of_in_place(const CommRow& row, const CommBenchResult& result) {
 }
 
 Ceiling own_ceiling(const CommBenchResult& result, int64_t size_bytes) {
-  return result.transport == "shm" ? memory_ceilings_at(result, size_bytes).in_place
-                                   : result.loopback;
+  return result.transport == GroupTransport::kShm ? memory_ceilings_at(result, size_bytes).in_place
+                                                  : result.loopback;
 }
 
 bool above_own_ceiling(const CommBenchResult& result, const CommRow& row) {
   const Ceiling own = own_ceiling(result, row.size_bytes);
-  const double rate = result.transport == "shm" ? row.algbw_bytes_per_s : row.busbw_bytes_per_s;
+  const double rate =
+      result.transport == GroupTransport::kShm ? row.algbw_bytes_per_s : row.busbw_bytes_per_s;
   return own.max > 0 && rate > own.max;
 }
 

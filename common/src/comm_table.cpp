@@ -23,8 +23,8 @@ std::string header(const CommBenchResult& result) {
                 "# world size %d, transport %s; ceilings per rank, all ranks at once (median, "
                 "spread): loopback TCP %.2f GB/s (%.2f-%.2f); at the largest size memcpy %.2f GB/s "
                 "(%.2f-%.2f), in place %.2f GB/s (%.2f-%.2f)\n",
-                result.world_size, result.transport.c_str(), lo.median / kGB, lo.min / kGB,
-                lo.max / kGB, memory.memcpy.median / kGB, memory.memcpy.min / kGB,
+                result.world_size, enum_name(result.transport).c_str(), lo.median / kGB,
+                lo.min / kGB, lo.max / kGB, memory.memcpy.median / kGB, memory.memcpy.min / kGB,
                 memory.memcpy.max / kGB, memory.in_place.median / kGB, memory.in_place.min / kGB,
                 memory.in_place.max / kGB);
   std::string out = line;
@@ -41,7 +41,7 @@ std::string row_line(const CommBenchResult& result, const CommRow& r) {
   char line[256];
   std::snprintf(line, sizeof(line),
                 "%-15s %12lld %11.1f %11.1f %11.1f %10.3f %10.3f %6.1f%% %6.1f%% %6.1f%% %4s%s\n",
-                r.collective.c_str(), static_cast<long long>(r.size_bytes),
+                enum_name(r.collective).c_str(), static_cast<long long>(r.size_bytes),
                 r.time_s * kMicroseconds, lo * kMicroseconds, hi * kMicroseconds,
                 r.algbw_bytes_per_s / kGB, r.busbw_bytes_per_s / kGB,
                 100 * fraction_of_loopback(r, result), 100 * fraction_of_memcpy(r, result),
@@ -67,8 +67,8 @@ std::string comm_table(const CommBenchResult& result) {
   for (const auto& f : result.fits) {
     std::snprintf(line, sizeof(line),
                   "# fit %s: t(S) = %.1f us + S / %.3f GB/s  (rms relative error %.1f%%)\n",
-                  f.collective.c_str(), f.alpha_s * kMicroseconds, f.beta_bytes_per_s / kGB,
-                  100 * f.rms_relative_error);
+                  enum_name(f.collective).c_str(), f.alpha_s * kMicroseconds,
+                  f.beta_bytes_per_s / kGB, 100 * f.rms_relative_error);
     out += line;
   }
   if (above_ceiling) {
@@ -91,9 +91,9 @@ std::string comm_sweep_table(const std::vector<CommBenchResult>& results) {
     for (const auto& r : result.rows) {
       std::snprintf(line, sizeof(line),
                     "%-7d %-9s %-15s %12lld %11.1f %10.3f %10.3f %6.1f%% %6.1f%%\n",
-                    result.world_size, result.transport.c_str(), r.collective.c_str(),
-                    static_cast<long long>(r.size_bytes), r.time_s * kMicroseconds,
-                    r.algbw_bytes_per_s / kGB, r.busbw_bytes_per_s / kGB,
+                    result.world_size, enum_name(result.transport).c_str(),
+                    enum_name(r.collective).c_str(), static_cast<long long>(r.size_bytes),
+                    r.time_s * kMicroseconds, r.algbw_bytes_per_s / kGB, r.busbw_bytes_per_s / kGB,
                     100 * fraction_of_loopback(r, result), 100 * fraction_of_memcpy(r, result));
       out += line;
     }
@@ -102,7 +102,7 @@ std::string comm_sweep_table(const std::vector<CommBenchResult>& results) {
     for (const auto& f : result.fits) {
       std::snprintf(line, sizeof(line),
                     "# world %d fit %s: alpha %.1f us, beta %.3f GB/s (rms %.1f%%)\n",
-                    result.world_size, f.collective.c_str(), f.alpha_s * kMicroseconds,
+                    result.world_size, enum_name(f.collective).c_str(), f.alpha_s * kMicroseconds,
                     f.beta_bytes_per_s / kGB, 100 * f.rms_relative_error);
       out += line;
     }

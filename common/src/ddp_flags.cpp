@@ -244,7 +244,7 @@ void add_comm_flags(CLI::App& app, CommBenchOptions& o) {
 
 void add_comm_job_flags(CLI::App& app, CommJob& job) {
   add_comm_flags(app, job.bench);
-  app.add_option("--backend", job.backend, "gloo or nccl")->capture_default_str();
+  add_enum_option(app, job.backend, "gloo or nccl");
   add_enum_option(app, job.transport, "gloo backend: auto | gloo | shm");
   app.add_option("--timeout", job.collective_timeout_s, "Collective timeout, seconds")
       ->capture_default_str();

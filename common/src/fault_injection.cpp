@@ -27,12 +27,7 @@ std::optional<FaultInjection> parse_fault_injection(const std::string& text, int
   if (text.empty()) return std::nullopt;
   const auto colon = text.find(':');
   FaultInjection fault;
-  fault.kind = text.substr(0, colon);
-  require(fault.kind == "hang" || fault.kind == "exit" || fault.kind == "slow" ||
-              fault.kind == "skip-collective" || fault.kind == "crash-during-checkpoint",
-          kFlag,
-          "unknown kind '" + fault.kind +
-              "' (expected hang, exit, slow, skip-collective or crash-during-checkpoint)");
+  fault.kind = parse_enum<FaultKind>(text.substr(0, colon));  // OptionError(--inject) naming them
   require(colon != std::string::npos, kFlag, "'" + text + "' has no parameters" + kForm);
   bool has_rank = false, has_step = false;
   std::set<std::string> seen;  // a repeated key is refused: which one was meant is a guess
@@ -63,9 +58,11 @@ std::optional<FaultInjection> parse_fault_injection(const std::string& text, int
     }
   }
   require(has_rank && has_step, kFlag, "rank= and step= are required" + std::string(kForm));
-  require(fault.kind == "slow" || fault.factor == 1.0, kFlag, "factor applies to slow only");
-  require(fault.kind == "hang" || fault.seconds == 0, kFlag, "seconds applies to hang only");
-  require(fault.kind != "slow" || fault.factor > 1, kFlag, "slow needs factor=F (> 1)");
+  require(fault.kind == FaultKind::kSlow || fault.factor == 1.0, kFlag,
+          "factor applies to slow only");
+  require(fault.kind == FaultKind::kHang || fault.seconds == 0, kFlag,
+          "seconds applies to hang only");
+  require(fault.kind != FaultKind::kSlow || fault.factor > 1, kFlag, "slow needs factor=F (> 1)");
   require(world_size <= 0 || fault.rank < world_size, kFlag,
           "rank " + std::to_string(fault.rank) + " is outside a world of " +
               std::to_string(world_size));
@@ -73,14 +70,14 @@ std::optional<FaultInjection> parse_fault_injection(const std::string& text, int
 }
 
 std::string to_string(const FaultInjection& fault) {
-  std::string text =
-      fault.kind + ":rank=" + std::to_string(fault.rank) + ",step=" + std::to_string(fault.step);
+  std::string text = enum_name(fault.kind) + ":rank=" + std::to_string(fault.rank) +
+                     ",step=" + std::to_string(fault.step);
   char buf[64];
   if (fault.seconds > 0) {
     std::snprintf(buf, sizeof(buf), ",seconds=%g", fault.seconds);
     text += buf;
   }
-  if (fault.kind == "slow") {
+  if (fault.kind == FaultKind::kSlow) {
     std::snprintf(buf, sizeof(buf), ",factor=%g", fault.factor);
     text += buf;
   }

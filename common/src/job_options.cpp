@@ -98,8 +98,14 @@ DDPD_ENUM_NAMES(LrSchedule, "constant", "cosine", "linear")
 DDPD_ENUM_NAMES(GradCompression, "none", "fp16", "bf16")
 DDPD_ENUM_NAMES(FsdpUnits, "block", "whole")
 DDPD_ENUM_NAMES(Transport, "auto", "gloo", "shm")
+DDPD_ENUM_NAMES(GroupTransport, "none", "gloo", "shm", "nccl")
+DDPD_ENUM_NAMES(Backend, "gloo", "nccl")
 DDPD_ENUM_NAMES(Collective, "all_reduce", "all_gather", "reduce_scatter", "broadcast")
 DDPD_ENUM_NAMES(CommDtype, "float32", "bfloat16")
+DDPD_ENUM_NAMES(FaultKind, "hang", "exit", "slow", "skip-collective", "crash-during-checkpoint")
+DDPD_ENUM_NAMES(IncidentKind, "stall", "desync", "straggler", "restart", "resumed", "limit")
+DDPD_ENUM_NAMES(CommSeries, "all_reduce", "all_gather", "reduce_scatter", "broadcast",
+                "all_reduce_back_to_back")
 #undef DDPD_ENUM_NAMES
 
 const std::vector<std::string>& strategy_names() { return EnumInfo<Strategy>::names(); }
@@ -107,6 +113,20 @@ const std::vector<std::string>& strategy_names() { return EnumInfo<Strategy>::na
 Strategy parse_strategy(const std::string& name) { return parse_enum<Strategy>(name); }
 
 std::string to_string(Strategy strategy) { return enum_name(strategy); }
+
+CommSeries series_of(Collective collective) {
+  switch (collective) {
+    case Collective::kAllReduce:
+      return CommSeries::kAllReduce;
+    case Collective::kAllGather:
+      return CommSeries::kAllGather;
+    case Collective::kReduceScatter:
+      return CommSeries::kReduceScatter;
+    case Collective::kBroadcast:
+      return CommSeries::kBroadcast;
+  }
+  throw std::logic_error("series_of: unknown collective");
+}
 
 Transport parse_transport(const std::string& name) { return parse_enum<Transport>(name); }
 
@@ -184,7 +204,7 @@ void validate_faults_and_checkpoints(const DdpJobOptions& o, int world_size) {
     require(fault->step < o.steps, "--inject",
             "step " + std::to_string(fault->step) + " is never reached: the job runs steps 0.." +
                 std::to_string(o.steps - 1) + " (--steps " + std::to_string(o.steps) + ")");
-    require(fault->kind != "crash-during-checkpoint" ||
+    require(fault->kind != FaultKind::kCrashDuringCheckpoint ||
                 (!o.checkpoint_dir.empty() && o.checkpoint_every > 0),
             "--inject",
             "crash-during-checkpoint needs checkpoints: set --checkpoint-dir and "

@@ -77,7 +77,7 @@ nlohmann::json to_json(const TrainingResult& result) {
   nlohmann::json out = {
       {"state", "SUCCEEDED"},
       {"synchronization", result.synchronization},
-      {"transport", result.transport},
+      {"transport", enum_name(result.transport)},
       {"optimizer_sharding", result.optimizer_sharding},
       {"micro_batches", result.micro_batches},
       {"gradient_wire_dtype", result.gradient_wire_dtype},
@@ -108,7 +108,7 @@ nlohmann::json to_json(const TrainingResult& result) {
 nlohmann::json to_json(const CommBenchResult& result) {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& r : result.rows) {
-    rows.push_back({{"collective", r.collective},
+    rows.push_back({{"collective", enum_name(r.collective)},
                     {"size_bytes", r.size_bytes},
                     {"time_seconds", r.time_s},
                     {"rank_mean_seconds", r.rank_mean_s},
@@ -125,7 +125,7 @@ nlohmann::json to_json(const CommBenchResult& result) {
   }
   nlohmann::json fits = nlohmann::json::array();
   for (const auto& f : result.fits) {
-    fits.push_back({{"collective", f.collective},
+    fits.push_back({{"collective", enum_name(f.collective)},
                     {"alpha_seconds", f.alpha_s},
                     {"beta_bytes_per_second", f.beta_bytes_per_s},
                     {"rms_relative_error", f.rms_relative_error}});
@@ -146,7 +146,7 @@ nlohmann::json to_json(const CommBenchResult& result) {
   nlohmann::json out = {
       {"state", "SUCCEEDED"},
       {"world_size", result.world_size},
-      {"transport", result.transport},
+      {"transport", enum_name(result.transport)},
       {"loopback_bytes_per_second", result.loopback.median},
       {"loopback_spread_bytes_per_second", {result.loopback.min, result.loopback.max}},
       {"memcpy_bytes_per_second", largest.memcpy.median},

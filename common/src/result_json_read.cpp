@@ -1,4 +1,5 @@
 // The result JSON's readers (result_json.h), the mirror of result_json.cpp's writers.
+#include <algorithm>
 #include <stdexcept>
 #include <tuple>
 
@@ -56,6 +57,24 @@ class Reader {
     return out;
   }
   bool has(const char* key) const { return json_.contains(key); }
+  // One of the job model's enums, by its name; an unknown name fails naming the key.
+  template <typename E>
+  E enumerated(const char* key) const {
+    return enum_of<E>(key, get<std::string>(key));
+  }
+  // `text` as one of E's names; an unknown one fails naming `key`.
+  template <typename E>
+  E enum_of(const char* key, const std::string& text) const {
+    const auto& names = EnumInfo<E>::names();
+    const auto it = std::find(names.begin(), names.end(), text);
+    if (it == names.end()) fail(key, "must be " + choices_text(names) + ", got '" + text + "'");
+    return static_cast<E>(it - names.begin());
+  }
+  template <typename E>
+  E enumerated_or(const char* key, E otherwise) const {
+    const auto found = json_.find(key);
+    return found == json_.end() || found->is_null() ? otherwise : enumerated<E>(key);
+  }
   // The string under `key` through `parse` (an enum's parser), naming the key when it throws
   // std::invalid_argument.
   template <typename Parse>
@@ -132,7 +151,7 @@ Ceiling ceiling(const Reader& r, const char* median_key, const char* spread_key)
 
 CommRow comm_row(const Reader& r) {
   CommRow row;
-  row.collective = r.get<std::string>("collective");
+  row.collective = r.enumerated<CommSeries>("collective");
   row.size_bytes = r.get<int64_t>("size_bytes");
   row.time_s = r.get<double>("time_seconds");
   row.rank_mean_s = r.get_or<std::vector<double>>("rank_mean_seconds", {});
@@ -168,7 +187,8 @@ StepProfile step_profile(const nlohmann::json& json) {
     step.ready_s = s.get<std::vector<double>>("ready_s");
     using Row = std::tuple<std::string, int64_t, double, double>;
     for (const auto& [name, bytes, launch, complete] : s.get<std::vector<Row>>("collectives")) {
-      step.collectives.push_back({name, bytes, launch, complete});
+      const Collective op = s.enum_of<Collective>("collectives", name.substr(0, name.find('/')));
+      step.collectives.push_back({name, op, bytes, launch, complete});
     }
     profile.steps.push_back(std::move(step));
   }
@@ -192,7 +212,7 @@ TrainingResult training_result_from_json(const nlohmann::json& json) {
   const Reader r(json, "");
   TrainingResult result;
   result.synchronization = r.get<std::string>("synchronization");
-  result.transport = r.get_or<std::string>("transport", "none");
+  result.transport = r.enumerated_or("transport", GroupTransport::kNone);
   result.transport_note = r.get_or<std::string>("transport_note", "");
   result.shared_buffers_fallback = shared_buffer_fallback(r);
   result.optimizer_sharding = r.get_or<bool>("optimizer_sharding", false);
@@ -215,13 +235,13 @@ CommBenchResult comm_result_from_json(const nlohmann::json& json) {
   const Reader r(json, "");
   CommBenchResult result;
   result.world_size = r.get<int>("world_size");
-  result.transport = r.get_or<std::string>("transport", "gloo");
+  result.transport = r.enumerated_or("transport", GroupTransport::kGloo);
   result.transport_note = r.get_or<std::string>("transport_note", "");
   result.shared_buffers = r.get_or<bool>("shared_buffers", false);
   result.shared_buffers_fallback = shared_buffer_fallback(r);
   for (const auto& row : r.array("rows")) result.rows.push_back(comm_row(row));
   for (const auto& f : r.array("fits", false)) {
-    result.fits.push_back({f.get<std::string>("collective"), f.get<double>("alpha_seconds"),
+    result.fits.push_back({f.enumerated<CommSeries>("collective"), f.get<double>("alpha_seconds"),
                            f.get<double>("beta_bytes_per_second"),
                            f.get<double>("rms_relative_error")});
   }

@@ -65,7 +65,7 @@ std::string describe_collective(const CollectiveRecord& c) {
 StallFinding analyze_stall(const std::vector<RankReport>& ranks, double stalled_seconds,
                            const std::string& unheard) {
   StallFinding finding;
-  finding.kind = "stall";
+  finding.kind = IncidentKind::kStall;
   // The collective that blocks: the lowest sequence number any rank waits in.
   const CollectiveRecord* blocking = nullptr;
   for (const auto& r : ranks) {
@@ -95,7 +95,7 @@ StallFinding analyze_stall(const std::vector<RankReport>& ranks, double stalled_
       // The same sequence number must be the same collective on every rank.
       const auto& theirs = *first_waiting->position->oldest_pending;
       if (!same_collective(mine, theirs)) {
-        finding.kind = "desync";
+        finding.kind = IncidentKind::kDesync;
         finding.rank = r.rank;
         finding.message = "desync: rank " + std::to_string(r.rank) + " launched " +
                           collective_signature(mine) + " as #" + std::to_string(mine.seq) +

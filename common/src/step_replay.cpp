@@ -71,7 +71,7 @@ double rank0_owned_fraction(const std::vector<int64_t>& bytes, int world) {
 double broadcast_service_s(const ProfiledStep& step) {
   double total = 0;
   for (const auto& c : step.collectives) {
-    if (c.name.rfind("broadcast/", 0) == 0) total += c.complete_s - c.launch_s;
+    if (c.op == Collective::kBroadcast) total += c.complete_s - c.launch_s;
   }
   return total;
 }
@@ -293,13 +293,15 @@ SyncReplay replay_sync(const Base& b, const Target& t, const std::vector<double>
 
 }  // namespace
 
-std::string target_transport(const MeasuredJob& job, const WhatIfChange& change) {
+GroupTransport target_transport(const MeasuredJob& job, const WhatIfChange& change) {
   const int n = change.world_size.value_or(job.world_size);
-  if (n <= 1) return "none";
+  if (n <= 1) return GroupTransport::kNone;
   if (!change.transport || *change.transport == Transport::kAuto) {
-    return job.result.transport == "none" ? "shm" : job.result.transport;
+    // A 1-process job scaled out on one host: auto picks shared memory there.
+    return job.result.transport == GroupTransport::kNone ? GroupTransport::kShm
+                                                         : job.result.transport;
   }
-  return enum_name(*change.transport);
+  return *change.transport == Transport::kGloo ? GroupTransport::kGloo : GroupTransport::kShm;
 }
 
 StepFigures measured_figures(const MeasuredJob& job) {
@@ -436,11 +438,12 @@ StepFigures replay_with(const MeasuredJob& job, const Base& b, const DdpJobOptio
 LinkModel replay_link(const MeasuredJob& job, const WhatIfChange& change,
                       const std::optional<LinkModel>& given) {
   const int n = change.world_size.value_or(job.world_size);
-  const std::string transport = target_transport(job, change);
+  const GroupTransport transport = target_transport(job, change);
+  const std::string& runs = enum_name(transport);
   if (given) {
     if (given->transport != transport) {
-      throw ReplayRefused("--link-from: " + given->source + " measured " + given->transport +
-                          ", and this configuration runs " + transport);
+      throw ReplayRefused("--link-from: " + given->source + " measured " +
+                          enum_name(given->transport) + ", and this configuration runs " + runs);
     }
     // A comm job measures the link alone; how fast it goes while the ranks compute is the job's.
     LinkModel link = *given;
@@ -452,9 +455,10 @@ LinkModel replay_link(const MeasuredJob& job, const WhatIfChange& change,
     return scaled_link(link, n);
   }
   if (transport != job.result.transport) {
-    throw ReplayRefused("--transport " + transport + ": job " + job.job_id + " ran " +
-                        job.result.transport + ", so its own collectives do not measure " +
-                        transport + "; pass a comm job on " + transport + " (--link-from)");
+    throw ReplayRefused("--transport " + runs + ": job " + job.job_id + " ran " +
+                        enum_name(job.result.transport) +
+                        ", so its own collectives do not measure " + runs +
+                        "; pass a comm job on " + runs + " (--link-from)");
   }
   return scaled_link(fit_link_from_job(job), n);
 }

@@ -18,12 +18,11 @@ namespace {
 std::vector<Interval> computing_intervals(const ProfiledStep& step) {
   std::vector<Interval> busy{{step.last_backward_start_s, step.last_backward_end_s}};
   double reduced = 0;
-  for (const auto& c : step.collectives)
-    reduced += c.name.rfind("all_reduce", 0) == 0 ? c.bytes : 0;
+  for (const auto& c : step.collectives) reduced += c.op == Collective::kAllReduce ? c.bytes : 0;
   if (step.overlapped_optimizer_s <= 0 || reduced <= 0) return busy;
   double at = step.last_backward_end_s;
   for (const auto& c : step.collectives) {
-    if (c.name.rfind("all_reduce", 0) != 0) continue;
+    if (c.op != Collective::kAllReduce) continue;
     const double begin = std::max(at, c.complete_s);
     at = begin + step.overlapped_optimizer_s * c.bytes / reduced;
     busy.push_back({begin, at});
@@ -49,7 +48,7 @@ std::vector<LinkSample> link_samples(const MeasuredJob& job) {
     for (const auto& c : step.collectives) {
       const double start = std::max(c.launch_s, free_at);
       free_at = std::max(free_at, c.complete_s);
-      if (c.name.rfind("all_reduce", 0) != 0 || c.complete_s <= start || c.bytes <= 0) continue;
+      if (c.op != Collective::kAllReduce || c.complete_s <= start || c.bytes <= 0) continue;
       const double computing = covered_seconds(busy, {start, c.complete_s});
       samples.push_back(
           {static_cast<double>(c.bytes), computing, c.complete_s - start - computing});
@@ -168,14 +167,14 @@ LinkModel fit_link_from_job(const MeasuredJob& job) {
 
 LinkModel link_from_comm_job(const CommBenchResult& result, const std::string& job_id) {
   for (const auto& fit : result.fits) {
-    if (fit.collective != "all_reduce" || fit.beta_bytes_per_s <= 0) continue;
+    if (fit.collective != CommSeries::kAllReduce || fit.beta_bytes_per_s <= 0) continue;
     LinkModel link;
     link.transport = result.transport;
     link.world_size = result.world_size;
     link.alpha_s = fit.alpha_s;
     link.seconds_per_byte = 1.0 / fit.beta_bytes_per_s;
     link.rms_relative_error = fit.rms_relative_error;
-    for (const auto& row : result.rows) link.samples += row.collective == "all_reduce";
+    for (const auto& row : result.rows) link.samples += row.collective == CommSeries::kAllReduce;
     link.source = "comm job " + job_id;
     return link;
   }

@@ -57,7 +57,8 @@ void JobManager::recover() {
       }
     }
     int restarts = 0;
-    for (const auto& i : entry.job.incidents()) restarts += i.kind() == "restart";
+    const std::string& restart = enum_name(IncidentKind::kRestart);
+    for (const auto& i : entry.job.incidents()) restarts += i.kind() == restart;
     entry.job.set_attempts(entry.job.state() == v1::PENDING && restarts == 0 ? 0 : restarts + 1);
     if (entry.job.state() == v1::RUNNING) {
       entry.previous_world_size = entry.job.worker_ids_size();
@@ -198,7 +199,7 @@ void JobManager::record_failure(JobEntry& entry, const WorkerEntry& worker,
                                 const v1::JobResult& result) {
   // --check-collectives' verdict is the same on every rank: the first report records it.
   if (result.cause() == v1::RANK_FAILURE_DESYNC) {
-    record_incident(entry, "desync", result.named_rank(), "desync: " + result.error());
+    record_incident(entry, IncidentKind::kDesync, result.named_rank(), "desync: " + result.error());
   }
   fail_or_restart(entry, "rank " + std::to_string(result.rank()) + " (worker " +
                              worker.hello.worker_id() + ") failed: " + failure_text(result));
@@ -270,7 +271,7 @@ std::optional<Refusal> JobManager::submit(const v1::SubmitJobRequest& request, v
   if (resumed) {
     // Both histories name the link: this job's submission, and an event on the resumed one.
     record_incident(
-        *resumed, "resumed", -1,
+        *resumed, IncidentKind::kResumed, -1,
         "resumed as " + id + " (world size " + std::to_string(request.spec().world_size()) + ")");
   }
   spdlog::info("job={} submitted (world size {})", id, request.spec().world_size());
@@ -324,11 +325,11 @@ void JobManager::transition(JobEntry& entry, v1::JobState to, const std::string&
   on_change_();
 }
 
-void JobManager::record_incident(JobEntry& entry, const std::string& kind, int rank,
+void JobManager::record_incident(JobEntry& entry, IncidentKind kind, int rank,
                                  const std::string& message) {
   v1::Incident incident;
   incident.set_unix_time(clock_.unix_seconds());
-  incident.set_kind(kind);
+  incident.set_kind(enum_name(kind));
   incident.set_rank(rank);
   incident.set_message(message);
   *entry.job.add_incidents() = incident;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "coordinator_options.h"
+#include "ddpd/common/job_options.h"
 #include "ddpd/v1/ddpd.pb.h"
 #include "job_store.h"
 #include "lifecycle_clock.h"
@@ -161,8 +162,7 @@ class JobManager {
   WorkerEntry* find_worker(const std::string& worker_id);
   JobEntry* find_job(const std::string& job_id);
   void transition(JobEntry& job, v1::JobState to, const std::string& reason);
-  void record_incident(JobEntry& job, const std::string& kind, int rank,
-                       const std::string& message);
+  void record_incident(JobEntry& job, IncidentKind kind, int rank, const std::string& message);
   // Placement (job_placement.cpp).
   void place();
   void start_attempt(JobEntry& job, const std::vector<std::string>& worker_ids);

@@ -31,7 +31,7 @@ void JobManager::on_step(const std::string& job_id, const v1::StepReport& step) 
   if (++entry->step_reports > options_.max_step_reports_per_job) {
     if (entry->step_reports == options_.max_step_reports_per_job + 1) {
       record_incident(
-          *entry, "limit", step.rank(),
+          *entry, IncidentKind::kLimit, step.rank(),
           "max_step_reports_per_job: " + std::to_string(options_.max_step_reports_per_job) +
               " step reports stored; later ones are dropped");
     }
@@ -64,7 +64,7 @@ void JobManager::aggregate_complete_step(JobEntry& entry,
       }
     }
     for (const auto& finding : entry.stragglers->add_step(step, compute)) {
-      record_incident(entry, "straggler", finding.rank, finding.message);
+      record_incident(entry, IncidentKind::kStraggler, finding.rank, finding.message);
     }
   }
   for (const auto& r : ranks) {
@@ -119,8 +119,8 @@ void JobManager::check_pending_timeouts(LifecycleClock::TimePoint now) {
     for (auto& [wid, w] : workers_) idle += w->state == v1::IDLE && w->link;
     fail_job(entry, "waited " + std::to_string(options_.pending_timeout.count() / 1000) +
                         " s for " + std::to_string(entry.job.spec().world_size()) +
-                        " idle workers offering " + required_backend(entry.job.spec()) + "; " +
-                        std::to_string(idle) + " idle");
+                        " idle workers offering " + enum_name(required_backend(entry.job.spec())) +
+                        "; " + std::to_string(idle) + " idle");
     failed = true;
   }
   if (failed) place();  // the jobs queued behind them may start

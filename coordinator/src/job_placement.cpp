@@ -22,7 +22,8 @@ void JobManager::place() {
     for (const auto& id : worker_order_) {
       const WorkerEntry& w = *workers_[id];
       if (w.state == v1::IDLE && w.link) {
-        idle.push_back({id, {w.hello.backends().begin(), w.hello.backends().end()}});
+        idle.push_back(
+            {id, offered_backends({w.hello.backends().begin(), w.hello.backends().end()})});
       }
     }
     auto placement = place_next(pending, idle);
@@ -78,7 +79,7 @@ void JobManager::start_attempt(JobEntry& entry, const std::vector<std::string>& 
   entry.partial_steps.clear();
   if (attempt > 0 && ddp) {
     const DdpJobOptions options = from_proto(entry.job.spec().ddp());
-    record_incident(entry, "restart", -1,
+    record_incident(entry, IncidentKind::kRestart, -1,
                     restart_text({attempt, options.max_restarts, entry.restart_reason,
                                   entry.previous_world_size, world, options.checkpoint_dir,
                                   entry.last_checkpoint_step}));

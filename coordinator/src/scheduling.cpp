@@ -21,17 +21,27 @@ int64_t total_steps(const v1::JobSpec& spec) {
   return spec.has_ddp() ? from_proto(spec.ddp()).steps : 0;
 }
 
-std::string required_backend(const v1::JobSpec& spec) {
-  if (spec.has_comm()) return spec.comm().backend() == "nccl" ? "nccl" : "gloo";
-  return from_proto(spec.ddp()).device == Device::kCuda ? "nccl" : "gloo";
+Backend required_backend(const v1::JobSpec& spec) {
+  if (spec.has_comm()) return from_proto(spec.comm()).backend;
+  return from_proto(spec.ddp()).device == Device::kCuda ? Backend::kNccl : Backend::kGloo;
+}
+
+std::vector<Backend> offered_backends(const std::vector<std::string>& names) {
+  if (names.empty()) return {Backend::kGloo};
+  std::vector<Backend> offered;
+  const auto& known = EnumInfo<Backend>::names();
+  for (const auto& name : names) {
+    const auto it = std::find(known.begin(), known.end(), name);
+    if (it != known.end()) offered.push_back(static_cast<Backend>(it - known.begin()));
+  }
+  return offered;
 }
 
 namespace {
 
-bool offers(const IdleWorker& worker, const std::string& backend) {
-  return worker.backends.empty() ? backend == "gloo"
-                                 : std::find(worker.backends.begin(), worker.backends.end(),
-                                             backend) != worker.backends.end();
+bool offers(const IdleWorker& worker, Backend backend) {
+  return std::find(worker.backends.begin(), worker.backends.end(), backend) !=
+         worker.backends.end();
 }
 
 }  // namespace
@@ -61,8 +71,9 @@ std::string pending_reason(const std::vector<PendingJob>& pending_in_order, size
   const PendingJob& job = pending_in_order[index];
   int idle = 0;
   for (const auto& worker : idle_workers) idle += offers(worker, job.backend);
-  return "waiting for " + std::to_string(job.world_size) + " idle workers offering " + job.backend +
-         ": " + std::to_string(registered) + " registered, " + std::to_string(idle) + " idle";
+  return "waiting for " + std::to_string(job.world_size) + " idle workers offering " +
+         enum_name(job.backend) + ": " + std::to_string(registered) + " registered, " +
+         std::to_string(idle) + " idle";
 }
 
 v1::StepReport aggregate_step(const std::vector<v1::StepReport>& ranks) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ddpd/api/restart_policy.h"
+#include "ddpd/common/job_options.h"
 #include "ddpd/v1/ddpd.pb.h"
 
 namespace ddpd::coordinator {
@@ -18,7 +19,7 @@ bool transition_allowed(v1::JobState from, v1::JobState to);
 struct PendingJob {
   std::string job_id;
   int world_size = 1;
-  std::string backend = "gloo";  // what every rank's worker must offer: gloo | nccl
+  Backend backend = Backend::kGloo;  // what every rank's worker must offer
   // Smaller sizes the job may also start at, largest first (a restart's elastic shrink).
   std::vector<int> fallback_sizes;
 };
@@ -27,12 +28,16 @@ struct PendingJob {
 int64_t total_steps(const v1::JobSpec& spec);
 
 // The process-group backend a job needs: nccl for comm jobs on nccl and DDP jobs on cuda.
-std::string required_backend(const v1::JobSpec& spec);
+Backend required_backend(const v1::JobSpec& spec);
 
 struct IdleWorker {
   std::string worker_id;
-  std::vector<std::string> backends;  // from its hello; empty means gloo only (older workers)
+  std::vector<Backend> backends;  // from its hello (offered_backends)
 };
+
+// The backends a worker's hello names, parsed once: empty (an older worker) means gloo only,
+// and a name this coordinator does not know (a newer worker's) is left out.
+std::vector<Backend> offered_backends(const std::vector<std::string>& names);
 
 struct Placement {
   std::string job_id;

@@ -132,7 +132,7 @@ v1::CommSpec to_proto(const CommJob& job) {
   v1::CommSpec s;
   for (const Collective c : job.bench.collectives) s.add_collectives(enum_name(c));
   for (int64_t size : job.bench.sizes_bytes) s.add_sizes_bytes(size);
-  s.set_backend(job.backend);
+  s.set_backend(enum_name(job.backend));
   s.set_transport(to_string(job.transport));
   s.set_dtype(enum_name(job.bench.dtype));
   s.set_warmup(job.bench.warmup);
@@ -152,7 +152,7 @@ CommJob from_proto(const v1::CommSpec& s) {
   }
   if (s.sizes_bytes_size() > 0)
     job.bench.sizes_bytes.assign(s.sizes_bytes().begin(), s.sizes_bytes().end());
-  if (!s.backend().empty()) job.backend = s.backend();
+  if (!s.backend().empty()) job.backend = parse_enum<Backend>(s.backend());
   if (!s.transport().empty()) job.transport = parse_transport(s.transport());
   if (!s.dtype().empty()) job.bench.dtype = parse_enum<CommDtype>(s.dtype());
   if (s.has_warmup()) job.bench.warmup = s.warmup();
@@ -253,11 +253,7 @@ void validate_spec_flags(const v1::JobSpec& spec) {
     case v1::JobSpec::kComm: {
       const CommJob job = from_proto(spec.comm());
       validate(job.bench);
-      if (job.backend != "gloo" && job.backend != "nccl") {
-        throw OptionError("--backend",
-                          "unknown backend '" + job.backend + "' (expected gloo or nccl)");
-      }
-      if (job.transport == Transport::kShm && job.backend != "gloo") {
+      if (job.transport == Transport::kShm && job.backend != Backend::kGloo) {
         throw OptionError("--transport", "shm is for the gloo backend (CPU ranks)");
       }
       if (!(job.collective_timeout_s > 0 &&

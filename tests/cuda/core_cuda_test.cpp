@@ -254,7 +254,7 @@ TEST(CudaNcclComm, EveryCollectivePassesItsDataCheck) {
         rendezvous.rank = r;
         rendezvous.world_size = 2;
         rendezvous.local_rank = r;
-        rendezvous.backend = "nccl";
+        rendezvous.backend = Backend::kNccl;
         rendezvous.timeout = std::chrono::milliseconds(60000);
         results[r] = run_comm_benchmark(options, *connect(rendezvous));
       } catch (const std::exception& e) {
@@ -267,8 +267,8 @@ TEST(CudaNcclComm, EveryCollectivePassesItsDataCheck) {
   ASSERT_EQ(errors[1], "");
   ASSERT_EQ(results[0].rows.size(), 12u);
   for (const auto& row : results[0].rows) {
-    EXPECT_TRUE(row.data_ok) << row.collective << " " << row.size_bytes;
-    EXPECT_GT(row.busbw_bytes_per_s, 0) << row.collective << " " << row.size_bytes;
+    EXPECT_TRUE(row.data_ok) << enum_name(row.collective) << " " << row.size_bytes;
+    EXPECT_GT(row.busbw_bytes_per_s, 0) << enum_name(row.collective) << " " << row.size_bytes;
   }
 }
 
@@ -285,8 +285,8 @@ TEST(CudaComm, BuffersLiveOnTheGpuAndAreChecked) {
   const auto result = run_comm_benchmark(options, *single(at::Device(at::kCUDA, 0)));
   ASSERT_EQ(result.rows.size(), 8u);
   for (const auto& row : result.rows) {
-    EXPECT_TRUE(row.data_ok) << row.collective;
-    EXPECT_GE(row.time_s, 0) << row.collective;
+    EXPECT_TRUE(row.data_ok) << enum_name(row.collective);
+    EXPECT_GE(row.time_s, 0) << enum_name(row.collective);
   }
 }
 

@@ -280,7 +280,7 @@ int collectives(const ddpd::DdpJobOptions& options, const std::string& out) {
   auto comm = ddpd::connect(rendezvous);
   const int rank = comm->rank(), world = comm->world_size();
   nlohmann::json report;
-  report["transport"] = comm->transport();
+  report["transport"] = ddpd::enum_name(comm->transport());
   std::vector<std::string> failures;
   int64_t checks = 0;
   auto check = [&](const std::string& what, const torch::Tensor& got, const torch::Tensor& want) {

@@ -29,7 +29,7 @@ TEST(StateMachine, OnlyTheSpecifiedTransitions) {
 
 std::vector<IdleWorker> gloo_workers(std::initializer_list<const char*> ids) {
   std::vector<IdleWorker> out;
-  for (const char* id : ids) out.push_back({id, {"gloo"}});
+  for (const char* id : ids) out.push_back({id, {Backend::kGloo}});
   return out;
 }
 
@@ -45,36 +45,40 @@ TEST(Scheduler, OldestJobFirstAndNoOvertaking) {
 
 // A restarting job may shrink to the largest fallback size the idle workers allow.
 TEST(Scheduler, ARestartShrinksToTheLargestFallbackSizeThatFits) {
-  const std::vector<PendingJob> pending{{"a", 4, "gloo", {3, 2, 1}}};
+  const std::vector<PendingJob> pending{{"a", 4, Backend::kGloo, {3, 2, 1}}};
   const auto three = place_next(pending, gloo_workers({"w1", "w2", "w3"}));
   ASSERT_TRUE(three);
   EXPECT_EQ(three->worker_ids, (std::vector<std::string>{"w1", "w2", "w3"}));
   const auto one = place_next(pending, gloo_workers({"w1"}));
   ASSERT_TRUE(one);
   EXPECT_EQ(one->worker_ids.size(), 1u);
-  EXPECT_FALSE(place_next({{"b", 4, "gloo", {2}}}, gloo_workers({"w1"})));
+  EXPECT_FALSE(place_next({{"b", 4, Backend::kGloo, {2}}}, gloo_workers({"w1"})));
 }
 
 // NCCL jobs (comm on nccl, DDP on cuda) go only to workers that offer nccl; a worker that
-// names no backend is a Gloo worker.
+// names no backend is a Gloo worker, and a backend name the coordinator does not know is not
+// offered.
 TEST(Scheduler, JobsGoToWorkersOfferingTheirBackend) {
-  const std::vector<IdleWorker> idle{
-      {"cpu1", {"gloo"}}, {"gpu1", {"gloo", "nccl"}}, {"old", {}}, {"gpu2", {"gloo", "nccl"}}};
-  const auto nccl = place_next({{"a", 2, "nccl"}}, idle);
+  const std::vector<IdleWorker> idle{{"cpu1", offered_backends({"gloo"})},
+                                     {"gpu1", offered_backends({"gloo", "nccl"})},
+                                     {"old", offered_backends({})},
+                                     {"gpu2", offered_backends({"gloo", "nccl", "future"})}};
+  EXPECT_EQ(idle[3].backends, (std::vector<Backend>{Backend::kGloo, Backend::kNccl}));
+  const auto nccl = place_next({{"a", 2, Backend::kNccl}}, idle);
   ASSERT_TRUE(nccl);
   EXPECT_EQ(nccl->worker_ids, (std::vector<std::string>{"gpu1", "gpu2"}));
-  EXPECT_FALSE(place_next({{"a", 3, "nccl"}}, idle));
-  const auto gloo = place_next({{"b", 3, "gloo"}}, idle);
+  EXPECT_FALSE(place_next({{"a", 3, Backend::kNccl}}, idle));
+  const auto gloo = place_next({{"b", 3, Backend::kGloo}}, idle);
   ASSERT_TRUE(gloo);
   EXPECT_EQ(gloo->worker_ids, (std::vector<std::string>{"cpu1", "gpu1", "old"}));
 
   v1::JobSpec spec;
   spec.mutable_ddp()->set_device("cuda");
-  EXPECT_EQ(required_backend(spec), "nccl");
+  EXPECT_EQ(required_backend(spec), Backend::kNccl);
   spec.mutable_ddp()->set_device("cpu");
-  EXPECT_EQ(required_backend(spec), "gloo");
+  EXPECT_EQ(required_backend(spec), Backend::kGloo);
   spec.mutable_comm()->set_backend("nccl");
-  EXPECT_EQ(required_backend(spec), "nccl");
+  EXPECT_EQ(required_backend(spec), Backend::kNccl);
 }
 
 TEST(Scheduler, AggregatesTheSlowestRankAndTheMeanLoss) {
@@ -215,7 +219,7 @@ TEST(StallAnalysis, NamesTheWaitingRanksTheCollectiveAndTheRankThatHasNotJoined)
                                       {1, progress("backward", 17, 1041, 1041)},
                                       {2, waiting_in(1043, "all_reduce", 1100000, 60)}};
   const auto finding = analyze_stall(ranks, 61);
-  EXPECT_EQ(finding.kind, "stall");
+  EXPECT_EQ(finding.kind, IncidentKind::kStall);
   EXPECT_EQ(finding.rank, 1);
   EXPECT_EQ(finding.message,
             "stall: ranks 0,2 wait in all_reduce #1043 (bucket3, 4.2 MB) for 61 s; rank 1 has "
@@ -226,7 +230,7 @@ TEST(StallAnalysis, DifferentCollectivesUnderOneSequenceNumberAreADesync) {
   const std::vector<RankReport> ranks{{0, waiting_in(57, "all_reduce", 4096, 9)},
                                       {1, waiting_in(57, "all_gather", 4096, 9)}};
   const auto finding = analyze_stall(ranks, 9);
-  EXPECT_EQ(finding.kind, "desync");
+  EXPECT_EQ(finding.kind, IncidentKind::kDesync);
   EXPECT_EQ(finding.rank, 1);
   EXPECT_EQ(finding.message,
             "desync: rank 1 launched all_gather(4096 × float32) [bucket3] as #57 where rank 0 "
@@ -244,8 +248,9 @@ TEST(StallAnalysis, NoRankInACollectiveSaysWhereEachIs) {
 }
 
 TEST(Scheduler, PendingJobsSayWhyTheyWait) {
-  const std::vector<PendingJob> pending{{"job-000001", 5, "gloo"}, {"job-000002", 1, "gloo"}};
-  const std::vector<IdleWorker> idle{{"w0", {"gloo"}}, {"w1", {"nccl"}}};
+  const std::vector<PendingJob> pending{{"job-000001", 5, Backend::kGloo},
+                                        {"job-000002", 1, Backend::kGloo}};
+  const std::vector<IdleWorker> idle{{"w0", {Backend::kGloo}}, {"w1", {Backend::kNccl}}};
   EXPECT_EQ(pending_reason(pending, 0, 3, idle),
             "waiting for 5 idle workers offering gloo: 3 registered, 1 idle");
   EXPECT_EQ(pending_reason(pending, 1, 3, idle), "queued behind job-000001");

@@ -141,7 +141,7 @@ TEST(JobOptions, ParameterCountOfSmallIsThePeers) {
 TEST(FaultInjection, ParsesEveryKindAndRefusesBadSpecsByFlag) {
   const auto hang = parse_fault_injection("hang:rank=1,step=3,seconds=2.5", 3);
   ASSERT_TRUE(hang.has_value());
-  EXPECT_EQ(hang->kind, "hang");
+  EXPECT_EQ(hang->kind, FaultKind::kHang);
   EXPECT_EQ(hang->rank, 1);
   EXPECT_EQ(hang->step, 3);
   EXPECT_DOUBLE_EQ(hang->seconds, 2.5);

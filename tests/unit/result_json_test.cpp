@@ -12,7 +12,7 @@ namespace {
 TrainingResult training_result_setting_every_field() {
   TrainingResult r;
   r.synchronization = "bucketed";
-  r.transport = "shm";
+  r.transport = GroupTransport::kShm;
   r.transport_note = "auto chose shm";
   r.shared_buffers_fallback = SharedBufferFallback{2, SharedBufferStep::kMap, 0, 12};
   r.optimizer_sharding = true;
@@ -62,8 +62,8 @@ TrainingResult training_result_setting_every_field() {
   p.optimizer_s = 0.02;
   p.overlapped_optimizer_s = 0.011;
   p.ready_s = {0.12, -1.0};
-  p.collectives = {{"all_reduce/bucket0", 12288, 0.2, 0.21},
-                   {"broadcast/owner1", 4096, 0.23, 0.24}};
+  p.collectives = {{"all_reduce/bucket0", Collective::kAllReduce, 12288, 0.2, 0.21},
+                   {"broadcast/owner1", Collective::kBroadcast, 4096, 0.23, 0.24}};
   r.profile.steps = {p};
   return r;
 }
@@ -71,14 +71,14 @@ TrainingResult training_result_setting_every_field() {
 CommBenchResult comm_result_with_two_sizes() {
   CommBenchResult r;
   r.world_size = 2;
-  r.transport = "shm";
+  r.transport = GroupTransport::kShm;
   r.shared_buffers_fallback = SharedBufferFallback{1, SharedBufferStep::kCreate, -1, 28};
   r.loopback = {2e9, 1.5e9, 2.5e9};
   r.memory_by_size[1 << 20] = {{10e9, 9e9, 11e9}, {20e9, 19e9, 21e9}};
   r.memory_by_size[1 << 24] = {{8e9, 7e9, 9e9}, {16e9, 15e9, 17e9}};
   for (int64_t size : {int64_t{1} << 20, int64_t{1} << 24}) {
     CommRow row;
-    row.collective = "all_reduce";
+    row.collective = CommSeries::kAllReduce;
     row.size_bytes = size;
     row.rank_mean_s = {1e-3, 2e-3};
     row.rank_std_s = {1e-5, 2e-5};
@@ -92,7 +92,7 @@ CommBenchResult comm_result_with_two_sizes() {
     row.data_ok = true;
     r.rows.push_back(row);
   }
-  r.fits.push_back({"all_reduce", 25e-6, 6e9, 0.05});
+  r.fits.push_back({CommSeries::kAllReduce, 25e-6, 6e9, 0.05});
   return r;
 }
 
@@ -106,6 +106,7 @@ TEST(ResultJson, TrainingResultRoundTripsEveryField) {
   EXPECT_EQ(read.steps[0].gradient_sync_bytes, 123456789012);  // int64 beyond 2^32, exact
   ASSERT_EQ(read.profile.steps.size(), 1u);
   EXPECT_EQ(read.profile.steps[0].collectives[1].name, "broadcast/owner1");
+  EXPECT_EQ(read.profile.steps[0].collectives[1].op, Collective::kBroadcast);  // from the name
   EXPECT_EQ(read.profile.steps[0].ready_s[1], -1.0);
   EXPECT_EQ(read.profile.gradients[1].bytes, 8192);
 }
@@ -145,6 +146,37 @@ TEST(ResultJson, AMissingOrMistypedFieldIsNamedWithItsPath) {
   } catch (const std::runtime_error& e) {
     EXPECT_STREQ(e.what(), "result JSON: rows[0].size_bytes: has the wrong type (string)");
   }
+  // Enums are parsed where they are read, naming the key and the names they may take.
+  json = to_json(comm_result_with_two_sizes());
+  json["rows"][1]["collective"] = "all_to_all";
+  try {
+    comm_result_from_json(json);
+    FAIL() << "accepted an unknown collective";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(),
+                 "result JSON: rows[1].collective: must be all_reduce, all_gather, reduce_scatter, "
+                 "broadcast or all_reduce_back_to_back, got 'all_to_all'");
+  }
+  json = to_json(training_result_setting_every_field());
+  json["profile"]["steps"][0]["collectives"][1][0] = "teleport/owner1";
+  try {
+    training_result_from_json(json);
+    FAIL() << "accepted an unknown collective op";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("collectives: must be all_reduce, all_gather, "
+                                         "reduce_scatter or broadcast, got 'teleport'"),
+              std::string::npos)
+        << e.what();
+  }
+  json = to_json(training_result_setting_every_field());
+  json["transport"] = "carrier pigeon";
+  try {
+    training_result_from_json(json);
+    FAIL() << "accepted an unknown transport";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(),
+                 "result JSON: transport: must be none, gloo, shm or nccl, got 'carrier pigeon'");
+  }
 }
 
 // The table's shares are the row's rate over each ceiling measured at its size (at world 2 busbw
@@ -178,7 +210,7 @@ TEST(ResultJson, MemoryCeilingsBoundAlgbwAndLoopbackBoundsBusbw) {
   EXPECT_FALSE(above_own_ceiling(result, row));
   row.algbw_bytes_per_s = 6e9;  // above the best in-place trial
   EXPECT_TRUE(above_own_ceiling(result, row));
-  result.transport = "gloo";  // then loopback is its own ceiling, against busbw
+  result.transport = GroupTransport::kGloo;  // then loopback is its own ceiling, against busbw
   EXPECT_TRUE(above_own_ceiling(result, row));
   row.busbw_bytes_per_s = 2.4e9;
   EXPECT_FALSE(above_own_ceiling(result, row));

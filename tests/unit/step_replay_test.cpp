@@ -37,9 +37,10 @@ ProfiledStep profiled(int64_t step, double g3_ready_ms) {
   s.synced_s = (late ? 172.3125 : 171.3125) * kMs;
   s.step_s = (late ? 174.3125 : 173.3125) * kMs;
   s.ready_s = {100 * kMs, 70 * kMs, 50 * kMs, g3_ready_ms * kMs};
-  s.collectives = {
-      {"all_reduce/bucket0", 500000, (51 + g3_ready_ms) * kMs, (late ? 152 : 77) * kMs},
-      {"all_reduce/bucket1", 7500000, 151 * kMs, (late ? 161.0625 : 160.0625) * kMs}};
+  s.collectives = {{"all_reduce/bucket0", Collective::kAllReduce, 500000, (51 + g3_ready_ms) * kMs,
+                    (late ? 152 : 77) * kMs},
+                   {"all_reduce/bucket1", Collective::kAllReduce, 7500000, 151 * kMs,
+                    (late ? 161.0625 : 160.0625) * kMs}};
   return s;
 }
 
@@ -52,7 +53,7 @@ MeasuredJob hand_written_job() {
   job.options.batch_size = 8;
   job.options.warmup_steps = 0;
   job.options.threads = 1;
-  job.result.transport = "shm";
+  job.result.transport = GroupTransport::kShm;
   job.result.profile.host_cores = 2;
   job.result.profile.gradients = {
       {"g0", 4000000}, {"g1", 2000000}, {"g2", 1500000}, {"g3", 500000}};
@@ -74,7 +75,7 @@ TEST(StepReplay, TheLinkFitRecoversAlphaBetaAndTheSpeedWhileComputing) {
   EXPECT_NEAR(link.speed_while_computing, 0.25, 1e-9);
   EXPECT_EQ(link.samples, 6);
   EXPECT_EQ(link.world_size, 2);
-  EXPECT_EQ(link.transport, "shm");
+  EXPECT_EQ(link.transport, GroupTransport::kShm);
 }
 
 // Every all-reduce wholly inside backward and none waited on: the split fit has nothing to go
@@ -85,8 +86,9 @@ TEST(StepReplay, ALinkWhoseSplitFitFailsFallsBackToTheWholeService) {
   MeasuredJob job = hand_written_job();
   for (auto& step : job.result.profile.steps) {
     step.overlapped_optimizer_s = 0;  // no AdamW inside the synchronisation
-    step.collectives = {{"all_reduce/bucket0", 4000000, 61 * kMs, 81 * kMs},
-                        {"all_reduce/bucket1", 5000000, 91 * kMs, 121 * kMs}};
+    step.collectives = {
+        {"all_reduce/bucket0", Collective::kAllReduce, 4000000, 61 * kMs, 81 * kMs},
+        {"all_reduce/bucket1", Collective::kAllReduce, 5000000, 91 * kMs, 121 * kMs}};
   }
   const LinkModel link = fit_link_from_job(job);
   EXPECT_EQ(link.alpha_s, 0);
@@ -113,7 +115,7 @@ TEST(StepReplay, OneBucketForEveryGradientPredictsNoOverlap) {
   MeasuredJob job = hand_written_job();
   job.result.profile.gradients = {{"g0", 300000}, {"g1", 100000}, {"g2", 100000}, {"g3", 300000}};
   LinkModel link;
-  link.transport = "shm";
+  link.transport = GroupTransport::kShm;
   link.world_size = 2;
   link.alpha_s = 1 * kMs;
   link.seconds_per_byte = 1e-9;
@@ -154,7 +156,7 @@ TEST(StepReplay, ComputeFollowsTheLocalBatchAndTheCoresEachRankGets) {
   EXPECT_NEAR(alone.step_s, 314 * kMs, kTight);
   EXPECT_EQ(alone.comm_s, 0);
   EXPECT_EQ(alone.exposed_comm_s, 0);
-  EXPECT_EQ(alone.transport, "none");
+  EXPECT_EQ(alone.transport, GroupTransport::kNone);
   // Four ranks of one thread on two cores: half the rows each, at half a core each.
   WhatIfChange four;
   four.world_size = 4;

@@ -25,10 +25,11 @@ StepMarks two_micro_batches() {
 }
 
 TEST(StepTiming, PhasesAndExposedCommunicationByHand) {
-  const std::vector<CommSpan> collectives{{"all_reduce/bucket0", 1.5, 3, 1000},
-                                          {"all_reduce/bucket1", 2.75, 4.5, 500},
-                                          {"broadcast/init", 0, 0.125, 7},
-                                          {"reduce_scatter/unit0", 5.75, 7, 64}};
+  const std::vector<CommSpan> collectives{
+      {"all_reduce/bucket0", Collective::kAllReduce, 1.5, 3, 1000},
+      {"all_reduce/bucket1", Collective::kAllReduce, 2.75, 4.5, 500},
+      {"broadcast/init", Collective::kBroadcast, 0, 0.125, 7},
+      {"reduce_scatter/unit0", Collective::kReduceScatter, 5.75, 7, 64}};
   const StepTiming t = step_timing(two_micro_batches(), collectives);
   EXPECT_EQ(t.step_seconds, 5.5);  // 6 - 0 less the 0.5 s measurement
   EXPECT_EQ(t.forward_seconds, 0.5 + 0.5);
@@ -62,7 +63,8 @@ TEST(StepTiming, OverlappedOptimizerAndBroadcastMoveBetweenFigures) {
 TEST(StepTiming, MetricsGetTheFractionTheRateAndOnlyNonEmptySpans) {
   StepMarks m = two_micro_batches();
   m.zeroed = m.start;  // an empty zero_grad phase is not a span
-  const std::vector<CommSpan> collectives{{"all_reduce/bucket0", 1.5, 3, 1000}};
+  const std::vector<CommSpan> collectives{
+      {"all_reduce/bucket0", Collective::kAllReduce, 1.5, 3, 1000}};
   StepMetrics metrics;
   apply_step_timing(
       step_timing(m, collectives), collectives, /*global_tokens=*/1100,

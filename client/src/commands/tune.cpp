@@ -97,7 +97,8 @@ class CoordinatorTrials {
     } catch (const std::exception&) {
       // No replay (one rank, no profile): the default stays the centre.
     }
-    const Transport ran = job.result.transport == "gloo" ? Transport::kGloo : Transport::kShm;
+    const Transport ran =
+        job.result.transport == GroupTransport::kGloo ? Transport::kGloo : Transport::kShm;
     plan.transports = {ran};
     if (both_transports && ran == Transport::kShm) plan.transports.push_back(Transport::kGloo);
     plan.predict = [this, job, ran](const DdpJobOptions& o) -> std::optional<double> {
@@ -117,8 +118,7 @@ class CoordinatorTrials {
 
   // The link of `transport` from a short comm job at the tune's world size, measured once.
   std::optional<LinkModel> link(Transport transport) {
-    const std::string name = enum_name(transport);
-    if (links_.count(name)) return links_[name];
+    if (links_.count(transport)) return links_[transport];
     CommJob comm;
     comm.transport = transport;
     comm.bench.sizes_bytes = {int64_t{1} << 20, int64_t{4} << 20, int64_t{16} << 20};
@@ -128,9 +128,11 @@ class CoordinatorTrials {
     set_current(job.job_id());
     const v1::JobState state = control_.watch(job.job_id(), [](const v1::JobEvent&) {});
     set_current("");
-    links_[name] = std::nullopt;
-    if (state == v1::SUCCEEDED) links_[name] = comm_job_link(control_.get(job.job_id(), false), "");
-    return links_[name];
+    links_[transport] = std::nullopt;
+    if (state == v1::SUCCEEDED) {
+      links_[transport] = comm_job_link(control_.get(job.job_id(), false), "");
+    }
+    return links_[transport];
   }
 
  private:
@@ -175,7 +177,7 @@ class CoordinatorTrials {
   ControlClient control_;
   int world_size_;
   std::map<std::string, MeasuredJob> measured_;
-  std::map<std::string, std::optional<LinkModel>> links_;
+  std::map<Transport, std::optional<LinkModel>> links_;
   std::mutex mutex_;
   std::string current_;
   std::atomic<bool> done_{false};

@@ -118,7 +118,7 @@ class Trial {
 // One row from every rank's iteration times and data check (gathered, as all_gather_object
 // would), named `row_name`; `bus_collective` gives the bus-bandwidth factor. Throws when a
 // rank's data was wrong.
-CommRow gathered_row(const std::string& row_name, Collective bus_collective, int64_t size_bytes,
+CommRow gathered_row(CommSeries series, Collective bus_collective, int64_t size_bytes,
                      const std::vector<double>& times, bool ok, Communicator& comm) {
   const int n = comm.world_size();
   const Stats mine = stats_of(times);
@@ -129,7 +129,7 @@ CommRow gathered_row(const std::string& row_name, Collective bus_collective, int
   comm.all_gather(gathered, local, "bench/gather_stats").wait();
   const auto all = gathered.cpu();
   CommRow row;
-  row.collective = row_name;
+  row.collective = series;
   row.size_bytes = size_bytes;
   row.data_ok = true;
   for (int r = 0; r < n; ++r) {
@@ -141,7 +141,7 @@ CommRow gathered_row(const std::string& row_name, Collective bus_collective, int
     row.data_ok = row.data_ok && s[4].item<double>() == 1.0;
   }
   if (!row.data_ok) {
-    throw std::runtime_error("data check failed: " + row_name + " of " +
+    throw std::runtime_error("data check failed: " + enum_name(series) + " of " +
                              std::to_string(size_bytes) +
                              " bytes produced wrong values on some rank");
   }
@@ -181,7 +181,7 @@ CommRow back_to_back_row(int64_t bytes, int calls, int warmup, int iters, at::Sc
   }
   bool ok = true;
   for (const auto& b : buffers) ok = ok && values_equal(b, n * (n + 1) / 2.0);
-  return gathered_row("all_reduce_back_to_back", Collective::kAllReduce,
+  return gathered_row(CommSeries::kAllReduceBackToBack, Collective::kAllReduce,
                       elements * at::elementSize(dtype), times, ok, comm);
 }
 
@@ -341,14 +341,14 @@ CommBenchResult run_comm_benchmark(const CommBenchOptions& options, Communicator
         const auto end = timeline.mark();
         times.push_back(timeline.seconds(end) - timeline.seconds(start));
       }
-      CommRow row = gathered_row(enum_name(collective), collective, trial.bytes(), times,
+      CommRow row = gathered_row(series_of(collective), collective, trial.bytes(), times,
                                  trial.check(), comm);
       fit_sizes.push_back(row.size_bytes);
       fit_times.push_back(row.time_s);
       result.rows.push_back(std::move(row));
     }
     auto fit = fit_latency_bandwidth(fit_sizes, fit_times);
-    fit.collective = enum_name(collective);
+    fit.collective = series_of(collective);
     result.fits.push_back(fit);
     if (collective == Collective::kAllReduce && n > 1) {
       // The per-call overhead as DDP pays it (the bucket advisor's alpha): calls pipeline, so
@@ -365,7 +365,7 @@ CommBenchResult run_comm_benchmark(const CommBenchOptions& options, Communicator
       }
       if (!sizes.empty()) {
         auto pipelined = fit_latency_bandwidth(sizes, per_call);
-        pipelined.collective = "all_reduce_back_to_back";
+        pipelined.collective = CommSeries::kAllReduceBackToBack;
         result.fits.push_back(pipelined);
       }
     }

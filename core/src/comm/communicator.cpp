@@ -25,6 +25,7 @@ namespace ddpd {
 // they are events the device has to pass first).
 struct PendingSpan {
   std::string name;
+  Collective op = Collective::kAllReduce;
   detail::TimePoint launch, complete;
   int64_t bytes = 0;
   int64_t seq = 0;  // the collective's journal entry
@@ -164,8 +165,8 @@ Communicator::Communicator(c10::intrusive_ptr<c10d::Backend> group, int rank, in
       timeout_(options.timeout),
       device_(options.device),
       check_collectives_(options.check_collectives),
-      transport_(world_size == 1            ? "none"
-                 : options.device.is_cuda() ? "nccl"
+      transport_(world_size == 1            ? GroupTransport::kNone
+                 : options.device.is_cuda() ? GroupTransport::kNccl
                                             : options.transport),
       transport_note_(options.transport_note),
       flat_buffers_(gathers_into_flat_buffers(group_.get(), options.device)),
@@ -204,7 +205,8 @@ std::vector<CommSpan> Communicator::take_spans() {
   std::vector<CommSpan> out;
   out.reserve(pending.size());
   for (const auto& p : pending) {
-    out.push_back({p.name, timeline_->seconds(p.launch), timeline_->seconds(p.complete), p.bytes});
+    out.push_back(
+        {p.name, p.op, timeline_->seconds(p.launch), timeline_->seconds(p.complete), p.bytes});
     // On CUDA the end is known only once the device has passed the completion event.
     if (device_.is_cuda()) journal_->complete(p.seq, out.back().complete_s);
   }
@@ -311,10 +313,11 @@ std::vector<std::optional<std::string>> Communicator::exchange_failure_reports(
   return future.get();
 }
 
-PendingCollective Communicator::track(c10::intrusive_ptr<c10d::Work> work, const std::string& name,
-                                      int64_t seq, int64_t bytes, const detail::TimePoint& launch,
+PendingCollective Communicator::track(c10::intrusive_ptr<c10d::Work> work, Collective op,
+                                      const std::string& name, int64_t seq, int64_t bytes,
+                                      const detail::TimePoint& launch,
                                       std::vector<at::Tensor> keep_alive) {
-  PendingSpan span{name, launch, {}, bytes, seq};
+  PendingSpan span{name, op, launch, {}, bytes, seq};
   auto log = spans_;
   if (device_.is_cuda()) {
     // NCCL completes the work's future at launch; the device says when it really finished.
@@ -342,19 +345,19 @@ PendingCollective Communicator::track(c10::intrusive_ptr<c10d::Work> work, const
 }
 
 template <typename Call>
-PendingCollective Communicator::launch(const char* op, const std::string& name,
+PendingCollective Communicator::launch(Collective op, const std::string& name,
                                        const at::Tensor& journaled, int64_t bytes, Call&& call,
                                        std::vector<at::Tensor> keep_alive) {
   std::lock_guard<std::mutex> lock(launch_mutex_);
   if (skip_injected(name)) return {};
   const auto launched = timeline_->mark();
-  const int64_t seq = journal_launch(op, name, journaled);
-  return track(call(), name, seq, bytes, launched, std::move(keep_alive));
+  const int64_t seq = journal_launch(enum_name(op), name, journaled);
+  return track(call(), op, name, seq, bytes, launched, std::move(keep_alive));
 }
 
 PendingCollective Communicator::all_reduce_sum(at::Tensor& tensor, const std::string& name) {
   if (world_size_ == 1) return {};
-  return launch("all_reduce", name, tensor, tensor.nbytes(), [&] {
+  return launch(Collective::kAllReduce, name, tensor, tensor.nbytes(), [&] {
     std::vector<at::Tensor> tensors{tensor};
     c10d::AllreduceOptions options;
     options.reduceOp = c10d::ReduceOp::SUM;
@@ -366,7 +369,7 @@ PendingCollective Communicator::all_reduce_sum(at::Tensor& tensor, const std::st
 void Communicator::blocking_all_reduce(at::Tensor& tensor, c10d::ReduceOp op,
                                        const std::string& name) {
   if (world_size_ == 1) return;
-  launch("all_reduce", name, tensor, tensor.nbytes(), [&] {
+  launch(Collective::kAllReduce, name, tensor, tensor.nbytes(), [&] {
     std::vector<at::Tensor> tensors{tensor};
     c10d::AllreduceOptions options;
     options.reduceOp = op;
@@ -385,7 +388,7 @@ void Communicator::all_reduce_min(at::Tensor& tensor) {
 
 PendingCollective Communicator::broadcast(at::Tensor& tensor, int root, const std::string& name) {
   if (world_size_ == 1) return {};
-  return launch("broadcast", name, tensor, tensor.nbytes(), [&] {
+  return launch(Collective::kBroadcast, name, tensor, tensor.nbytes(), [&] {
     std::vector<at::Tensor> tensors{tensor};
     c10d::BroadcastOptions options;
     options.rootRank = root;
@@ -404,7 +407,7 @@ PendingCollective Communicator::all_gather(at::Tensor& output, const at::Tensor&
     return {};
   }
   at::Tensor flat_input = input.reshape(-1).contiguous();
-  return launch("all_gather", name, flat_input, output.nbytes(),
+  return launch(Collective::kAllGather, name, flat_input, output.nbytes(),
                 [&] {
                   if (!flat_buffers_) {
                     return detail::list_all_gather(*group_, output, flat_input, world_size_,
@@ -443,7 +446,7 @@ PendingReduceScatter Communicator::reduce_scatter_sum_async(at::Tensor& output,
   at::Tensor flat_input = input.contiguous();
   at::Tensor received;  // the all-to-all fallback's copies of this rank's chunk
   PendingCollective exchange = launch(
-      "reduce_scatter", name, flat_input, flat_input.nbytes(),
+      Collective::kReduceScatter, name, flat_input, flat_input.nbytes(),
       [&] {
         if (!flat_buffers_) {
           auto fallback =

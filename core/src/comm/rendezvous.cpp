@@ -100,8 +100,8 @@ RendezvousOptions rendezvous_from_environment(const EnvironmentLookup& lookup) {
   return options;
 }
 
-std::string backend_for(const DdpJobOptions& job) {
-  return job.device == Device::kCuda ? "nccl" : "gloo";
+Backend backend_for(const DdpJobOptions& job) {
+  return job.device == Device::kCuda ? Backend::kNccl : Backend::kGloo;
 }
 
 void apply_job_options(RendezvousOptions& options, const DdpJobOptions& job) {
@@ -182,7 +182,7 @@ std::shared_ptr<Communicator> connect_cpu(const RendezvousOptions& options,
   comm_options.transport = choice.transport;
   comm_options.transport_note = choice.note;
   c10::intrusive_ptr<c10d::Backend> group;
-  if (choice.transport == "shm") {
+  if (choice.transport == GroupTransport::kShm) {
     group = c10::make_intrusive<shm::ShmProcessGroup>(std::move(*choice.segment), options.rank,
                                                       options.world_size, options.timeout);
   } else {
@@ -219,13 +219,9 @@ std::shared_ptr<Communicator> connect_nccl(const RendezvousOptions& options,
 }  // namespace
 
 std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
-  if (options.backend != "gloo" && options.backend != "nccl") {
-    throw std::invalid_argument("backend: unknown backend '" + options.backend +
-                                "' (expected gloo or nccl)");
-  }
   // NCCL ranks each own the GPU of their local rank; Gloo ranks compute on the CPU.
   const at::Device device =
-      options.backend == "nccl" ? detail::bind_cuda_device(options.local_rank) : at::kCPU;
+      options.backend == Backend::kNccl ? detail::bind_cuda_device(options.local_rank) : at::kCPU;
   CommunicatorOptions comm_options;
   comm_options.timeout = options.timeout;
   comm_options.device = device;
@@ -235,8 +231,8 @@ std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
     return std::make_shared<Communicator>(c10::intrusive_ptr<c10d::Backend>(), 0, 1, comm_options);
   }
   const RendezvousStore rendezvous = open_store(options);
-  return options.backend == "gloo" ? connect_cpu(options, comm_options, rendezvous)
-                                   : connect_nccl(options, comm_options, rendezvous);
+  return options.backend == Backend::kGloo ? connect_cpu(options, comm_options, rendezvous)
+                                           : connect_nccl(options, comm_options, rendezvous);
 }
 
 }  // namespace ddpd

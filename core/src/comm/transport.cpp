@@ -18,8 +18,7 @@ std::string take(c10d::Store& store, const std::string& key) {
 
 TransportChoice choose_transport(Transport requested, c10d::Store& store, int rank, int world_size,
                                  int64_t slot_bytes) {
-  TransportChoice choice;
-  choice.transport = "gloo";
+  TransportChoice choice;  // kGloo until every rank has mapped the segment
   if (requested == Transport::kGloo) return choice;
   auto give_up = [&](const std::string& reason) -> TransportChoice {
     if (requested == Transport::kShm) throw std::runtime_error("transport shm: " + reason);
@@ -59,7 +58,7 @@ TransportChoice choose_transport(Transport requested, c10d::Store& store, int ra
       choice.segment.reset();
       return give_up(failure);
     }
-    choice.transport = "shm";
+    choice.transport = GroupTransport::kShm;
     return choice;
   }
   const std::string published = take(store, "transport/segment");
@@ -83,7 +82,7 @@ TransportChoice choose_transport(Transport requested, c10d::Store& store, int ra
     choice.segment.reset();
     return give_up(decision);  // rank 0's verdict, naming the rank: every rank reports the same
   }
-  choice.transport = "shm";
+  choice.transport = GroupTransport::kShm;
   return choice;
 }
 

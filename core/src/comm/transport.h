@@ -14,9 +14,9 @@
 namespace ddpd {
 
 struct TransportChoice {
-  std::string transport;                // "shm" or "gloo"
-  std::string note;                     // why auto chose gloo ("" otherwise)
-  std::optional<shm::Segment> segment;  // mapped (and already unlinked) when transport is shm
+  GroupTransport transport = GroupTransport::kGloo;  // kGloo or kShm
+  std::string note;                                  // why auto chose gloo ("" otherwise)
+  std::optional<shm::Segment> segment;  // mapped (and already unlinked) when transport is kShm
 };
 
 // Protocol, through the rendezvous store (keys under transport/):

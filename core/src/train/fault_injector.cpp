@@ -16,8 +16,8 @@ constexpr int64_t kCrashAfterBytes = 4096;
 constexpr auto kHangPoll = std::chrono::milliseconds(20);
 
 void announce(const FaultInjection& fault, int64_t step) {
-  std::fprintf(stderr, "ddpd: inject %s rank %d step %lld at unix %.3f\n", fault.kind.c_str(),
-               fault.rank, static_cast<long long>(step), unix_now());
+  std::fprintf(stderr, "ddpd: inject %s rank %d step %lld at unix %.3f\n",
+               enum_name(fault.kind).c_str(), fault.rank, static_cast<long long>(step), unix_now());
   std::fflush(stderr);
 }
 
@@ -29,13 +29,13 @@ FaultInjector::FaultInjector(const std::optional<FaultInjection>& injection, int
 
 void FaultInjector::at_step_start(int64_t step, Communicator& comm,
                                   const std::function<bool()>& cancelled) {
-  if (!fault_ || step != fault_->step || fault_->kind == "slow" ||
-      fault_->kind == "crash-during-checkpoint") {
+  if (!fault_ || step != fault_->step || fault_->kind == FaultKind::kSlow ||
+      fault_->kind == FaultKind::kCrashDuringCheckpoint) {
     return;  // slow stretches compute; crash-during-checkpoint fires in the checkpoint
   }
   announce(*fault_, step);
-  if (fault_->kind == "exit") std::_Exit(3);
-  if (fault_->kind == "skip-collective") {
+  if (fault_->kind == FaultKind::kExit) std::_Exit(3);
+  if (fault_->kind == FaultKind::kSkipCollective) {
     comm.skip_next_collective();
     return;
   }
@@ -48,7 +48,7 @@ void FaultInjector::at_step_start(int64_t step, Communicator& comm,
 }
 
 void FaultInjector::stretch_compute(int64_t step, double compute_seconds) {
-  if (!fault_ || fault_->kind != "slow" || step < fault_->step) return;
+  if (!fault_ || fault_->kind != FaultKind::kSlow || step < fault_->step) return;
   if (step == fault_->step) announce(*fault_, step);
   std::this_thread::sleep_for(
       std::chrono::duration<double>((fault_->factor - 1) * compute_seconds));
@@ -56,7 +56,7 @@ void FaultInjector::stretch_compute(int64_t step, double compute_seconds) {
 
 int64_t FaultInjector::checkpoint_crash_bytes(int64_t steps_done) const {
   const bool fires =
-      fault_ && fault_->kind == "crash-during-checkpoint" && steps_done > fault_->step;
+      fault_ && fault_->kind == FaultKind::kCrashDuringCheckpoint && steps_done > fault_->step;
   return fires ? kCrashAfterBytes : 0;
 }
 

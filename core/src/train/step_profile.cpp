@@ -52,7 +52,7 @@ ProfiledStep profile_step(int64_t step, const StepMarks& marks, const StepTiming
     p.ready_s.push_back(ready >= backward_start ? ready - backward_start : -1.0);
   }
   for (const auto& c : collectives) {
-    p.collectives.push_back({c.name, c.bytes, c.launch_s - t0, c.complete_s - t0});
+    p.collectives.push_back({c.name, c.op, c.bytes, c.launch_s - t0, c.complete_s - t0});
   }
   return p;
 }

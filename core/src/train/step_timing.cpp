@@ -21,7 +21,7 @@ StepTiming step_timing(const StepMarks& m, const std::vector<CommSpan>& collecti
   std::vector<Interval> spans;
   for (const auto& c : collectives) {
     spans.push_back({c.launch_s, c.complete_s});
-    if (c.name.rfind("all_reduce", 0) == 0 || c.name.rfind("reduce_scatter", 0) == 0) {
+    if (c.op == Collective::kAllReduce || c.op == Collective::kReduceScatter) {
       t.gradient_sync_bytes += c.bytes;
     }
   }

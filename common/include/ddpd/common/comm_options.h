@@ -38,7 +38,7 @@ void validate(const CommBenchOptions& options);
 double busbw_factor(Collective collective, int world_size);
 
 struct CommRow {
-  std::string collective;
+  CommSeries collective = CommSeries::kAllReduce;
   int64_t size_bytes = 0;  // the per-rank buffer: all_gather's input is size/N (nccl-tests)
   std::vector<double> rank_mean_s, rank_std_s, rank_min_s, rank_max_s;  // by rank
   double time_s = 0;  // the slowest rank's mean iteration time
@@ -50,7 +50,7 @@ struct CommRow {
 // t(S) = alpha + S / beta, least squares on relative residuals over one collective's rows;
 // alpha >= 0 and beta > 0 always (noisy data falls back to the bandwidth term alone).
 struct LatencyBandwidthFit {
-  std::string collective;
+  CommSeries collective = CommSeries::kAllReduce;
   double alpha_s = 0;
   double beta_bytes_per_s = 0;
   double rms_relative_error = 0;  // of the fitted times against the measured ones
@@ -77,8 +77,8 @@ struct MemoryCeilings {
 
 struct CommBenchResult {
   int world_size = 1;
-  std::string transport = "none";  // gloo, shm, nccl; and why auto chose gloo, if it did
-  std::string transport_note;
+  GroupTransport transport = GroupTransport::kNone;
+  std::string transport_note;   // why --transport auto chose gloo, if it did
   bool shared_buffers = false;  // the all-reduces read the peers' buffers in place
   // --shared-buffers asked for, and the buffers fell back to private memory: why (as data).
   std::optional<SharedBufferFallback> shared_buffers_fallback;
@@ -112,7 +112,7 @@ bool above_own_ceiling(const CommBenchResult& result, const CommRow& row);
 // A comm job: the benchmark options plus the backend, the transport and the collective timeout.
 struct CommJob {
   CommBenchOptions bench;
-  std::string backend = "gloo";            // gloo | nccl
+  Backend backend = Backend::kGloo;
   Transport transport = Transport::kAuto;  // gloo backend only
   double collective_timeout_s = kDefaultCollectiveTimeoutSeconds;
 };

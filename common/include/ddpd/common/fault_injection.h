@@ -14,10 +14,12 @@
 #include <optional>
 #include <string>
 
+#include "ddpd/common/job_options.h"
+
 namespace ddpd {
 
 struct FaultInjection {
-  std::string kind;  // hang | exit | slow | skip-collective
+  FaultKind kind = FaultKind::kHang;
   int rank = 0;
   int64_t step = 0;
   double seconds = 0;   // hang: 0 = until cancelled

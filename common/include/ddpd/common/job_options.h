@@ -91,11 +91,28 @@ enum class FsdpUnits { kBlock, kWhole };
 enum class Transport { kAuto, kGloo, kShm };
 Transport parse_transport(const std::string& name);  // parse_enum<Transport>
 std::string to_string(Transport transport);          // enum_name
+// What a process group runs on, once rendezvous has chosen (a result's `transport`): none at
+// world size 1, Gloo's TCP, shared memory, or NCCL on CUDA. Transport is the request.
+enum class GroupTransport { kNone, kGloo, kShm, kNccl };
+// A comm job's process-group backend: gloo (CPU, over Gloo or shared memory) | nccl (CUDA).
+enum class Backend { kGloo, kNccl };
 
-// A collective that comm jobs benchmark (nccl-tests' names).
+// A collective: what comm jobs benchmark (nccl-tests' names), and the op of each collective a
+// step records (ProfiledCollective).
 enum class Collective { kAllReduce, kAllGather, kReduceScatter, kBroadcast };
 // The element type comm jobs benchmark in.
 enum class CommDtype { kFloat32, kBFloat16 };
+// An injected fault's kind (--inject KIND:..., fault_injection.h).
+enum class FaultKind { kHang, kExit, kSlow, kSkipCollective, kCrashDuringCheckpoint };
+// What the coordinator records about a job as an incident (the API's Incident.kind): a stall or a
+// desync it diagnosed, a straggler, an automatic restart, the resumed job's link to its new id,
+// or a limit it enforced.
+enum class IncidentKind { kStall, kDesync, kStraggler, kRestart, kResumed, kLimit };
+// What a comm result's row or fit measured: one collective, each call behind a barrier as
+// nccl-tests times it, or all-reduces launched back to back as DDP issues its buckets (the
+// per-call cost the bucket advisor uses).
+enum class CommSeries { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kAllReduceBackToBack };
+CommSeries series_of(Collective collective);  // its barrier-separated series
 
 #define DDPD_ENUM_INFO(Enum, flag)                  \
   template <>                                       \
@@ -113,8 +130,13 @@ DDPD_ENUM_INFO(LrSchedule, "--lr-schedule");
 DDPD_ENUM_INFO(GradCompression, "--grad-compression");
 DDPD_ENUM_INFO(FsdpUnits, "--fsdp-units");
 DDPD_ENUM_INFO(Transport, "--transport");
+DDPD_ENUM_INFO(GroupTransport, "transport");
+DDPD_ENUM_INFO(Backend, "--backend");
 DDPD_ENUM_INFO(Collective, "--collective");
 DDPD_ENUM_INFO(CommDtype, "--dtype");
+DDPD_ENUM_INFO(CommSeries, "collective");
+DDPD_ENUM_INFO(FaultKind, "--inject");
+DDPD_ENUM_INFO(IncidentKind, "kind");
 #undef DDPD_ENUM_INFO
 
 // A bad option value. `flag()` is the command-line flag name (e.g. "--batch") so every

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "ddpd/common/job_options.h"
+
 namespace ddpd {
 
 // A collective a rank has launched and not completed.
@@ -38,8 +40,8 @@ struct RankReport {
 };
 
 struct StallFinding {
-  std::string kind;  // stall | desync
-  int rank = -1;     // the rank it names (first missing, or first diverging); -1: none
+  IncidentKind kind = IncidentKind::kStall;  // kStall or kDesync
+  int rank = -1;  // the rank it names (first missing, or first diverging); -1: none
   std::string message;
 };
 

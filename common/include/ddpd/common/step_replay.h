@@ -58,7 +58,7 @@ struct WhatIfChange {
 // while the rank's training thread waits, progressing at speed_while_computing of that while it
 // computes (backward, AdamW): the transport's threads and compute share the cores.
 struct LinkModel {
-  std::string transport;  // gloo, shm
+  GroupTransport transport = GroupTransport::kNone;
   int world_size = 0;
   double alpha_s = 0;
   double seconds_per_byte = 0;
@@ -72,7 +72,7 @@ struct LinkModel {
 struct StepFigures {
   DdpJobOptions options;
   int world_size = 1;
-  std::string transport;  // as it ran (or would run): gloo, shm, none
+  GroupTransport transport = GroupTransport::kNone;  // as it ran (or would run)
   double step_s = 0;
   double forward_s = 0;
   double backward_s = 0;
@@ -123,7 +123,7 @@ struct BucketSweep {
 BucketSweep bucket_sweep(const MeasuredJob& job);
 
 // The transport a change runs on: `auto` and unchanged mean the measured job's own.
-std::string target_transport(const MeasuredJob& job, const WhatIfChange& change);
+GroupTransport target_transport(const MeasuredJob& job, const WhatIfChange& change);
 
 // What the replay does not predict, for the report and the docs.
 const std::vector<std::string>& replay_limits();

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ddpd/common/job_options.h"
 #include "ddpd/common/shared_buffer_fallback.h"
 
 namespace ddpd {
@@ -81,6 +82,7 @@ struct TrainingSummary {
 // from the step's start on the rank's clock.
 struct ProfiledCollective {
   std::string name;  // all_reduce/bucket3, broadcast/owner1, ... (the journal's names)
+  Collective op = Collective::kAllReduce;  // the name's first part
   int64_t bytes = 0;
   double launch_s = 0;
   double complete_s = 0;
@@ -122,7 +124,7 @@ struct TrainingResult {
   std::string synchronization;
   // The process group's transport: gloo, shm, nccl ("none" at world size 1), and why
   // --transport auto chose gloo ("" otherwise).
-  std::string transport = "none";
+  GroupTransport transport = GroupTransport::kNone;
   std::string transport_note;
   // Why bucketed's gradient buffers fell back to private memory over shm (none otherwise).
   std::optional<SharedBufferFallback> shared_buffers_fallback;

@@ -28,6 +28,7 @@ struct TimePoint;
 // One collective from launch to completion, in seconds on the communicator's clock.
 struct CommSpan {
   std::string name;
+  Collective op = Collective::kAllReduce;
   double launch_s = 0;
   double complete_s = 0;
   int64_t bytes = 0;
@@ -143,9 +144,9 @@ struct CommunicatorOptions {
   // fingerprint (sequence number, op, element count, dtype) and fail with both sides named when
   // they differ. One small blocking all-gather per collective.
   bool check_collectives = false;
-  // The CPU group's transport ("gloo", "shm"; "nccl" on CUDA) and, when --transport auto fell
-  // back to Gloo, why. Reported in results and metrics.
-  std::string transport = "gloo";
+  // The CPU group's transport (gloo or shm; CUDA groups are nccl whatever it says) and, when
+  // --transport auto fell back to Gloo, why. Reported in results and metrics.
+  GroupTransport transport = GroupTransport::kGloo;
   std::string transport_note;
 };
 
@@ -181,8 +182,8 @@ class Communicator {
   std::chrono::milliseconds timeout() const { return timeout_; }
   at::Device device() const { return device_; }
   bool checks_collectives() const { return check_collectives_; }
-  // "gloo", "shm" or "nccl"; with world size 1, "none".
-  const std::string& transport() const { return transport_; }
+  // gloo, shm or nccl; with world size 1, none.
+  GroupTransport transport() const { return transport_; }
   // Why --transport auto chose Gloo ("" otherwise).
   const std::string& transport_note() const { return transport_note_; }
   // The clock of the device's work queue (host clock on CPU, CUDA events on CUDA), on the
@@ -272,11 +273,11 @@ class Communicator {
   // the launch mark, the journal (and --check-collectives), `call` (the backend's collective),
   // and the span's tracking.
   template <typename Call>
-  PendingCollective launch(const char* op, const std::string& name, const at::Tensor& journaled,
+  PendingCollective launch(Collective op, const std::string& name, const at::Tensor& journaled,
                            int64_t bytes, Call&& call, std::vector<at::Tensor> keep_alive = {});
-  PendingCollective track(c10::intrusive_ptr<c10d::Work> work, const std::string& name, int64_t seq,
-                          int64_t bytes, const detail::TimePoint& launch,
-                          std::vector<at::Tensor> keep_alive = {});
+  PendingCollective track(c10::intrusive_ptr<c10d::Work> work, Collective op,
+                          const std::string& name, int64_t seq, int64_t bytes,
+                          const detail::TimePoint& launch, std::vector<at::Tensor> keep_alive = {});
 
   c10::intrusive_ptr<c10d::Backend> group_;
   int rank_;
@@ -284,7 +285,7 @@ class Communicator {
   std::chrono::milliseconds timeout_;
   at::Device device_;
   bool check_collectives_;
-  std::string transport_;
+  GroupTransport transport_;
   std::string transport_note_;
   // The backend gathers into and reduce-scatters out of flat buffers (NCCL, shm); else the
   // Gloo fallbacks (comm/gloo_fallbacks.h).

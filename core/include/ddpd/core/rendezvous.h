@@ -26,7 +26,7 @@ struct RendezvousOptions {
   // Ranks on this host (torchrun's LOCAL_WORLD_SIZE; without it, every rank when the store is
   // on loopback, else 1): they share its memory in the admission check.
   int local_world_size = 1;
-  std::string backend = "gloo";  // gloo (CPU) | nccl (CUDA builds)
+  Backend backend = Backend::kGloo;  // gloo (CPU) | nccl (CUDA builds)
   // Address this rank's Gloo transport binds to. Empty: loopback when master_addr is a loopback
   // address, else the address this host's name resolves to.
   std::string local_address;
@@ -64,7 +64,7 @@ using EnvironmentLookup = std::function<std::optional<std::string>(const std::st
 RendezvousOptions rendezvous_from_environment(const EnvironmentLookup& lookup);
 
 // The process-group backend a DDP job's device needs: gloo for cpu, nccl for cuda.
-std::string backend_for(const DdpJobOptions& job);
+Backend backend_for(const DdpJobOptions& job);
 
 // Sets what the job decides about its process group: the backend, the collective timeout, the
 // journal size and --check-collectives. Shared by standalone runs and the worker daemon.
