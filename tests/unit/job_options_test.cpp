@@ -263,6 +263,14 @@ TEST(JobEnums, NamesRoundTripAndUnknownNamesNameTheFlag) {
   check_enum_names<GradCompression>(3);
   check_enum_names<FsdpUnits>(2);
   check_enum_names<Transport>(3);
+  check_enum_names<GroupTransport>(4);
+  check_enum_names<Backend>(2);
+  check_enum_names<Collective>(4);
+  check_enum_names<CommDtype>(2);
+  check_enum_names<CommSeries>(5);
+  check_enum_names<FaultKind>(5);
+  check_enum_names<IncidentKind>(6);
+  EXPECT_EQ(series_of(Collective::kReduceScatter), CommSeries::kReduceScatter);
   EXPECT_EQ(choices_text({"a", "b", "c"}), "a, b or c");
 }
 
