@@ -14,7 +14,7 @@ nlohmann::json memory_json(const MemoryBytes& m) {
 }
 
 // Compact: one step's ready times are an array of numbers, its collectives arrays of
-// [name, bytes, launch_s, complete_s] (about 60 gradients and a handful of buckets per step).
+// [name, bytes, launch_s, complete_s, op] (about 60 gradients and a handful of buckets per step).
 nlohmann::json profile_json(const StepProfile& profile) {
   nlohmann::json gradients = nlohmann::json::array();
   for (const auto& g : profile.gradients) gradients.push_back({g.name, g.bytes});
@@ -22,7 +22,7 @@ nlohmann::json profile_json(const StepProfile& profile) {
   for (const auto& s : profile.steps) {
     nlohmann::json collectives = nlohmann::json::array();
     for (const auto& c : s.collectives) {
-      collectives.push_back({c.name, c.bytes, c.launch_s, c.complete_s});
+      collectives.push_back({c.name, c.bytes, c.launch_s, c.complete_s, enum_name(c.op)});
     }
     steps.push_back({{"step", s.step},
                      {"step_s", s.step_s},

@@ -87,12 +87,14 @@ class Reader {
     }
   }
 
- private:
-  std::string child(const char* key) const { return path_.empty() ? key : path_ + "." + key; }
+  // Fails naming `key` under this object's path (the whole object for "").
   [[noreturn]] void fail(const char* key, const std::string& what) const {
     const std::string where = *key ? child(key) : (path_.empty() ? "(top)" : path_);
     throw std::runtime_error("result JSON: " + where + ": " + what);
   }
+
+ private:
+  std::string child(const char* key) const { return path_.empty() ? key : path_ + "." + key; }
 
   const nlohmann::json& json_;
   std::string path_;
@@ -101,6 +103,28 @@ class Reader {
 MemoryBytes memory_bytes(const Reader& m) {
   return {m.get<int64_t>("param_bytes"), m.get<int64_t>("grad_bytes"),
           m.get<int64_t>("optimizer_state_bytes"), m.get<int64_t>("peak_bytes")};
+}
+
+// [name, bytes, launch_s, complete_s, op]. Results written before the op was recorded have four
+// elements; their op is the name's first part (all_reduce/bucket3), parsed here once.
+ProfiledCollective profiled_collective(const Reader& s, const std::string& where,
+                                       const nlohmann::json& row) {
+  using Fields = std::tuple<std::string, int64_t, double, double>;
+  ProfiledCollective c;
+  const bool shaped = row.is_array() && (row.size() == 4 || row.size() == 5);
+  try {
+    if (shaped) {
+      std::tie(c.name, c.bytes, c.launch_s, c.complete_s) =
+          nlohmann::json::array({row[0], row[1], row[2], row[3]}).get<Fields>();
+    }
+  } catch (const nlohmann::json::exception&) {
+    s.fail(where.c_str(), "has the wrong type (" + std::string(row.type_name()) + ")");
+  }
+  if (!shaped) s.fail(where.c_str(), "must be [name, bytes, launch_s, complete_s, op]");
+  if (row.size() == 5 && !row[4].is_string()) s.fail(where.c_str(), "op must be a string");
+  c.op = s.enum_of<Collective>(where.c_str(), row.size() == 5 ? row[4].get<std::string>()
+                                                              : c.name.substr(0, c.name.find('/')));
+  return c;
 }
 
 StepMetrics step_metrics(const Reader& s) {
@@ -185,10 +209,10 @@ StepProfile step_profile(const nlohmann::json& json) {
     step.optimizer_s = s.get<double>("optimizer_s");
     step.overlapped_optimizer_s = s.get<double>("overlapped_optimizer_s");
     step.ready_s = s.get<std::vector<double>>("ready_s");
-    using Row = std::tuple<std::string, int64_t, double, double>;
-    for (const auto& [name, bytes, launch, complete] : s.get<std::vector<Row>>("collectives")) {
-      const Collective op = s.enum_of<Collective>("collectives", name.substr(0, name.find('/')));
-      step.collectives.push_back({name, op, bytes, launch, complete});
+    const auto rows = s.get<std::vector<nlohmann::json>>("collectives");
+    for (size_t k = 0; k < rows.size(); ++k) {
+      step.collectives.push_back(
+          profiled_collective(s, "collectives[" + std::to_string(k) + "]", rows[k]));
     }
     profile.steps.push_back(std::move(step));
   }

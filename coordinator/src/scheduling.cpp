@@ -22,7 +22,15 @@ int64_t total_steps(const v1::JobSpec& spec) {
 }
 
 Backend required_backend(const v1::JobSpec& spec) {
-  if (spec.has_comm()) return from_proto(spec.comm()).backend;
+  if (spec.has_comm()) {
+    // Only the backend: a spec stored by another build may name what this one cannot parse.
+    try {
+      return spec.comm().backend().empty() ? Backend::kGloo
+                                           : parse_enum<Backend>(spec.comm().backend());
+    } catch (const OptionError&) {
+      return Backend::kGloo;  // validated at submit; as before, anything but nccl is gloo
+    }
+  }
   return from_proto(spec.ddp()).device == Device::kCuda ? Backend::kNccl : Backend::kGloo;
 }
 

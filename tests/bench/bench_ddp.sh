@@ -47,22 +47,28 @@ ours() {  # world, extra flags... → "median_step_ms exposed_ms comm_ms"
 # together, share the cores' caches and memory bandwidth as two ranks do and exchange nothing. A
 # 2-rank step that matched this pair would lose to contention only; what it takes beyond the pair
 # is the price of synchronising. pair_ms ours|peer → the mean of the two runs' median steps.
+# Prints nothing when either run fails (the caller stops): half a pair is no ceiling.
 pair_ms() {
-  local half=$((BATCH / 2)) a b
+  local half=$((BATCH / 2)) a b pid i
   if [ "$1" = ours ]; then
     local args=("${common[@]}")
     for i in "${!args[@]}"; do [ "${args[$i]}" = --batch ] && args[i + 1]=$half; done
-    "$worker" "${args[@]}" >"$tmp/pair.a" & "$worker" "${args[@]}" >"$tmp/pair.b"; wait
+    "$worker" "${args[@]}" >"$tmp/pair.a" & pid=$!
+    "$worker" "${args[@]}" >"$tmp/pair.b" || return 0
+    wait "$pid" || return 0
     a=$("$python" tests/bench/result_figures.py <"$tmp/pair.a" | cut -d' ' -f1)
     b=$("$python" tests/bench/result_figures.py <"$tmp/pair.b" | cut -d' ' -f1)
   else
     local shape_half=($D $FF $L $H $V $CTX $half "$steps" $BUCKET)
-    "$python" "$peer" 1 "${shape_half[@]}" >"$tmp/pair.a" 2>/dev/null &
-    "$python" "$peer" 1 "${shape_half[@]}" >"$tmp/pair.b" 2>/dev/null; wait
+    timeout 300 "$python" "$peer" 1 "${shape_half[@]}" >"$tmp/pair.a" 2>"$tmp/pair.a.err" & pid=$!
+    timeout 300 "$python" "$peer" 1 "${shape_half[@]}" >"$tmp/pair.b" 2>"$tmp/pair.b.err" ||
+      { cat "$tmp/pair.b.err" >&2; return 0; }
+    wait "$pid" || { cat "$tmp/pair.a.err" >&2; return 0; }
     a=$(sed -n 's/.*median_step_ms=\([0-9.]*\).*/\1/p' "$tmp/pair.a")
     b=$(sed -n 's/.*median_step_ms=\([0-9.]*\).*/\1/p' "$tmp/pair.b")
   fi
-  "$python" -c "print(f'{($a + $b) / 2:.1f}')"
+  [[ -n "$a" && -n "$b" ]] && "$python" -c "print(f'{($a + $b) / 2:.1f}')"
+  return 0
 }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 median() { "$python" -c "import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))" "$@"; }
@@ -76,6 +82,7 @@ declare -a o1 p1 o2 p2 d2 e2 c2 op pp
 for r in $(seq "$rounds"); do
   read -r t _ _ <<<"$(ours 1)"; o1+=("$t"); p1+=("$(peer_ms 1)")
   op+=("$(pair_ms ours)"); pp+=("$(pair_ms peer)")
+  [[ -n "${op[-1]}" && -n "${pp[-1]}" ]] || { echo "the independent pair failed (round $r)" >&2; exit 1; }
   read -r t e c <<<"$(ours 2 --strategy bucketed --bucket-mb $BUCKET)"; o2+=("$t"); e2+=("$e"); c2+=("$c")
   p2+=("$(peer_ms 2 1)")
   d2+=("$(peer_ms 2 0)")

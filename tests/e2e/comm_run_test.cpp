@@ -102,6 +102,10 @@ TEST(CommRunBadInput, UnknownCollectiveAndBadSizeAreRefused) {
                   std::chrono::seconds(30));
   EXPECT_EQ(o.exit_code, 2);
   EXPECT_EQ(o.err.rfind("error: --sizes: unknown unit in '10QB'", 0), 0u) << o.err;
+  o = run_process({DDPD_WORKER_BINARY, "run", "comm", "--backend", "mpi"}, {},
+                  std::chrono::seconds(30));
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err.rfind("error: --backend: must be gloo or nccl, got 'mpi'", 0), 0u) << o.err;
 }
 
 }  // namespace

@@ -89,7 +89,9 @@ inline double max_abs_diff(const std::vector<torch::Tensor>& a,
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
     EXPECT_EQ(a[i].sizes(), b[i].sizes()) << "tensor " << i;
     if (a[i].sizes() != b[i].sizes()) return INFINITY;
-    worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
+    const double diff = (a[i] - b[i]).abs().max().item<double>();
+    if (std::isnan(diff)) return INFINITY;  // std::max would drop it
+    worst = std::max(worst, diff);
   }
   return worst;
 }

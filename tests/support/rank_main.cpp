@@ -249,8 +249,10 @@ int readiness(const ddpd::DdpJobOptions& options, const std::string& out, bool w
     sync->finish_gradient_synchronization();
     std::vector<torch::Tensor> grads;
     for (auto& p : sync->optimizer_parameters()) {
-      // NaN for a missing gradient: an unused parameter's must be there, and zero.
+      // One process has no synchroniser, so an unused parameter has no gradient: zeros. Ranks
+      // must reduce it as zeros, so a missing gradient there is NaN, which fails comparisons.
       grads.push_back(p.grad().defined() ? p.grad().detach().clone()
+                      : world == 1       ? torch::zeros_like(p)
                                          : torch::full_like(p, std::nan("")));
     }
     torch::save(grads, rank_prefix(out, rank) + ".grads" + std::to_string(step) + ".pt");

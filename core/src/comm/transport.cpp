@@ -53,7 +53,7 @@ TransportChoice choose_transport(Transport requested, c10d::Store& store, int ra
       if (opened != "ok") failure = "rank " + std::to_string(r) + " " + opened;
     }
     if (choice.segment) choice.segment->unlink();  // mapped everywhere it will be: no leftovers
-    put(store, "transport/decision", failure.empty() ? "shm" : failure);
+    put(store, "transport/decision", failure.empty() ? enum_name(GroupTransport::kShm) : failure);
     if (!failure.empty()) {
       choice.segment.reset();
       return give_up(failure);
@@ -78,7 +78,7 @@ TransportChoice choose_transport(Transport requested, c10d::Store& store, int ra
   }
   put(store, "transport/open/" + std::to_string(rank), opened);
   const std::string decision = take(store, "transport/decision");
-  if (decision != "shm") {
+  if (decision != enum_name(GroupTransport::kShm)) {  // the protocol's word, rank 0's above
     choice.segment.reset();
     return give_up(decision);  // rank 0's verdict, naming the rank: every rank reports the same
   }

@@ -120,6 +120,8 @@ class BucketedSynchronizer final : public ReplicatedSynchronizer {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < params_.size(); ++i) {
       auto& p = params_[i];
+      // A ready one's bucket may be on the wire: its view is this step's, whatever .grad is.
+      if (ready_[i]) continue;
       if (p.grad().defined() && p.grad().data_ptr() == grad_views_[i].data_ptr()) continue;
       grad_views_[i].zero_();
       p.mutable_grad() = grad_views_[i];

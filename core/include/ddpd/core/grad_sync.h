@@ -67,7 +67,8 @@ struct UnshardedPeak {
 // optimizer step on optimizer_parameters(), after_optimizer_step().
 //
 // Thread contract: all calls come from the training thread; overlapping strategies also run
-// gradient-ready hooks on autograd's thread during backward, and those only launch collectives.
+// gradient-ready hooks on autograd's thread during backward, and those only launch collectives
+// (bucketed's also copy a step's first gradient into its bucket).
 class GradientSynchronizer {
  public:
   virtual ~GradientSynchronizer() = default;
@@ -75,8 +76,9 @@ class GradientSynchronizer {
   // strategy was asked for, a single rank runs no collective).
   virtual std::string name() const = 0;
 
-  // Clears gradients before the next backward (the bucketed strategy keeps gradients as
-  // views into its buckets and zeroes those instead of dropping them).
+  // Clears gradients before the next backward: every strategy drops them (bucketed keeps its
+  // gradients as views into its buckets, and its ready hook copies each first gradient of a
+  // step into its view).
   virtual void zero_grad();
   // FSDP gathers full parameters here; the others do nothing.
   virtual void prepare_forward() {}
