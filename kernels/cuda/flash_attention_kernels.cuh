@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <vector_types.h>
 
 #include <cmath>
@@ -22,6 +23,8 @@ __device__ inline float load(const float* p, size_t i) { return p[i]; }
 __device__ inline float load(const __nv_bfloat16* p, size_t i) { return __bfloat162float(p[i]); }
 __device__ inline void store(float* p, size_t i, float x) { p[i] = x; }
 __device__ inline void store(__nv_bfloat16* p, size_t i, float x) { p[i] = __float2bfloat16(x); }
+__device__ inline float load(const __half* p, size_t i) { return __half2float(p[i]); }
+__device__ inline void store(__half* p, size_t i, float x) { p[i] = __float2half(x); }
 
 template <typename T, int D>
 __global__ void forward_kernel(const T* __restrict__ q, const T* __restrict__ k,

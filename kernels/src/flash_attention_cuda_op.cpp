@@ -3,6 +3,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -19,7 +20,22 @@ void check(cudaError_t status, const char* what) {
 }
 
 cuda::DType dtype_of(const torch::Tensor& x) {
-  return x.scalar_type() == torch::kBFloat16 ? cuda::DType::kBFloat16 : cuda::DType::kFloat32;
+  switch (x.scalar_type()) {
+    case torch::kBFloat16:
+      return cuda::DType::kBFloat16;
+    case torch::kHalf:
+      return cuda::DType::kFloat16;
+    default:
+      return cuda::DType::kFloat32;
+  }
+}
+
+// Contiguous and 16-byte aligned: the tensor-core kernels copy rows 16 bytes at a time (on an
+// unaligned buffer the library falls back to its scalar kernels, which spill at d = 64 and 128).
+torch::Tensor prepared(const torch::Tensor& x) {
+  auto out = x.contiguous();
+  if (reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 != 0) out = out.clone();
+  return out;
 }
 
 class FlashAttentionCudaFunction : public torch::autograd::Function<FlashAttentionCudaFunction> {
@@ -29,7 +45,7 @@ class FlashAttentionCudaFunction : public torch::autograd::Function<FlashAttenti
     const c10::cuda::CUDAGuard guard(q.device());
     const auto shape = q.sizes().vec();
     const int64_t t = q.size(-2), d = q.size(-1);
-    auto flat = [&](const torch::Tensor& x) { return x.reshape({-1, t, d}).contiguous(); };
+    auto flat = [&](const torch::Tensor& x) { return prepared(x.reshape({-1, t, d})); };
     auto qf = flat(q), kf = flat(k), vf = flat(v);
     const cuda::AttentionShape dims{static_cast<int>(qf.size(0)), static_cast<int>(t),
                                     static_cast<int>(d), causal};
@@ -53,7 +69,7 @@ class FlashAttentionCudaFunction : public torch::autograd::Function<FlashAttenti
                                     static_cast<int>(qf.size(2)),
                                     ctx->saved_data["causal"].toBool()};
     const auto shape = grads[0].sizes().vec();
-    auto grad_out = grads[0].reshape(qf.sizes()).to(qf.scalar_type()).contiguous();
+    auto grad_out = prepared(grads[0].reshape(qf.sizes()).to(qf.scalar_type()));
     auto dq = torch::empty_like(qf), dk = torch::empty_like(kf), dv = torch::empty_like(vf);
     auto workspace = torch::empty({static_cast<int64_t>(cuda::backward_workspace_bytes(dims))},
                                   qf.options().dtype(torch::kUInt8));
@@ -72,17 +88,20 @@ bool cuda_kernels_take(const torch::Tensor& q, const torch::Tensor& k, const tor
   if (!q.is_cuda() || q.dim() < 2 || q.sizes() != k.sizes() || q.sizes() != v.sizes()) return false;
   const auto dtype = q.scalar_type();
   if (k.scalar_type() != dtype || v.scalar_type() != dtype) return false;
-  if (dtype != torch::kFloat32 && dtype != torch::kBFloat16) return false;
   const int64_t d = q.size(-1);
-  return d == 32 || d == 64 || d == 128;
+  // bf16 and fp16: tensor cores at d = 64 and 128, the scalar kernels at 32. float32: the
+  // scalar kernels at d = 32 and 64; at 128 both of them hit 255 registers and spill, so
+  // LibTorch's tiled path (cuBLAS) runs float32 there instead.
+  if (dtype == torch::kBFloat16 || dtype == torch::kHalf) return d == 32 || d == 64 || d == 128;
+  return dtype == torch::kFloat32 && (d == 32 || d == 64);
 }
 
 torch::Tensor flash_attention_cuda(const torch::Tensor& q, const torch::Tensor& k,
                                    const torch::Tensor& v, bool causal) {
   if (!cuda_kernels_take(q, k, v)) {
     throw std::invalid_argument(
-        "flash_attention_cuda: needs CUDA q, k, v of one shape and dtype (float32 or bfloat16) "
-        "with head dim 32, 64 or 128");
+        "flash_attention_cuda: needs CUDA q, k, v of one shape and dtype: bfloat16 or float16 "
+        "with head dim 32, 64 or 128, or float32 with head dim 32 or 64");
   }
   return FlashAttentionCudaFunction::apply(q, k, v, causal);
 }

@@ -6,8 +6,9 @@
 
 namespace ddpd::kernels {
 
-// True for CUDA q, k, v of one shape [..., t, d] and one dtype (float32 or bfloat16), with
-// d in {32, 64, 128}: what the kernels implement.
+// True for CUDA q, k, v of one shape [..., t, d] and one dtype, bfloat16 or float16 with d in
+// {32, 64, 128} (tensor cores at 64 and 128) or float32 with d in {32, 64} (scalar kernels;
+// their d = 128 instantiations spill registers, so float32 at 128 is left to LibTorch).
 bool cuda_kernels_take(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 
 // softmax(q kᵀ / sqrt(d) [+ causal mask]) v on the current CUDA stream; differentiable in q, k

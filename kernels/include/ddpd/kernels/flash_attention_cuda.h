@@ -1,13 +1,15 @@
 // FlashAttention-2 forward and backward as CUDA kernels (kernels/cuda/flash_attention.cu),
 // on raw device buffers so the library needs only the CUDA runtime, not LibTorch. Built when
-// CMake finds a CUDA compiler (DDPD_HAVE_CUDA_KERNELS).
+// CMake finds a CUDA compiler (DDPD_HAVE_CUDA_KERNELS). bf16 and fp16 at head dims 64 and 128
+// on 16-byte aligned buffers run on tensor cores (mma.sync); everything else (float32, head
+// dim 32, unaligned buffers) on scalar float32 kernels.
 #pragma once
 
 #include <cuda_runtime.h>
 
 namespace ddpd::kernels::cuda {
 
-enum class DType { kFloat32, kBFloat16 };
+enum class DType { kFloat32, kBFloat16, kFloat16 };
 
 struct AttentionShape {
   int batch_heads = 1;  // leading dimensions flattened
