@@ -39,18 +39,28 @@ namespace {
 
 using namespace detail;
 
+// Blocks per SM each kernel is compiled for (ptxas caps registers at 65536 / (128 · blocks)):
+// the forward fits 168 registers without spilling at both head dims, the backward kernels do
+// not (the d = 64 dK/dV kernel spilled 8 bytes at 168), so they get up to 255. With no minimum,
+// ptxas picks a cap of its own, and spilled the d = 64 dQ kernel at 168.
+constexpr int kForwardBlocks = 3;
+constexpr int kBackwardBlocks = 2;
+
 template <typename T, int D>
-__global__ void __launch_bounds__(kTcThreads) forward_tc_kernel(ForwardArgs<T> args) {
+__global__ void __launch_bounds__(kTcThreads, kForwardBlocks)
+    forward_tc_kernel(ForwardArgs<T> args) {
   extern __shared__ __align__(16) char smem[];
   forward_tc<T, D>(args, smem);
 }
 template <typename T, int D>
-__global__ void __launch_bounds__(kTcThreads) backward_dkdv_tc_kernel(BackwardArgs<T> args) {
+__global__ void __launch_bounds__(kTcThreads, kBackwardBlocks)
+    backward_dkdv_tc_kernel(BackwardArgs<T> args) {
   extern __shared__ __align__(16) char smem[];
   backward_dkdv_tc<T, D>(args, smem);
 }
 template <typename T, int D>
-__global__ void __launch_bounds__(kTcThreads) backward_dq_tc_kernel(BackwardArgs<T> args) {
+__global__ void __launch_bounds__(kTcThreads, kBackwardBlocks)
+    backward_dq_tc_kernel(BackwardArgs<T> args) {
   extern __shared__ __align__(16) char smem[];
   backward_dq_tc<T, D>(args, smem);
 }
@@ -65,9 +75,7 @@ cudaError_t launch_tc(void (*kernel)(Args), size_t smem, const AttentionShape& s
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (status != cudaSuccess) return status;
   }
-  const dim3 grid(static_cast<unsigned>(s.batch_heads),
-                  static_cast<unsigned>((s.seq + kTcTile - 1) / kTcTile));
-  kernel<<<grid, kTcThreads, smem, stream>>>(args);
+  kernel<<<static_cast<unsigned>(tc_blocks(s)), kTcThreads, smem, stream>>>(args);
   return cudaGetLastError();
 }
 
@@ -149,7 +157,8 @@ cudaError_t backward_typed(const void* q, const void* k, const void* v, const vo
 
 bool valid(const AttentionShape& s) {
   return s.batch_heads > 0 && s.seq > 0 &&
-         (s.head_dim == 32 || s.head_dim == 64 || s.head_dim == 128);
+         (s.head_dim == 32 || s.head_dim == 64 || s.head_dim == 128) &&
+         tc_blocks(s) <= 0x7fffffffu;  // gridDim.x's limit
 }
 
 bool aligned16(std::initializer_list<const void*> pointers) {

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "ddpd/kernels/flash_attention_cuda.h"
 #include "mma_primitives.cuh"
 
 namespace ddpd::kernels::cuda::detail {
@@ -59,6 +60,23 @@ constexpr size_t dkdv_smem_bytes() {
 template <int D>
 constexpr size_t dq_smem_bytes() {
   return 6 * kTcTile * D * 2;
+}
+
+// The (batch-head, 64-row tile) a block owns. The grid is one-dimensional with a head's tiles
+// adjacent, so blocks that run together share that head's K and V in L2 (and no grid dimension
+// caps the batch-heads). `heavy_first`: the causal forward and dQ, where tile i does i + 1 key
+// tiles of work, start their longest tiles first, leaving the short ones to fill the tail.
+inline size_t tc_blocks(const AttentionShape& s) {
+  return static_cast<size_t>(s.batch_heads) * ((s.seq + kTcTile - 1) / kTcTile);
+}
+struct BlockTile {
+  size_t head;
+  int tile;
+};
+__device__ inline BlockTile block_tile(int seq, bool heavy_first) {
+  const unsigned tiles = (static_cast<unsigned>(seq) + kTcTile - 1) / kTcTile;
+  const unsigned i = blockIdx.x % tiles;
+  return {blockIdx.x / tiles, static_cast<int>(heavy_first ? tiles - 1 - i : i)};
 }
 
 // Tiles are [rows][D] 16-bit elements with 16-byte chunks XOR-swizzled by row, so the 8 row
@@ -210,8 +228,9 @@ __device__ inline void online_softmax(float (&s)[kTcTile / 8][4], float (&m)[2],
 // O / l to `out` (16-bit pairs) and lse = m·scale + ln l, for this lane's rows that exist.
 template <typename T, int D>
 __device__ inline void forward_epilogue(const ForwardArgs<T>& a, float (&o)[D / 8][4],
-                                        const float (&m)[2], const float (&l)[2], int row0) {
-  const size_t base = static_cast<size_t>(blockIdx.x) * a.seq;
+                                        const float (&m)[2], const float (&l)[2], size_t head,
+                                        int row0) {
+  const size_t base = head * a.seq;
   const int t = threadIdx.x & 3;
   DDPD_UNROLL
   for (int h = 0; h < 2; ++h) {
@@ -227,7 +246,7 @@ __device__ inline void forward_epilogue(const ForwardArgs<T>& a, float (&o)[D / 
   }
 }
 
-// Forward: block (batch-head x, 64-query tile y), warp w owns query rows 16w..16w+15. K[j] and
+// Forward: block per (batch-head, 64-query tile), warp w owns query rows 16w..16w+15. K[j] and
 // V[j] share the pipeline FA2 uses: V[j] is copied while S = Q K[j]ᵀ is computed, K[j+1] while
 // softmax and O += P V[j] run.
 template <typename T, int D>
@@ -235,11 +254,12 @@ __device__ void forward_tc(const ForwardArgs<T>& a, char* smem) {
   T* q_s = reinterpret_cast<T*>(smem);
   T* k_s = q_s + kTcTile * D;
   T* v_s = k_s + kTcTile * D;
-  const size_t base = static_cast<size_t>(blockIdx.x) * a.seq * D;
-  const int q0 = blockIdx.y * kTcTile, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const BlockTile block = block_tile(a.seq, a.causal);
+  const size_t base = block.head * a.seq * D;
+  const int q0 = block.tile * kTcTile, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row0 = q0 + warp * 16 + (lane >> 2);
   const int all_tiles = (a.seq + kTcTile - 1) / kTcTile;
-  const int tiles = a.causal ? min(all_tiles, static_cast<int>(blockIdx.y) + 1) : all_tiles;
+  const int tiles = a.causal ? min(all_tiles, block.tile + 1) : all_tiles;
   const float scale_log2 = a.scale * kLog2e;
   load_tile<T, D, kTcTile>(q_s, a.q + base, q0, a.seq);
   load_tile<T, D, kTcTile>(k_s, a.k + base, 0, a.seq);
@@ -271,15 +291,15 @@ __device__ void forward_tc(const ForwardArgs<T>& a, char* smem) {
     cp_async_wait<0>();
     __syncthreads();  // K[j+1] visible; every warp is done with V[j]
   }
-  forward_epilogue<T, D>(a, o, m, l, row0);
+  forward_epilogue<T, D>(a, o, m, l, block.head, row0);
 }
 
 // Q, dO, lse and δ of query tile `i` (QR rows) into buffer `buf` of the dK/dV kernel. Past-the-
 // end queries get lse = +inf (P = 0) and δ = 0.
 template <typename T, int D, int QR>
 __device__ inline void load_query_tile(const BackwardArgs<T>& a, T* q_s, T* do_s, float* lse_s,
-                                       float* delta_s, int q0) {
-  const size_t base = static_cast<size_t>(blockIdx.x) * a.seq;
+                                       float* delta_s, size_t head, int q0) {
+  const size_t base = head * a.seq;
   load_tile<T, D, QR>(q_s, a.q + base * D, q0, a.seq);
   load_tile<T, D, QR>(do_s, a.grad_out + base * D, q0, a.seq);
   for (int r = threadIdx.x; r < QR; r += kTcThreads) {
@@ -336,7 +356,7 @@ __device__ inline void dkdv_step(const BackwardArgs<T>& a, const T* k_s, const T
   gemm_pb<T, D, QR / 16>(dk, frag, q_s);
 }
 
-// dK, dV: block (batch-head x, 64-key tile y), warp w owns keys 16w..16w+15 (K, V stay in
+// dK, dV: block per (batch-head, 64-key tile), warp w owns keys 16w..16w+15 (K, V stay in
 // shared memory); query tiles of QR rows stream through two buffers, the next one copied while
 // this one is used. Causal: query tiles that end before the first key are skipped.
 template <typename T, int D>
@@ -348,12 +368,14 @@ __device__ void backward_dkdv_tc(const BackwardArgs<T>& a, char* smem) {
   T* do_s = q_s + 2 * QR * D;                                  // [2][QR][D]
   float* lse_s = reinterpret_cast<float*>(do_s + 2 * QR * D);  // [2][QR]
   float* delta_s = lse_s + 2 * QR;                             // [2][QR]
-  const size_t base = static_cast<size_t>(blockIdx.x) * a.seq * D;
-  const int key0 = blockIdx.y * kTcTile, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  // Causal: key tile 0 has the most work (every query) and already runs first.
+  const BlockTile block = block_tile(a.seq, false);
+  const size_t base = block.head * a.seq * D;
+  const int key0 = block.tile * kTcTile, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int first = a.causal ? key0 / QR : 0, last = (a.seq + QR - 1) / QR;
   load_tile<T, D, kTcTile>(k_s, a.k + base, key0, a.seq);
   load_tile<T, D, kTcTile>(v_s, a.v + base, key0, a.seq);
-  load_query_tile<T, D, QR>(a, q_s, do_s, lse_s, delta_s, first * QR);
+  load_query_tile<T, D, QR>(a, q_s, do_s, lse_s, delta_s, block.head, first * QR);
   cp_async_commit();
   float dk[D / 8][4] = {}, dv[D / 8][4] = {};
   for (int i = first; i < last; ++i) {
@@ -362,7 +384,7 @@ __device__ void backward_dkdv_tc(const BackwardArgs<T>& a, char* smem) {
     __syncthreads();  // tile i visible; every warp is done with the other buffer
     if (i + 1 < last) {
       load_query_tile<T, D, QR>(a, q_s + next * QR * D, do_s + next * QR * D, lse_s + next * QR,
-                                delta_s + next * QR, (i + 1) * QR);
+                                delta_s + next * QR, block.head, (i + 1) * QR);
     }
     cp_async_commit();
     dkdv_step<T, D, QR>(a, k_s, v_s, q_s + buf * QR * D, do_s + buf * QR * D, lse_s + buf * QR,
@@ -377,13 +399,12 @@ __device__ void backward_dkdv_tc(const BackwardArgs<T>& a, char* smem) {
 // dS = P ∘ (dP − δ), dQ += dS K.
 template <typename T, int D>
 __device__ inline void dq_step(const BackwardArgs<T>& a, const T* q_s, const T* do_s, const T* k_s,
-                               const T* v_s, int row0, int k0, const float (&lse)[2],
+                               const T* v_s, int q0, int row0, int k0, const float (&lse)[2],
                                const float (&delta)[2], float (&dq)[D / 8][4]) {
   const int warp = threadIdx.x >> 5, t = threadIdx.x & 3;
   float s[kTcTile / 8][4] = {}, dp[kTcTile / 8][4] = {};
   gemm_abt<T, D, kTcTile / 8>(s, q_s, warp * 16, k_s);
   gemm_abt<T, D, kTcTile / 8>(dp, do_s, warp * 16, v_s);
-  const int q0 = blockIdx.y * kTcTile;  // the block's first query
   if (k0 + kTcTile > a.seq || (a.causal && k0 + kTcTile > q0 + 1)) {
     const int seq = a.seq;
     const bool causal = a.causal;
@@ -404,7 +425,7 @@ __device__ inline void dq_step(const BackwardArgs<T>& a, const T* q_s, const T* 
   gemm_pb<T, D, kTcTile / 16>(dq, frag, k_s);
 }
 
-// dQ: block (batch-head x, 64-query tile y), warp w owns queries 16w..16w+15; key/value tiles
+// dQ: block per (batch-head, 64-query tile), warp w owns queries 16w..16w+15; key/value tiles
 // stream through two buffers. A separate kernel (not atomics from the dK/dV kernel): every dQ
 // element has one writer, so dQ is deterministic and needs no float32 scratch or zeroing, at
 // the cost of recomputing S and dP (7 tile products per tile pair instead of 5).
@@ -414,11 +435,12 @@ __device__ void backward_dq_tc(const BackwardArgs<T>& a, char* smem) {
   T* do_s = q_s + kTcTile * D;
   T* k_s = do_s + kTcTile * D;     // [2][64][D]
   T* v_s = k_s + 2 * kTcTile * D;  // [2][64][D]
-  const size_t base = static_cast<size_t>(blockIdx.x) * a.seq;
-  const int q0 = blockIdx.y * kTcTile, lane = threadIdx.x & 31;
+  const BlockTile block = block_tile(a.seq, a.causal);
+  const size_t base = block.head * a.seq;
+  const int q0 = block.tile * kTcTile, lane = threadIdx.x & 31;
   const int row0 = q0 + (threadIdx.x >> 5) * 16 + (lane >> 2);
   const int all_tiles = (a.seq + kTcTile - 1) / kTcTile;
-  const int tiles = a.causal ? min(all_tiles, static_cast<int>(blockIdx.y) + 1) : all_tiles;
+  const int tiles = a.causal ? min(all_tiles, block.tile + 1) : all_tiles;
   load_tile<T, D, kTcTile>(q_s, a.q + base * D, q0, a.seq);
   load_tile<T, D, kTcTile>(do_s, a.grad_out + base * D, q0, a.seq);
   load_tile<T, D, kTcTile>(k_s, a.k + base * D, 0, a.seq);
@@ -439,8 +461,8 @@ __device__ void backward_dq_tc(const BackwardArgs<T>& a, char* smem) {
       load_tile<T, D, kTcTile>(v_s + next * kTcTile * D, a.v + base * D, (j + 1) * kTcTile, a.seq);
     }
     cp_async_commit();
-    dq_step<T, D>(a, q_s, do_s, k_s + buf * kTcTile * D, v_s + buf * kTcTile * D, row0, j * kTcTile,
-                  lse, delta, dq);
+    dq_step<T, D>(a, q_s, do_s, k_s + buf * kTcTile * D, v_s + buf * kTcTile * D, q0, row0,
+                  j * kTcTile, lse, delta, dq);
   }
   store_rows<T, D>(a.dq + base * D, dq, row0, a.seq, a.scale);
 }

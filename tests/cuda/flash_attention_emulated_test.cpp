@@ -75,7 +75,7 @@ Outputs run_tensor_core(const Inputs& in, const AttentionShape& shape) {
   std::vector<T> out(n), dq(n), dk(n), dv(n);
   std::vector<float> lse(rows), delta(rows);
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
-  const dim3 grid(shape.batch_heads, (shape.seq + detail::kTcTile - 1) / detail::kTcTile);
+  const dim3 grid(static_cast<unsigned>(detail::tc_blocks(shape)));
   const detail::ForwardArgs<T> forward{q.data(),   k.data(),  v.data(),     out.data(),
                                        lse.data(), shape.seq, shape.causal, scale};
   emulate_launch(
