@@ -9,13 +9,19 @@
 // that exchange registers through the warp's scratch between two warp barriers, and so produce
 // exactly the per-lane fragments the PTX ISA specifies: mma.m16n8k16 (A, B, C/D layouts),
 // ldmatrix x4 (plain and .trans: each lane passes one row address), the butterfly shuffle.
-// cp.async copies are queued per thread and land only when cp.async.wait_group lets them (a
-// committed group beyond the N allowed in flight), so reading a tile before waiting reads the
-// 0xff filler or a stale tile, and fails.
+// cp.async copies land at one of the two ends of the window the hardware allows, alternating by
+// block: in even blocks they are queued per thread and land only when cp.async.wait_group lets
+// them (a committed group beyond the N allowed in flight), so reading a tile before waiting
+// reads the 0xff filler or a stale tile, and fails; in odd blocks they land at once.
+// Barrier intervals: every 16-byte chunk of dynamic shared memory remembers which thread last
+// read it (an ldmatrix row) and wrote it (a cp.async) in which interval between two
+// __syncthreads; a read and a write (or two writes) of one chunk by different threads in one
+// interval is a race the hardware may lose, whatever the emulated timing, and is counted in
+// shared_memory_races(): a missing barrier before a tile is refilled shows there.
 //
 // What this checks: index arithmetic, bounds, masking, fragment layouts, the online softmax,
-// barriers and cp.async waits placed so that no thread reads a tile before it lands (a thread
-// rewriting a tile another still reads is caught only when the timing happens to expose it).
+// barriers and cp.async waits placed so that no thread reads a tile before it lands, and none
+// rewrites a tile another still reads in the same barrier interval.
 // What it cannot check: occupancy, bank conflicts, speed, or PTX the emulation does not model
 // (hardware mma accumulates in an order of its own; here in k order, in float).
 //
@@ -72,6 +78,47 @@ struct AsyncCopy {
   const void* from;
   bool valid;
 };
+inline bool copies_land_at_once = false;  // this block's cp.async timing (see above)
+
+// The barrier-interval check: a chunk's last reader and writer as (interval + 1) << 9 | thread
+// (kMany: several threads), the thread's interval counted by __syncthreads.
+constexpr uint64_t kMany = 511;
+struct Chunk {
+  std::atomic<uint64_t> read{0}, write{0};
+};
+inline std::unique_ptr<Chunk[]> chunks;
+inline size_t chunk_count = 0;
+inline char* shared_base = nullptr;
+inline std::atomic<int> races{0};
+inline thread_local uint64_t interval = 0;
+inline uint64_t tag(uint64_t who) { return (interval + 1) << 9 | who; }
+inline bool other_in_this_interval(uint64_t t) {
+  return (t >> 9) == interval + 1 && (t & kMany) != thread_index.x;
+}
+inline Chunk* chunk_of(const void* p) {
+  const auto at = static_cast<const char*>(p) - shared_base;
+  if (shared_base == nullptr || at < 0 || static_cast<size_t>(at) / 16 >= chunk_count) {
+    return nullptr;
+  }
+  return &chunks[static_cast<size_t>(at) / 16];
+}
+// Dekker order (publish, then look) so that of two racing threads at least one sees the other.
+inline void note_read(const void* p) {
+  Chunk* c = chunk_of(p);
+  if (c == nullptr) return;
+  uint64_t r = c->read.load();
+  for (;;) {
+    const uint64_t want = other_in_this_interval(r) ? tag(kMany) : tag(thread_index.x);
+    if (r == want || c->read.compare_exchange_weak(r, want)) break;
+  }
+  if (other_in_this_interval(c->write.load())) ++races;
+}
+inline void note_write(const void* p) {
+  Chunk* c = chunk_of(p);
+  if (c == nullptr) return;
+  const uint64_t before = c->write.exchange(tag(thread_index.x));
+  if (other_in_this_interval(before) || other_in_this_interval(c->read.load())) ++races;
+}
 inline thread_local std::vector<AsyncCopy> uncommitted;
 inline thread_local std::deque<std::vector<AsyncCopy>> in_flight;
 }  // namespace ddpd::testing::emulation
@@ -81,7 +128,10 @@ inline thread_local std::deque<std::vector<AsyncCopy>> in_flight;
 #define blockDim (::ddpd::testing::emulation::block_dim)
 #define gridDim (::ddpd::testing::emulation::grid_dim)
 
-inline void __syncthreads() { ddpd::testing::emulation::block_barrier->arrive_and_wait(); }
+inline void __syncthreads() {
+  ddpd::testing::emulation::block_barrier->arrive_and_wait();
+  ++ddpd::testing::emulation::interval;
+}
 inline float __expf(float x) { return std::exp(x); }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline float atomicAdd(float* address, float value) {
@@ -140,6 +190,7 @@ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
   emu::Warp& w = *emu::this_warp;
   const unsigned l = emu::lane();
   w.rows[l] = row;
+  emu::note_read(row);
   w.sync.arrive_and_wait();
   auto at = [&](unsigned lane_of_row, unsigned column) {
     uint16_t x;
@@ -156,8 +207,20 @@ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
   w.sync.arrive_and_wait();
 }
 
+inline void land(const emu::AsyncCopy& c) {
+  if (c.valid) {
+    std::memcpy(c.to, c.from, 16);
+  } else {
+    std::memset(c.to, 0, 16);
+  }
+}
 inline void cp_async_16(void* shared, const void* global, bool valid) {
-  emu::uncommitted.push_back({shared, global, valid});
+  emu::note_write(shared);
+  if (emu::copies_land_at_once) {
+    land({shared, global, valid});
+  } else {
+    emu::uncommitted.push_back({shared, global, valid});
+  }
 }
 inline void cp_async_commit() {
   emu::in_flight.push_back(std::move(emu::uncommitted));
@@ -167,13 +230,7 @@ inline void cp_async_commit() {
 template <int N>
 inline void cp_async_wait() {
   while (emu::in_flight.size() > static_cast<size_t>(N)) {
-    for (const auto& c : emu::in_flight.front()) {
-      if (c.valid) {
-        std::memcpy(c.to, c.from, 16);
-      } else {
-        std::memset(c.to, 0, 16);
-      }
-    }
+    for (const auto& c : emu::in_flight.front()) land(c);
     emu::in_flight.pop_front();
   }
 }
@@ -194,6 +251,8 @@ namespace ddpd::testing::emulation {
 
 inline std::vector<char> dynamic_shared;  // one launch's dynamic shared memory
 inline char* dynamic_shared_memory() { return dynamic_shared.data(); }
+// Races the barrier-interval check has counted since the program started.
+inline int shared_memory_races() { return races.load(); }
 
 // Runs `kernel()` as a grid of `grid` blocks of `threads` threads (a multiple of 32), block
 // after block, with `shared_bytes` of dynamic shared memory (dynamic_shared_memory()).
@@ -206,6 +265,10 @@ void emulate_launch(dim3 grid, unsigned threads, Kernel kernel, size_t shared_by
     for (unsigned y = 0; y < grid.y; ++y) {
       for (unsigned x = 0; x < grid.x; ++x) {
         std::fill(dynamic_shared.begin(), dynamic_shared.end(), static_cast<char>(0xff));
+        copies_land_at_once = (x + y + z) % 2 == 1;
+        shared_base = dynamic_shared.data();
+        chunk_count = dynamic_shared.size() / 16;
+        chunks = std::make_unique<Chunk[]>(chunk_count);
         std::barrier<> barrier(threads);
         block_barrier = &barrier;
         std::vector<std::unique_ptr<Warp>> warps;
@@ -218,6 +281,7 @@ void emulate_launch(dim3 grid, unsigned threads, Kernel kernel, size_t shared_by
             thread_index = make_uint3(t, 0, 0);
             block_index = make_uint3(x, y, z);
             this_warp = warps[t / 32].get();
+            interval = 0;
             uncommitted.clear();
             in_flight.clear();
             kernel();

@@ -151,9 +151,12 @@ TEST_P(FlashCudaTensorCoreEmulated, KernelBodiesMatchNaiveAttention) {
   const int heads = emulated_heads(c);
   const Inputs in = random_inputs(c, heads);
   const AttentionShape shape{heads, c.t, c.d, c.causal};
+  const int races_before = testing::emulation::shared_memory_races();
   const Outputs got = c.precision == kBf16 ? run_tensor_core_for_head_dim<__nv_bfloat16>(in, shape)
                                            : run_tensor_core_for_head_dim<__half>(in, shape);
   expect_matches(c, got, in, heads);
+  EXPECT_EQ(testing::emulation::shared_memory_races(), races_before)
+      << "a shared tile read and rewritten (or written twice) between the same two barriers";
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, FlashCudaTensorCoreEmulated,
