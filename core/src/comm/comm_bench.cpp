@@ -202,10 +202,16 @@ bool values_equal(const at::Tensor& tensor, double expected) {
 namespace {
 
 // Per-trial rates of this rank → the slowest rank's per trial → median and spread.
+// The rates travel on the communicator's device (NCCL takes no host tensor); at world size 1
+// nothing travels and they are read as they are.
 Ceiling slowest_over_ranks(Communicator& comm, std::vector<double> rates) {
-  at::Tensor t = at::tensor(rates, at::TensorOptions().dtype(at::kDouble));
+  at::Tensor t = at::tensor(rates, at::TensorOptions().dtype(at::kDouble)).to(comm.device());
   comm.all_reduce_min(t);
-  std::vector<double> slowest(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+  std::vector<double> slowest = rates;
+  if (comm.world_size() > 1) {
+    t = t.cpu();
+    slowest.assign(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+  }
   std::sort(slowest.begin(), slowest.end());
   return {slowest[slowest.size() / 2], slowest.front(), slowest.back()};
 }

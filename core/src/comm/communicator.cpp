@@ -355,7 +355,17 @@ PendingCollective Communicator::launch(Collective op, const std::string& name,
   return track(call(), op, name, seq, bytes, launched, std::move(keep_alive));
 }
 
+void Communicator::require_on_device(const at::Tensor& tensor, const std::string& name) const {
+  const at::Device on = tensor.device();
+  const bool same = on.type() == device_.type() &&
+                    (!on.has_index() || !device_.has_index() || on.index() == device_.index());
+  if (same) return;
+  throw std::invalid_argument("collective '" + name + "': tensor on " + on.str() +
+                              ", but the communicator's device is " + device_.str());
+}
+
 PendingCollective Communicator::all_reduce_sum(at::Tensor& tensor, const std::string& name) {
+  require_on_device(tensor, name);
   if (world_size_ == 1) return {};
   return launch(Collective::kAllReduce, name, tensor, tensor.nbytes(), [&] {
     std::vector<at::Tensor> tensors{tensor};
@@ -368,6 +378,7 @@ PendingCollective Communicator::all_reduce_sum(at::Tensor& tensor, const std::st
 
 void Communicator::blocking_all_reduce(at::Tensor& tensor, c10d::ReduceOp op,
                                        const std::string& name) {
+  require_on_device(tensor, name);
   if (world_size_ == 1) return;
   launch(Collective::kAllReduce, name, tensor, tensor.nbytes(), [&] {
     std::vector<at::Tensor> tensors{tensor};
@@ -387,6 +398,7 @@ void Communicator::all_reduce_min(at::Tensor& tensor) {
 }
 
 PendingCollective Communicator::broadcast(at::Tensor& tensor, int root, const std::string& name) {
+  require_on_device(tensor, name);
   if (world_size_ == 1) return {};
   return launch(Collective::kBroadcast, name, tensor, tensor.nbytes(), [&] {
     std::vector<at::Tensor> tensors{tensor};
@@ -402,6 +414,8 @@ PendingCollective Communicator::all_gather(at::Tensor& output, const at::Tensor&
   TORCH_CHECK(
       output.dim() == 1 && output.is_contiguous() && output.numel() == input.numel() * world_size_,
       "all_gather: output must be contiguous 1-D with world_size * input.numel()");
+  require_on_device(input, name);
+  require_on_device(output, name);
   if (world_size_ == 1) {
     output.copy_(input.reshape(-1));
     return {};
@@ -439,6 +453,8 @@ PendingReduceScatter Communicator::reduce_scatter_sum_async(at::Tensor& output,
   TORCH_CHECK(input.dim() == 1 && input.numel() == chunk * world_size_,
               "reduce_scatter: input must be 1-D with world_size * output.numel() elements");
   TORCH_CHECK(output.is_contiguous(), "reduce_scatter: output must be contiguous");
+  require_on_device(input, name);
+  require_on_device(output, name);
   if (world_size_ == 1) {
     output.copy_(input);
     return {};

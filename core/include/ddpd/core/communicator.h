@@ -194,7 +194,10 @@ class Communicator {
   // in order on every rank; wait() before reading its result), as c10d's return a Work; one that
   // returns void blocks until it is done. `_async` marks the asynchronous form only where the
   // same op also has a blocking one (reduce_scatter_sum). Every collective carries the
-  // communicator's timeout and is journaled.
+  // communicator's timeout and is journaled, and refuses a tensor that is not on device() with
+  // std::invalid_argument naming the collective, at every world size (1 included, where nothing
+  // is exchanged): ProcessGroupNCCL takes only its GPU's tensors, so a host tensor handed to a
+  // CUDA communicator shows on the first 1-GPU or CPU-only run.
   //
   // In-place sum across ranks (fp32, bf16 and fp16 on every transport).
   PendingCollective all_reduce_sum(at::Tensor& tensor, const std::string& name);
@@ -268,6 +271,8 @@ class Communicator {
   int64_t journal_launch(const std::string& op, const std::string& name, const at::Tensor& data);
   // Consumes an armed skip_next_collective() (call with launch_mutex_ held).
   bool skip_injected(const std::string& name);
+  // Throws std::invalid_argument unless `tensor` is on device_ (see the collectives' contract).
+  void require_on_device(const at::Tensor& tensor, const std::string& name) const;
   JournalTicket ticket(int64_t seq) const { return {journal_, seq, epoch_, aborted_}; }
   // The one launch path of the asynchronous collectives: under launch_mutex_, an injected skip,
   // the launch mark, the journal (and --check-collectives), `call` (the backend's collective),
