@@ -19,6 +19,7 @@
 #include "device/device.h"
 #include "train/adamw_step.h"
 #include "train/checkpoint.h"
+#include "train/error_line.h"
 #include "train/failure_analysis.h"
 #include "train/fault_injector.h"
 #include "train/memory.h"
@@ -181,17 +182,8 @@ struct Trainer::Impl {
 
 namespace {
 
-// LibTorch's error as one line, "out of memory: ..." first when an allocation failed.
-std::string one_line(const c10::Error& error) {
-  // what() carries LibTorch's C++ backtrace; the message alone is what a user can act on.
-  std::string message = error.msg();
-  const size_t newline = message.find('\n');
-  if (newline != std::string::npos) message.resize(newline);
-  const bool allocation = message.find("can't allocate memory") != std::string::npos ||
-                          message.find("tried to allocate") != std::string::npos ||
-                          message.find("out of memory") != std::string::npos;
-  return allocation ? "out of memory: " + message : message;
-}
+// LibTorch's error as one line (train/error_line.h): msg() leaves out the C++ backtrace.
+std::string one_line(const c10::Error& error) { return detail::error_line(error.msg()); }
 
 }  // namespace
 
