@@ -16,6 +16,9 @@ void fused_adamw_step(torch::optim::AdamW& optimizer, const std::vector<torch::T
     const kernels::AdamWHyperparameters h{options.lr(), std::get<0>(options.betas()),
                                           std::get<1>(options.betas()), options.eps(),
                                           options.weight_decay()};
+    // Parameters off the CPU (CUDA) go to torch's multi-tensor kernel together, after the loop.
+    std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+    std::vector<int64_t> steps;
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       if (!chosen.empty() && !chosen.count(p.unsafeGetTensorImpl())) continue;
@@ -31,8 +34,17 @@ void fused_adamw_step(torch::optim::AdamW& optimizer, const std::vector<torch::T
       auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
       s.step(s.step() + 1);
       torch::Tensor param = p.detach();  // the same storage, outside autograd
-      kernels::adamw_update(param, p.grad(), s.exp_avg(), s.exp_avg_sq(), s.step(), h);
+      if (param.is_cpu()) {
+        kernels::adamw_update(param, p.grad(), s.exp_avg(), s.exp_avg_sq(), s.step(), h);
+        continue;
+      }
+      params.push_back(param);
+      grads.push_back(p.grad());
+      exp_avgs.push_back(s.exp_avg());
+      exp_avg_sqs.push_back(s.exp_avg_sq());
+      steps.push_back(s.step());
     }
+    kernels::adamw_update_multi_tensor(params, grads, exp_avgs, exp_avg_sqs, steps, h);
   }
 }
 

@@ -11,6 +11,8 @@ namespace ddpd::detail {
 
 // One AdamW step of the parameters in `only` (every parameter of the optimizer when empty) that
 // have a gradient, with each parameter group's options; creates missing state as torch does.
+// CPU parameters step through kernels::adamw_update, the others (CUDA) through torch's fused
+// multi-tensor AdamW, one call per parameter group.
 void fused_adamw_step(torch::optim::AdamW& optimizer, const std::vector<torch::Tensor>& only = {});
 
 }  // namespace ddpd::detail

@@ -71,19 +71,18 @@ struct Trainer::Impl {
   // summed over ranks by one all-reduce; replicated gradients are whole on every rank, tied
   // parameters appear once), and every gradient scaled by max_norm / (norm + 1e-6) when that is
   // below 1, as torch.nn.utils.clip_grad_norm_ does. Returns the norm before clipping.
+  // The arithmetic stays on the gradients' device (float64, as before): one read of the norm
+  // at the end, where copying every gradient to the host made the step wait on each copy.
   double clip_gradients() {
     std::vector<torch::Tensor> grads;
     for (auto& p : sync->optimizer_parameters()) {
       if (p.grad().defined()) grads.push_back(p.grad());
     }
-    torch::Tensor sum_of_squares = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble));
-    for (const auto& g : grads) {
-      sum_of_squares += g.detach().to(torch::kCPU, torch::kDouble).pow(2).sum();
-    }
+    const auto on_device = torch::TensorOptions().dtype(torch::kDouble).device(comm->device());
+    torch::Tensor sum_of_squares = torch::zeros({1}, on_device);
+    for (const auto& g : grads) sum_of_squares += g.detach().to(torch::kDouble).pow(2).sum();
     if (options.strategy == Strategy::kFsdp && comm->world_size() > 1) {
-      torch::Tensor on_device = sum_of_squares.to(comm->device());
-      comm->all_reduce_sum(on_device, "all_reduce/grad_norm").wait();
-      sum_of_squares = on_device.cpu();
+      comm->all_reduce_sum(sum_of_squares, "all_reduce/grad_norm").wait();
     }
     const double norm = std::sqrt(sum_of_squares.item<double>());
     const double coefficient = options.clip_grad_norm / (norm + 1e-6);

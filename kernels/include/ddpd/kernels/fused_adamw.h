@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace ddpd::kernels {
 
@@ -23,5 +24,16 @@ struct AdamWHyperparameters {
 // size take the fused loop; anything else runs the same math as torch tensor ops.
 void adamw_update(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& exp_avg,
                   torch::Tensor& exp_avg_sq, int64_t step, const AdamWHyperparameters& h);
+
+// The same step for tensors off the CPU (CUDA): torch's fused AdamW (`_fused_adamw_`, what
+// torch.optim.AdamW(fused=True) runs: a few multi-tensor launches for the whole list, no host
+// work), where the per-parameter path above would issue five element-wise ops per parameter.
+// Lists of one length, every tensor on one device in one floating dtype; `steps[i]` counts
+// from 1, already incremented. Also runs on CPU (torch has a CPU kernel), which the test uses.
+void adamw_update_multi_tensor(const std::vector<torch::Tensor>& params,
+                               const std::vector<torch::Tensor>& grads,
+                               const std::vector<torch::Tensor>& exp_avgs,
+                               const std::vector<torch::Tensor>& exp_avg_sqs,
+                               const std::vector<int64_t>& steps, const AdamWHyperparameters& h);
 
 }  // namespace ddpd::kernels
