@@ -29,6 +29,10 @@ int cuda_device_count();
 // has fewer GPUs than local_rank + 1.
 at::Device bind_cuda_device(int local_rank);
 
+// Free memory of the GPU of `local_rank`, bytes (cudaMemGetInfo): what a CUDA job's memory
+// admission compares its estimate with. Throws std::invalid_argument as bind_cuda_device does.
+int64_t cuda_free_memory_bytes(int local_rank);
+
 // ProcessGroupNCCL over `store` on the current device, every collective bounded by `timeout`.
 // Throws std::invalid_argument in a CPU build.
 c10::intrusive_ptr<c10d::Backend> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store,

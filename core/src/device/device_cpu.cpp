@@ -14,6 +14,10 @@ const char* const kNeedsCuda =
 bool cuda_build() { return false; }
 int cuda_device_count() { return 0; }
 
+int64_t cuda_free_memory_bytes(int) {
+  throw std::invalid_argument(std::string("backend: nccl ") + kNeedsCuda);
+}
+
 at::Device bind_cuda_device(int) {
   throw std::invalid_argument(std::string("backend: nccl ") + kNeedsCuda);
 }

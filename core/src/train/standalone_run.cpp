@@ -6,6 +6,7 @@
 #include "ddpd/common/memory_estimate.h"
 #include "ddpd/common/result_json.h"
 #include "ddpd/core/communicator.h"
+#include "device/device.h"
 
 namespace ddpd {
 namespace {
@@ -21,9 +22,16 @@ std::string local_memory_share(int local_ranks) {
 RendezvousOptions checked_rendezvous(const DdpJobOptions& job, const LocalRunOptions& local) {
   const RendezvousOptions rendezvous = rendezvous_for_job(job);
   validate(local, job);
-  check_fits_in_memory(job, rendezvous.world_size,
-                       available_memory_bytes() / rendezvous.local_world_size,
-                       local_memory_share(rendezvous.local_world_size));
+  if (job.device == Device::kCuda) {
+    // A GPU job's parameters, optimizer state and activations live in its GPU's memory.
+    check_fits_in_memory(job, rendezvous.world_size,
+                         detail::cuda_free_memory_bytes(rendezvous.local_rank),
+                         "GPU " + std::to_string(rendezvous.local_rank) + "'s free memory");
+  } else {
+    check_fits_in_memory(job, rendezvous.world_size,
+                         available_memory_bytes() / rendezvous.local_world_size,
+                         local_memory_share(rendezvous.local_world_size));
+  }
   return rendezvous;
 }
 

@@ -4,6 +4,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -101,7 +102,10 @@ bool cuda_build() { return true; }
 
 int cuda_device_count() { return static_cast<int>(c10::cuda::device_count()); }
 
-at::Device bind_cuda_device(int local_rank) {
+namespace {
+
+// Throws std::invalid_argument unless `local_rank` has a GPU of its own here.
+void require_gpu_of(int local_rank) {
   const int count = cuda_device_count();
   if (count == 0) {
     throw std::invalid_argument(
@@ -113,8 +117,22 @@ at::Device bind_cuda_device(int local_rank) {
                                 std::to_string(local_rank) + ", but this host has " +
                                 std::to_string(count) + " (one GPU per local rank)");
   }
+}
+
+}  // namespace
+
+at::Device bind_cuda_device(int local_rank) {
+  require_gpu_of(local_rank);
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(local_rank));
   return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+}
+
+int64_t cuda_free_memory_bytes(int local_rank) {
+  require_gpu_of(local_rank);
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(local_rank));
+  size_t free_bytes = 0, total_bytes = 0;
+  C10_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return static_cast<int64_t>(free_bytes);
 }
 
 c10::intrusive_ptr<c10d::Backend> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store,
