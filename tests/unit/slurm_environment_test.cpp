@@ -42,7 +42,8 @@ TEST(SlurmEnvironment, SrunTaskMapsToTorchrunVariables) {
 TEST(SlurmEnvironment, TorchrunVariablesWin) {
   auto variables = srun_task_3();
   variables.insert(
-      {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.9"}, {"MASTER_PORT", "29500"}});
+      {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "10.0.0.9"},
+       {"MASTER_PORT", "29500"}});
   ddpd::RendezvousOptions options = ddpd::rendezvous_from_environment(environment(variables));
   EXPECT_EQ(options.rank, 1);
   EXPECT_EQ(options.world_size, 2);
@@ -121,4 +122,28 @@ TEST(TorchrunEnvironment, AgentStoreMakesEveryRankAClient) {
   EXPECT_EQ(options.master_port, 29400);
   variables["TORCHELASTIC_USE_AGENT_STORE"] = "False";
   EXPECT_FALSE(ddpd::rendezvous_from_environment(environment(variables)).use_agent_store);
+}
+
+// LOCAL_RANK picks the GPU. RANK stands for it only when every rank is on this host: on the
+// second of two hosts, rank 3 would take GPU 3 of a 2-GPU host.
+TEST(TorchrunEnvironment, LocalRankIsRequiredAcrossHosts) {
+  std::map<std::string, std::string> variables = {{"RANK", "3"},
+                                                  {"WORLD_SIZE", "4"},
+                                                  {"MASTER_ADDR", "10.0.0.1"},
+                                                  {"MASTER_PORT", "29400"},
+                                                  {"LOCAL_WORLD_SIZE", "2"}};
+  try {
+    ddpd::rendezvous_from_environment(environment(variables));
+    FAIL() << "a missing LOCAL_RANK across hosts was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("LOCAL_RANK: not set", 0), 0u) << e.what();
+  }
+  variables["LOCAL_RANK"] = "1";
+  EXPECT_EQ(ddpd::rendezvous_from_environment(environment(variables)).local_rank, 1);
+  variables["LOCAL_RANK"] = "2";  // past LOCAL_WORLD_SIZE
+  EXPECT_THROW(ddpd::rendezvous_from_environment(environment(variables)), std::invalid_argument);
+  // One host (every rank local): RANK is the local rank.
+  variables.erase("LOCAL_RANK");
+  variables["LOCAL_WORLD_SIZE"] = "4";
+  EXPECT_EQ(ddpd::rendezvous_from_environment(environment(variables)).local_rank, 3);
 }

@@ -58,6 +58,39 @@ void read_slurm_task(const EnvironmentLookup& lookup, RendezvousOptions& options
   options.master_port = int_variable(lookup, "MASTER_PORT", 20000 + job_id % 10000);
 }
 
+// torchrun's variables (a launcher of our own sets the same ones).
+void read_torchrun_task(const EnvironmentLookup& lookup, RendezvousOptions& options) {
+  if (std::optional<std::string> addr = lookup("MASTER_ADDR"); addr && !addr->empty()) {
+    options.master_addr = *addr;
+  }
+  options.master_port = int_variable(lookup, "MASTER_PORT", options.master_port);
+  options.world_size = int_variable(lookup, "WORLD_SIZE", 1);
+  options.rank = int_variable(lookup, "RANK", 0);
+  options.local_world_size = int_variable(
+      lookup, "LOCAL_WORLD_SIZE", is_loopback(options.master_addr) ? options.world_size : 1);
+  // RANK stands for LOCAL_RANK only when every rank is on this host; across hosts it would
+  // pick another rank's GPU (torchrun always sets LOCAL_RANK).
+  const std::optional<std::string> local_rank = lookup("LOCAL_RANK");
+  if ((!local_rank || local_rank->empty()) && options.local_world_size != options.world_size) {
+    throw std::invalid_argument(
+        "LOCAL_RANK: not set, and RANK cannot stand for it: LOCAL_WORLD_SIZE " +
+        std::to_string(options.local_world_size) + " is not WORLD_SIZE " +
+        std::to_string(options.world_size) +
+        " (set LOCAL_RANK to this process's index on its "
+        "host, as torchrun does)");
+  }
+  options.local_rank = int_variable(lookup, "LOCAL_RANK", options.rank);
+  const bool local_world_given = lookup("LOCAL_WORLD_SIZE").has_value();
+  if (options.local_rank < 0 ||
+      (local_world_given && options.local_rank >= options.local_world_size)) {
+    throw std::invalid_argument("LOCAL_RANK: " + std::to_string(options.local_rank) +
+                                " is not in 0.." + std::to_string(options.local_world_size - 1) +
+                                " (LOCAL_WORLD_SIZE " + std::to_string(options.local_world_size) +
+                                ")");
+  }
+  options.use_agent_store = lookup("TORCHELASTIC_USE_AGENT_STORE") == std::string("True");
+}
+
 }  // namespace
 
 void ignore_broken_pipes() { std::signal(SIGPIPE, SIG_IGN); }
@@ -78,16 +111,7 @@ RendezvousOptions rendezvous_from_environment(const EnvironmentLookup& lookup) {
   if ((!rank || rank->empty()) && lookup("SLURM_STEP_ID") && lookup("SLURM_PROCID")) {
     read_slurm_task(lookup, options);
   } else {
-    if (std::optional<std::string> addr = lookup("MASTER_ADDR"); addr && !addr->empty()) {
-      options.master_addr = *addr;
-    }
-    options.master_port = int_variable(lookup, "MASTER_PORT", options.master_port);
-    options.world_size = int_variable(lookup, "WORLD_SIZE", 1);
-    options.rank = int_variable(lookup, "RANK", 0);
-    options.local_rank = int_variable(lookup, "LOCAL_RANK", options.rank);
-    options.local_world_size = int_variable(
-        lookup, "LOCAL_WORLD_SIZE", is_loopback(options.master_addr) ? options.world_size : 1);
-    options.use_agent_store = lookup("TORCHELASTIC_USE_AGENT_STORE") == std::string("True");
+    read_torchrun_task(lookup, options);
   }
   if (options.world_size < 1) throw std::invalid_argument("WORLD_SIZE: must be >= 1");
   if (options.rank >= options.world_size) {
