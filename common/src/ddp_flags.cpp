@@ -98,7 +98,9 @@ void add_optimizer_flags(CLI::App& app, DdpJobOptions& o) {
   app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay")->capture_default_str();
   add_enum_option(app, o.precision, "fp32 or bf16 (autocast)");
   add_enum_option(app, o.device, "cpu (gloo) or cuda (nccl, GPU = local rank)");
-  add_enum_option(app, o.attention, "naive (full score matrix) or flash (tiled)");
+  add_enum_option(app, o.attention,
+                  "auto (sdpa on cuda, naive on cpu), naive (full score matrix), flash "
+                  "(FlashAttention-2) or sdpa (scaled_dot_product_attention)");
 }
 
 // Data, measurement and timeouts.

@@ -90,7 +90,7 @@ E parse_enum(const std::string& name) {
   template Enum parse_enum<Enum>(const std::string& name);
 DDPD_ENUM_NAMES(Strategy, "naive", "flat", "overlap", "bucketed", "fsdp")
 DDPD_ENUM_NAMES(Precision, "fp32", "bf16")
-DDPD_ENUM_NAMES(Attention, "naive", "flash")
+DDPD_ENUM_NAMES(Attention, "auto", "naive", "flash", "sdpa")
 DDPD_ENUM_NAMES(Device, "cpu", "cuda")
 DDPD_ENUM_NAMES(TokenDtype, "uint16", "int32")
 DDPD_ENUM_NAMES(OnStall, "fail", "warn")
@@ -140,8 +140,13 @@ ModelConfig DdpJobOptions::resolved_model() const {
   if (num_heads) config.num_heads = *num_heads;
   if (vocab_size) config.vocab_size = *vocab_size;
   if (!data_text.empty() && !vocab_size) config.vocab_size = 256;  // one token per byte
-  config.flash_attention = attention == Attention::kFlash;
+  config.attention = resolved_attention();
   return config;
+}
+
+Attention DdpJobOptions::resolved_attention() const {
+  if (attention != Attention::kAuto) return attention;
+  return device == Device::kCuda ? Attention::kSdpa : Attention::kNaive;
 }
 
 namespace {

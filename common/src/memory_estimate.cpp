@@ -63,7 +63,7 @@ RankMemoryEstimate estimate_rank_memory(const DdpJobOptions& options, int world_
   // sequence, scores and probabilities (2 · h · t²) with naive attention.
   const double per_block =
       tokens * (12 * d + 4 * ff) +
-      (options.attention == Attention::kFlash ? 0.0 : rows * heads * t * t * 2);
+      (options.resolved_attention() == Attention::kNaive ? rows * heads * t * t * 2 : 0.0);
   const double logits = tokens * vocab * 3;  // logits, their fp32 copy, their gradient
   e.activation_bytes = saturate(4 * (layers * per_block + logits + tokens * d));
   return e;
@@ -113,9 +113,9 @@ std::string largest_memory_cause(const DdpJobOptions& options, int world_size) {
   // Activations, per micro-batch: attention's scores (b·h·t², naive attention), the logits
   // (tokens · vocab), or the blocks' per-token tensors, which only a smaller batch shrinks.
   const double t = static_cast<double>(options.context_length);
-  const double scores = options.attention == Attention::kFlash
-                            ? 0.0
-                            : layers * static_cast<double>(c.num_heads) * t * t * 2;
+  const double scores = options.resolved_attention() == Attention::kNaive
+                            ? layers * static_cast<double>(c.num_heads) * t * t * 2
+                            : 0.0;
   const double per_token_blocks = layers * t * (12 * d + 4 * static_cast<double>(c.d_ff));
   const double logits = t * vocab * 3;
   if (scores >= logits && scores >= per_token_blocks) return "--context";

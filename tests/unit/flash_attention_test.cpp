@@ -131,8 +131,9 @@ TEST(FlashAttention, RejectsMismatchedShapesAndBadTiles) {
   EXPECT_THROW(flash_attention(a, a, a, FlashAttentionOptions{true, 0, 4}), std::invalid_argument);
 }
 
-// The model gives the same logits and gradients with either attention, in float64 (bound as
-// above: summation order only).
+// The model gives the same logits and gradients with any attention (flash, and sdpa:
+// at::scaled_dot_product_attention, the CUDA default), in float64 (bound as above: summation
+// order only).
 TEST(FlashAttention, ModelMatchesNaiveAttention) {
   struct DefaultDtype {  // float64 for this test only; the next test gets float32 back
     DefaultDtype() { torch::set_default_dtype(caffe2::TypeMeta::Make<double>()); }
@@ -141,9 +142,9 @@ TEST(FlashAttention, ModelMatchesNaiveAttention) {
   ModelConfig config = model_preset("tiny");
   config.vocab_size = 300;
   auto tokens = torch::randint(0, 300, {2, 40});
-  auto run = [&](bool flash) {
+  auto run = [&](Attention attention) {
     torch::manual_seed(11);
-    config.flash_attention = flash;
+    config.attention = attention;
     TransformerLM model(config);
     auto logits = model->forward(tokens);
     language_model_loss(logits, tokens).backward();
@@ -151,13 +152,16 @@ TEST(FlashAttention, ModelMatchesNaiveAttention) {
     for (auto& p : model->parameters()) grads.push_back(p.grad().clone());
     return std::make_tuple(logits.detach(), grads);
   };
-  auto [naive_logits, naive_grads] = run(false);
-  auto [flash_logits, flash_grads] = run(true);
-  EXPECT_EQ(flash_logits.scalar_type(), torch::kDouble);
-  EXPECT_LT(relative_error(flash_logits, naive_logits), kFloat64Bound);
-  ASSERT_EQ(flash_grads.size(), naive_grads.size());
-  for (size_t i = 0; i < flash_grads.size(); ++i) {
-    EXPECT_LT(relative_error(flash_grads[i], naive_grads[i]), kFloat64Bound) << "parameter " << i;
+  auto [naive_logits, naive_grads] = run(Attention::kNaive);
+  for (Attention attention : {Attention::kFlash, Attention::kSdpa}) {
+    SCOPED_TRACE(enum_name(attention));
+    auto [logits, grads] = run(attention);
+    EXPECT_EQ(logits.scalar_type(), torch::kDouble);
+    EXPECT_LT(relative_error(logits, naive_logits), kFloat64Bound);
+    ASSERT_EQ(grads.size(), naive_grads.size());
+    for (size_t i = 0; i < grads.size(); ++i) {
+      EXPECT_LT(relative_error(grads[i], naive_grads[i]), kFloat64Bound) << "parameter " << i;
+    }
   }
 }
 

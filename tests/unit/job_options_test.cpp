@@ -255,7 +255,7 @@ void check_enum_names(size_t count) {
 TEST(JobEnums, NamesRoundTripAndUnknownNamesNameTheFlag) {
   check_enum_names<Strategy>(5);
   check_enum_names<Precision>(2);
-  check_enum_names<Attention>(2);
+  check_enum_names<Attention>(4);
   check_enum_names<Device>(2);
   check_enum_names<TokenDtype>(2);
   check_enum_names<OnStall>(2);
@@ -272,6 +272,23 @@ TEST(JobEnums, NamesRoundTripAndUnknownNamesNameTheFlag) {
   check_enum_names<IncidentKind>(6);
   EXPECT_EQ(series_of(Collective::kReduceScatter), CommSeries::kReduceScatter);
   EXPECT_EQ(choices_text({"a", "b", "c"}), "a, b or c");
+}
+
+// --attention auto (the default) is sdpa on CUDA, what a GPU user of PyTorch gets, and naive on
+// CPU; a named attention stays itself on either device, and the model runs what was resolved.
+TEST(JobEnums, AutoAttentionResolvesByDevice) {
+  DdpJobOptions job;
+  EXPECT_EQ(job.attention, Attention::kAuto);
+  EXPECT_EQ(job.resolved_attention(), Attention::kNaive);
+  EXPECT_EQ(job.resolved_model().attention, Attention::kNaive);
+  job.device = Device::kCuda;
+  EXPECT_EQ(job.resolved_attention(), Attention::kSdpa);
+  EXPECT_EQ(job.resolved_model().attention, Attention::kSdpa);
+  job.attention = Attention::kFlash;
+  EXPECT_EQ(job.resolved_attention(), Attention::kFlash);
+  job.device = Device::kCpu;
+  job.attention = Attention::kSdpa;
+  EXPECT_EQ(job.resolved_model().attention, Attention::kSdpa);
 }
 
 }  // namespace ddpd

@@ -70,7 +70,7 @@ class BlockImpl : public torch::nn::Module {
  public:
   BlockImpl(const ModelConfig& c)
       : heads_(c.num_heads),
-        flash_(c.flash_attention),
+        attention_(c.attention),
         rope_(c.d_model / c.num_heads, c.rope_theta) {
     // Registration order matches the Python peer: norms, attention, then the FFN.
     norm1 = register_module("norm1", RMSNorm(c.d_model));
@@ -92,16 +92,19 @@ class BlockImpl : public torch::nn::Module {
     auto kh = rope_.apply(split(k));
     auto vh = split(v);
     torch::Tensor attended;
-    if (flash_) {
-      // Under autocast v is in the compute dtype (bf16) while RoPE promoted q and k to fp32;
-      // attention runs in v's dtype, as autocast's matmuls would.
-      const auto dtype = vh.scalar_type();
-      attended = kernels::flash_attention(qh.to(dtype), kh.to(dtype), vh, {/*causal=*/true});
-    } else {
+    if (attention_ == Attention::kNaive) {
       auto scores = torch::matmul(qh, kh.transpose(-1, -2)) / std::sqrt(static_cast<double>(hd));
       scores =
           scores.masked_fill(causal_mask(t, x.device()), -std::numeric_limits<float>::infinity());
       attended = torch::matmul(scores.softmax(-1), vh);
+    } else {
+      // Under autocast v is in the compute dtype (bf16) while RoPE promoted q and k to fp32;
+      // attention runs in v's dtype, as autocast's matmuls would.
+      const auto dtype = vh.scalar_type();
+      attended = attention_ == Attention::kFlash
+                     ? kernels::flash_attention(qh.to(dtype), kh.to(dtype), vh, {/*causal=*/true})
+                     : at::scaled_dot_product_attention(qh.to(dtype), kh.to(dtype), vh, {},
+                                                        /*dropout_p=*/0.0, /*is_causal=*/true);
     }
     auto h = x + o(attended.transpose(1, 2).reshape({b, t, d}));
     auto z = norm2(h);
@@ -120,7 +123,7 @@ class BlockImpl : public torch::nn::Module {
     return mask_;
   }
   int64_t heads_;
-  bool flash_;
+  Attention attention_;
   Rope rope_;
   torch::Tensor mask_ = torch::empty({0}, torch::kBool);
 };

@@ -11,6 +11,12 @@
 
 namespace ddpd {
 
+// Attention: auto (the default: sdpa on CUDA, naive on CPU) | naive (the full score matrix) |
+// flash (FlashAttention-2: the CUDA kernels on a GPU, the tiled algorithm elsewhere; kernels/)
+// | sdpa (at::scaled_dot_product_attention: cuDNN's or flash's kernel on CUDA, as PyTorch
+// picks, which is what a GPU user of PyTorch gets).
+enum class Attention { kAuto, kNaive, kFlash, kSdpa };
+
 // Shape of the Transformer LM (core/include/ddpd/core/model.h).
 struct ModelConfig {
   int64_t vocab_size = 10000;
@@ -22,9 +28,9 @@ struct ModelConfig {
   // The LM head reuses the embedding matrix. Off in every preset (an untied head); tests use
   // it to check that a parameter shared by two modules is synchronised once.
   bool tie_embeddings = false;
-  // Attention by the tiled FlashAttention-2 algorithm (kernels/) instead of the full score
-  // matrix; same values and gradients within float tolerance.
-  bool flash_attention = false;
+  // How attention is computed: naive, flash or sdpa (never auto: DdpJobOptions::resolved_model
+  // resolves it for the job's device); same values and gradients within float tolerance.
+  Attention attention = Attention::kNaive;
 };
 
 // Preset names, smallest first: tiny, small, medium, large, xl, 2.7B.
@@ -67,8 +73,6 @@ Strategy parse_strategy(const std::string& name);  // parse_enum<Strategy>
 std::string to_string(Strategy strategy);          // enum_name
 // Compute precision: fp32, or bf16 autocast with FP32 master weights.
 enum class Precision { kFp32, kBf16 };
-// Attention: naive (the full score matrix) | flash (tiled, kernels/).
-enum class Attention { kNaive, kFlash };
 // Where the ranks compute: cpu (Gloo or shared memory) | cuda (NCCL, the GPU of the local rank).
 enum class Device { kCpu, kCuda };
 // The element type of a --data token file.
@@ -176,7 +180,7 @@ struct DdpJobOptions {
   double eps = 1e-8;
   double weight_decay = 0.01;
   Precision precision = Precision::kFp32;
-  Attention attention = Attention::kNaive;
+  Attention attention = Attention::kAuto;  // resolved_attention() says what runs
   // cpu (Gloo) | cuda (NCCL, one GPU per local rank; needs a CUDA build, checked at rendezvous)
   Device device = Device::kCpu;
   std::string data_path;  // empty: random tokens; else a flat binary token file
@@ -257,6 +261,8 @@ struct DdpJobOptions {
 
   // The preset with the overrides applied.
   ModelConfig resolved_model() const;
+  // `attention` with auto resolved for `device`: sdpa on CUDA, naive on CPU.
+  Attention resolved_attention() const;
 };
 
 // Checks every field for a job of `world_size` ranks; throws OptionError naming the flag.
