@@ -13,7 +13,7 @@ case ${1:-cpu} in
   cuda)
     dir=build-cuda flags=(-DDDPD_WITH_CUDA=ON)
     targets=(ddpd-train ddpd-worker ddpd_cuda_core_tests ddpd_cuda_kernel_tests
-             ddpd_cuda_emulated_tests)
+             ddpd_cuda_emulated_tests ddpd-bench-flash-sdpa)
     ;;
   *) echo "build: unknown variant '$1' (expected cpu or cuda)" >&2; exit 2 ;;
 esac
