@@ -3,7 +3,9 @@
 # can be checked without a GPU:
 #   - ptxas' registers, spills and static shared memory per kernel (printed: the table in
 #     kernels/README.md);
-#   - the tensor-core kernels (*_tc_kernel: forward, dK/dV, dQ) spill nothing;
+#   - the tensor-core kernels (*_tc_kernel: forward, dK/dV, dQ) spill nothing and have no stack
+#     frame (an array indexed at run time would live in local memory without counting as a
+#     spill);
 #   - their SASS (cuobjdump -sass) holds HMMA instructions for both architectures, i.e. the
 #     mma.sync PTX became tensor-core code.
 # Exits 1 on a failed check, 77 (skipped) when no nvcc is found.
@@ -27,13 +29,13 @@ failed=0
 # "kernel<args>" from a mangled name.
 short_names() { c++filt | sed -E 's/, /,/g; s/^.*::([A-Za-z_0-9]+<[^>]*>)\(.*$/\1/'; }
 
-# ptxas -v's report as rows: kernel registers spill_stores spill_loads static_smem.
+# ptxas -v's report as rows: kernel registers spill_stores spill_loads static_smem stack_frame.
 ptxas_rows() {
   awk '/Compiling entry function/ { match($0, /'"'"'[^'"'"']*'"'"'/); name = substr($0, RSTART + 1, RLENGTH - 2) }
-       /spill stores/ { stores = $5; loads = $9 }
+       /spill stores/ { frame = $1; stores = $5; loads = $9 }
        /Used [0-9]+ registers/ { regs = $5; smem = 0
          for (i = 1; i <= NF; ++i) if ($(i + 1) == "bytes" && $(i + 2) ~ /^smem/) smem = $i
-         print name, regs, stores, loads, smem }' "$1"
+         print name, regs, stores, loads, smem, frame }' "$1"
 }
 
 for arch in 80 90; do
@@ -43,12 +45,13 @@ for arch in 80 90; do
   ptxas_rows "$out/ptxas_$arch.txt" >"$out/rows_$arch.txt"
   paste -d' ' <(cut -d' ' -f1 "$out/rows_$arch.txt" | short_names) \
     <(cut -d' ' -f2- "$out/rows_$arch.txt") | sort |
-    awk -v arch="sm_$arch" '{ printf "%s %-42s registers %3d  spills %4d / %4d  static smem %6d\n",
-                                      arch, $1, $2, $3, $4, $5 }'
-  # The tensor-core kernels: no spills.
-  while read -r name regs stores loads smem; do
-    if [ "$stores" != 0 ] || [ "$loads" != 0 ]; then
-      echo "FAIL: sm_$arch $(echo "$name" | short_names) spills ($stores / $loads bytes)"
+    awk -v arch="sm_$arch" '{ printf "%s %-42s registers %3d  spills %4d / %4d  stack %4d  static smem %6d\n",
+                                      arch, $1, $2, $3, $4, $6, $5 }'
+  # The tensor-core kernels: no spills, no stack frame.
+  while read -r name regs stores loads smem frame; do
+    if [ "$stores" != 0 ] || [ "$loads" != 0 ] || [ "$frame" != 0 ]; then
+      echo "FAIL: sm_$arch $(echo "$name" | short_names) spills ($stores / $loads bytes," \
+        "stack frame $frame bytes)"
       failed=1
     fi
   done < <(grep '_tc_kernel' "$out/rows_$arch.txt")
@@ -71,4 +74,4 @@ for arch in 80 90; do
 done
 [ "$failed" = 0 ] || exit 1
 echo "PASS: kernels/cuda compiles for sm_80 and sm_90 with warnings as errors; the tensor-core" \
-  "kernels spill nothing and hold HMMA"
+  "kernels spill nothing, have no stack frame and hold HMMA"

@@ -4,11 +4,12 @@
 // Two implementations, picked per call:
 // - Tensor cores (flash_attention_tc.cuh; bf16 and fp16, head dims 64 and 128, 16-byte aligned
 //   buffers): FA2 as FA2 does it. mma.sync m16n8k16 (fp32 accumulate) fed by ldmatrix from
-//   XOR-swizzled shared tiles that cp.async fills. 4 warps per block, 16 rows each, 64-row
-//   tiles. Forward: block per (64-query tile, batch-head); S = Q Kᵀ per warp in registers,
-//   online softmax per row (running max and partial sum in registers, rows reduced across the
-//   4 lanes that share them), P reused from the accumulators as the A operand of O += P V; V[j]
-//   copied during Q K[j]ᵀ, K[j+1] during softmax and P V[j]; the log-sum-exp saved. Backward:
+//   XOR-swizzled shared tiles that cp.async fills; 4 warps per block. Forward: block per
+//   (128-query tile, batch-head), two 16-row m-tiles per warp (each K/V fragment feeds two
+//   mma); S = Q Kᵀ in registers, online softmax per row (running max and partial sum in
+//   registers, rows reduced across the 4 lanes that share them), P reused from the
+//   accumulators as the A operand of O += P V; V[j] copied during Q K[j]ᵀ, K[j+1] during
+//   softmax and P V[j]; the log-sum-exp saved. Backward (16 rows per warp, 64-row tiles):
 //   δ = rowsum(dO∘O) first; a dK/dV kernel per 64-key tile that streams query tiles through
 //   two shared buffers (P recomputed from lse); and a separate dQ kernel per 64-query tile
 //   that streams key tiles. dQ has one writer per element (deterministic, no float32 scratch),
@@ -40,10 +41,9 @@ namespace {
 using namespace detail;
 
 // Blocks per SM each kernel is compiled for (ptxas caps registers at 65536 / (128 · blocks)):
-// the forward fits 168 registers without spilling at both head dims, the backward kernels do
-// not (the d = 64 dK/dV kernel spilled 8 bytes at 168), so they get up to 255. With no minimum,
-// ptxas picks a cap of its own, and spilled the d = 64 dQ kernel at 168.
-constexpr int kForwardBlocks = 3;
+// 2, i.e. up to 255 registers. With no minimum ptxas picks a cap of its own and spilled the
+// d = 64 dQ kernel at 168; with 3 the two-m-tile forward spilled 400 bytes at 168.
+constexpr int kForwardBlocks = 2;
 constexpr int kBackwardBlocks = 2;
 
 template <typename T, int D>
@@ -68,14 +68,14 @@ __global__ void __launch_bounds__(kTcThreads, kBackwardBlocks)
 // Launches a tensor-core kernel with `smem` bytes of dynamic shared memory (above 48 KiB only
 // after opting in).
 template <typename Args>
-cudaError_t launch_tc(void (*kernel)(Args), size_t smem, const AttentionShape& s, const Args& args,
+cudaError_t launch_tc(void (*kernel)(Args), size_t smem, size_t blocks, const Args& args,
                       cudaStream_t stream) {
   if (smem > 48 * 1024) {
     const cudaError_t status = cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (status != cudaSuccess) return status;
   }
-  kernel<<<static_cast<unsigned>(tc_blocks(s)), kTcThreads, smem, stream>>>(args);
+  kernel<<<static_cast<unsigned>(blocks), kTcThreads, smem, stream>>>(args);
   return cudaGetLastError();
 }
 
@@ -92,7 +92,8 @@ cudaError_t forward_tc_typed(const void* q, const void* k, const void* v, void* 
                             s.seq,
                             s.causal,
                             scale_for(D)};
-  return launch_tc(forward_tc_kernel<T, D>, forward_smem_bytes<D>(), s, args, stream);
+  return launch_tc(forward_tc_kernel<T, D>, forward_smem_bytes<D>(), forward_blocks(s), args,
+                   stream);
 }
 
 template <typename T, int D>
@@ -118,9 +119,10 @@ cudaError_t backward_tc_typed(const void* q, const void* k, const void* v, const
                              s.seq,
                              s.causal,
                              scale_for(D)};
-  status = launch_tc(backward_dkdv_tc_kernel<T, D>, dkdv_smem_bytes<D>(), s, args, stream);
+  status =
+      launch_tc(backward_dkdv_tc_kernel<T, D>, dkdv_smem_bytes<D>(), tc_blocks(s), args, stream);
   if (status != cudaSuccess) return status;
-  return launch_tc(backward_dq_tc_kernel<T, D>, dq_smem_bytes<D>(), s, args, stream);
+  return launch_tc(backward_dq_tc_kernel<T, D>, dq_smem_bytes<D>(), tc_blocks(s), args, stream);
 }
 
 template <typename T, int D>

@@ -49,9 +49,17 @@ struct BackwardArgs {
 
 // Shared memory per block (bytes): forward Q, K, V tiles; dK/dV K, V and two buffers of
 // (Q, dO, lse, δ); dQ Q, dO and two buffers of (K, V).
+// The forward's tiles: 128 query rows per block, two 16-row m-tiles per warp, so every K and V
+// fragment loaded from shared memory feeds two mma instead of one (ldmatrix traffic, not the
+// tensor cores, bounds a 16-row warp). Key tiles of 64 rows at d = 64, 32 at d = 128, where
+// the 2 x 16 x 128 output accumulators already take 128 registers.
+constexpr int kFwdMTiles = 2;
+constexpr int kFwdRows = kTcWarps * 16 * kFwdMTiles;
+template <int D>
+constexpr int kFwdCols = D == 128 ? 32 : 64;
 template <int D>
 constexpr size_t forward_smem_bytes() {
-  return 3 * kTcTile * D * 2;
+  return (kFwdRows + 2 * kFwdCols<D>)*D * 2;
 }
 template <int D>
 constexpr size_t dkdv_smem_bytes() {
@@ -66,15 +74,16 @@ constexpr size_t dq_smem_bytes() {
 // adjacent, so blocks that run together share that head's K and V in L2 (and no grid dimension
 // caps the batch-heads). `heavy_first`: the causal forward and dQ, where tile i does i + 1 key
 // tiles of work, start their longest tiles first, leaving the short ones to fill the tail.
-inline size_t tc_blocks(const AttentionShape& s) {
-  return static_cast<size_t>(s.batch_heads) * ((s.seq + kTcTile - 1) / kTcTile);
+inline size_t tc_blocks(const AttentionShape& s, int rows = kTcTile) {
+  return static_cast<size_t>(s.batch_heads) * ((s.seq + rows - 1) / rows);
 }
+inline size_t forward_blocks(const AttentionShape& s) { return tc_blocks(s, kFwdRows); }
 struct BlockTile {
   size_t head;
   int tile;
 };
-__device__ inline BlockTile block_tile(int seq, bool heavy_first) {
-  const unsigned tiles = (static_cast<unsigned>(seq) + kTcTile - 1) / kTcTile;
+__device__ inline BlockTile block_tile(int seq, bool heavy_first, int rows = kTcTile) {
+  const unsigned tiles = (static_cast<unsigned>(seq) + rows - 1) / rows;
   const unsigned i = blockIdx.x % tiles;
   return {blockIdx.x / tiles, static_cast<int>(heavy_first ? tiles - 1 - i : i)};
 }
@@ -157,6 +166,48 @@ __device__ inline void gemm_pb(float (&acc)[D / 8][4], const uint32_t (&p)[KT][4
   }
 }
 
+// gemm_abt for MT m-tiles per warp (rows m0 + 16mt): each B fragment feeds MT mma.
+template <typename T, int D, int MT, int NT>
+__device__ inline void gemm_abt_m(float (&acc)[MT][NT][4], const T* a_tile, int m0,
+                                  const T* b_tile) {
+  DDPD_UNROLL
+  for (int k0 = 0; k0 < D; k0 += 16) {
+    uint32_t a[MT][4];
+    DDPD_UNROLL
+    for (int mt = 0; mt < MT; ++mt)
+      ldmatrix_x4<false>(a[mt], x4_row<D>(a_tile, m0 + mt * 16, k0, 0, 1));
+    DDPD_UNROLL
+    for (int j = 0; j < NT; j += 2) {
+      uint32_t b[4];
+      ldmatrix_x4<false>(b, x4_row<D>(b_tile, j * 8, k0, 1, 0));
+      DDPD_UNROLL
+      for (int mt = 0; mt < MT; ++mt) {
+        mma_16816<T>(acc[mt][j], a[mt], b[0], b[1]);
+        mma_16816<T>(acc[mt][j + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// gemm_pb for MT m-tiles per warp: each B fragment feeds MT mma.
+template <typename T, int D, int MT, int KT>
+__device__ inline void gemm_pb_m(float (&acc)[MT][D / 8][4], const uint32_t (&p)[MT][KT][4],
+                                 const T* b_tile) {
+  DDPD_UNROLL
+  for (int kt = 0; kt < KT; ++kt) {
+    DDPD_UNROLL
+    for (int j = 0; j < D / 8; j += 2) {
+      uint32_t b[4];
+      ldmatrix_x4<true>(b, x4_row<D>(b_tile, kt * 16, j * 8, 0, 1));
+      DDPD_UNROLL
+      for (int mt = 0; mt < MT; ++mt) {
+        mma_16816<T>(acc[mt][j], p[mt][kt], b[0], b[1]);
+        mma_16816<T>(acc[mt][j + 1], p[mt][kt], b[2], b[3]);
+      }
+    }
+  }
+}
+
 // Accumulators of a 16 x 8NT product as A fragments of the next product (no data movement:
 // the C layout of n-tiles 2k and 2k+1 is the A layout of k-step k).
 template <typename T, int NT>
@@ -192,17 +243,16 @@ __device__ inline float quad_sum(float x) {
   return x + shfl_xor(x, 2);
 }
 
-// FA2's online softmax over one 16 x 64 score tile: per row (this lane's half h = 0, 1) the
+// FA2's online softmax over one 16 x 8NT score tile: per row (this lane's half h = 0, 1) the
 // running max m (raw scores) and this lane's partial denominator l; rescales O, turns s into P.
-template <int D>
-__device__ inline void online_softmax(float (&s)[kTcTile / 8][4], float (&m)[2], float (&l)[2],
+template <int D, int NT>
+__device__ inline void online_softmax(float (&s)[NT][4], float (&m)[2], float (&l)[2],
                                       float (&o)[D / 8][4], float scale_log2) {
   DDPD_UNROLL
   for (int h = 0; h < 2; ++h) {
     float tile_max = -INFINITY;
     DDPD_UNROLL
-    for (int j = 0; j < kTcTile / 8; ++j)
-      tile_max = fmaxf(tile_max, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
+    for (int j = 0; j < NT; ++j) tile_max = fmaxf(tile_max, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
     const float m_new = fmaxf(m[h], quad_max(tile_max));
     // A row with every key masked so far keeps m = -inf; subtract 0 instead (P = 0, no NaN).
     const float shift = m_new == -INFINITY ? 0.f : m_new * scale_log2;
@@ -215,7 +265,7 @@ __device__ inline void online_softmax(float (&s)[kTcTile / 8][4], float (&m)[2],
       o[j][2 * h + 1] *= correction;
     }
     DDPD_UNROLL
-    for (int j = 0; j < kTcTile / 8; ++j) {
+    for (int j = 0; j < NT; ++j) {
       DDPD_UNROLL
       for (int e = 2 * h; e < 2 * h + 2; ++e) {
         s[j][e] = exp2f(s[j][e] * scale_log2 - shift);
@@ -246,52 +296,71 @@ __device__ inline void forward_epilogue(const ForwardArgs<T>& a, float (&o)[D / 
   }
 }
 
-// Forward: block per (batch-head, 64-query tile), warp w owns query rows 16w..16w+15. K[j] and
-// V[j] share the pipeline FA2 uses: V[j] is copied while S = Q K[j]ᵀ is computed, K[j+1] while
-// softmax and O += P V[j] run.
+// Masks, then runs the online softmax on, one key tile's scores (MT m-tiles), and returns P as
+// A fragments.
+template <typename T, int D, int MT, int NT>
+__device__ inline void softmax_tile(const ForwardArgs<T>& a, float (&s)[MT][NT][4],
+                                    float (&m)[MT][2], float (&l)[MT][2], float (&o)[MT][D / 8][4],
+                                    uint32_t (&p)[MT][NT / 2][4], int q0, int row0, int k0) {
+  const int seq = a.seq;
+  const bool causal = a.causal;
+  // Only the tail tile and tiles reaching past the block's first query need a mask.
+  const bool masked = k0 + 8 * NT > seq || (causal && k0 + 8 * NT - 1 > q0);
+  DDPD_UNROLL
+  for (int mt = 0; mt < MT; ++mt) {
+    if (masked) {
+      mask_scores(s[mt], row0 + mt * 16, k0 + 2 * (threadIdx.x & 3),
+                  [seq, causal](int r, int c) { return c >= seq || (causal && c > r); });
+    }
+    online_softmax<D, NT>(s[mt], m[mt], l[mt], o[mt], a.scale * kLog2e);
+    to_a<T, NT>(p[mt], s[mt]);
+  }
+}
+
+// Forward: block per (batch-head, 128-query tile), warp w owns query rows 32w..32w+31 (two
+// m-tiles). K[j] and V[j] share the pipeline FA2 uses: V[j] is copied while S = Q K[j]ᵀ is
+// computed, K[j+1] while softmax and O += P V[j] run.
 template <typename T, int D>
 __device__ void forward_tc(const ForwardArgs<T>& a, char* smem) {
+  constexpr int MT = kFwdMTiles, BR = kFwdRows, BC = kFwdCols<D>, NT = BC / 8;
   T* q_s = reinterpret_cast<T*>(smem);
-  T* k_s = q_s + kTcTile * D;
-  T* v_s = k_s + kTcTile * D;
-  const BlockTile block = block_tile(a.seq, a.causal);
+  T* k_s = q_s + BR * D;
+  T* v_s = k_s + BC * D;
+  const BlockTile block = block_tile(a.seq, a.causal, BR);
   const size_t base = block.head * a.seq * D;
-  const int q0 = block.tile * kTcTile, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int row0 = q0 + warp * 16 + (lane >> 2);
-  const int all_tiles = (a.seq + kTcTile - 1) / kTcTile;
-  const int tiles = a.causal ? min(all_tiles, block.tile + 1) : all_tiles;
-  const float scale_log2 = a.scale * kLog2e;
-  load_tile<T, D, kTcTile>(q_s, a.q + base, q0, a.seq);
-  load_tile<T, D, kTcTile>(k_s, a.k + base, 0, a.seq);
+  const int q0 = block.tile * BR, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row0 = q0 + warp * 16 * MT + (lane >> 2);  // m-tile mt: row0 + 16 mt (+ 8)
+  const int last_key = a.causal ? min(a.seq, q0 + BR) : a.seq;
+  const int tiles = (last_key + BC - 1) / BC;
+  load_tile<T, D, BR>(q_s, a.q + base, q0, a.seq);
+  load_tile<T, D, BC>(k_s, a.k + base, 0, a.seq);
   cp_async_commit();
-  float o[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  float o[MT][D / 8][4] = {}, m[MT][2], l[MT][2] = {};
+  DDPD_UNROLL
+  for (int mt = 0; mt < MT; ++mt) m[mt][0] = m[mt][1] = -INFINITY;
   cp_async_wait<0>();
   __syncthreads();
   for (int j = 0; j < tiles; ++j) {
-    const int k0 = j * kTcTile;
-    load_tile<T, D, kTcTile>(v_s, a.v + base, k0, a.seq);
+    const int k0 = j * BC;
+    load_tile<T, D, BC>(v_s, a.v + base, k0, a.seq);
     cp_async_commit();
-    float s[kTcTile / 8][4] = {};
-    gemm_abt<T, D, kTcTile / 8>(s, q_s, warp * 16, k_s);
+    float s[MT][NT][4] = {};
+    gemm_abt_m<T, D, MT, NT>(s, q_s, warp * 16 * MT, k_s);
     __syncthreads();  // every warp is done with K[j]
-    if (j + 1 < tiles) load_tile<T, D, kTcTile>(k_s, a.k + base, k0 + kTcTile, a.seq);
+    if (j + 1 < tiles) load_tile<T, D, BC>(k_s, a.k + base, k0 + BC, a.seq);
     cp_async_commit();  // possibly empty: keeps the group count uniform
-    if (k0 + kTcTile > a.seq || (a.causal && k0 + kTcTile > q0 + 1)) {
-      const int seq = a.seq;
-      const bool causal = a.causal;
-      mask_scores(s, row0, k0 + 2 * (lane & 3),
-                  [seq, causal](int r, int c) { return c >= seq || (causal && c > r); });
-    }
-    online_softmax<D>(s, m, l, o, scale_log2);
-    uint32_t p[kTcTile / 16][4];
-    to_a<T, kTcTile / 8>(p, s);
+    uint32_t p[MT][NT / 2][4];
+    softmax_tile<T, D, MT, NT>(a, s, m, l, o, p, q0, row0, k0);
     cp_async_wait<1>();  // V[j] has landed (K[j+1] may still be in flight)
     __syncthreads();
-    gemm_pb<T, D, kTcTile / 16>(o, p, v_s);
+    gemm_pb_m<T, D, MT, NT / 2>(o, p, v_s);
     cp_async_wait<0>();
     __syncthreads();  // K[j+1] visible; every warp is done with V[j]
   }
-  forward_epilogue<T, D>(a, o, m, l, block.head, row0);
+  DDPD_UNROLL
+  for (int mt = 0; mt < MT; ++mt) {
+    forward_epilogue<T, D>(a, o[mt], m[mt], l[mt], block.head, row0 + mt * 16);
+  }
 }
 
 // Q, dO, lse and δ of query tile `i` (QR rows) into buffer `buf` of the dK/dV kernel. Past-the-

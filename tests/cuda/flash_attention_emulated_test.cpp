@@ -79,7 +79,8 @@ Outputs run_tensor_core(const Inputs& in, const AttentionShape& shape) {
   const detail::ForwardArgs<T> forward{q.data(),   k.data(),  v.data(),     out.data(),
                                        lse.data(), shape.seq, shape.causal, scale};
   emulate_launch(
-      grid, detail::kTcThreads, [&] { detail::forward_tc<T, D>(forward, dynamic_shared_memory()); },
+      dim3(static_cast<unsigned>(detail::forward_blocks(shape))), detail::kTcThreads,
+      [&] { detail::forward_tc<T, D>(forward, dynamic_shared_memory()); },
       detail::forward_smem_bytes<D>());
   const auto per_row = detail::elementwise_geometry(rows);
   emulate_launch(per_row.grid, per_row.threads, [&] {
