@@ -2,13 +2,12 @@
 // outputs and gradients, causal and not, lengths no tile divides, fp32, bf16 and fp16; the
 // tensor-core kernels (bf16 / fp16 at head dims 64 and 128), the scalar ones (fp32, head dim
 // 32, unaligned buffers), and a long sequence through many tiles. Needs a GPU: skips where
-// there is none (no device, or no NVIDIA driver installed at all), fails on any other CUDA
-// error, so a broken driver cannot read as green. The kernels still compile in CI, and their
+// there is none (no /dev/nvidiaN: gpu_presence.h), fails where one is present and CUDA errs,
+// so a broken driver cannot read as green. The kernels still compile in CI, and their
 // bodies run there under emulation (flash_attention_emulated_test.cpp).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,32 +16,11 @@
 #include <vector>
 
 #include "cuda/attention_reference.h"
+#include "cuda/gpu_presence.h"
 #include "ddpd/kernels/flash_attention_cuda.h"
 
 namespace ddpd::kernels::cuda {
 namespace {
-
-// Skips only where there is no GPU to use: cudaErrorNoDevice, no devices, or no NVIDIA driver
-// at all (libcuda.so.1 absent: the runtime then reports cudaErrorInsufficientDriver). Any
-// other error, an installed driver too old included, fails with CUDA's own words.
-#define REQUIRE_CUDA_DEVICE()                                                                    \
-  do {                                                                                           \
-    int count = 0;                                                                               \
-    const cudaError_t status = cudaGetDeviceCount(&count);                                       \
-    const bool no_driver = status == cudaErrorInsufficientDriver && !driver_installed();         \
-    if (status == cudaErrorNoDevice || no_driver || (status == cudaSuccess && count == 0)) {     \
-      GTEST_SKIP() << "no CUDA device (" << cudaGetErrorName(status)                             \
-                   << "): the CUDA kernels are compiled, not run";                               \
-    }                                                                                            \
-    ASSERT_EQ(status, cudaSuccess) << "cudaGetDeviceCount: " << cudaGetErrorName(status) << ": " \
-                                   << cudaGetErrorString(status);                                \
-  } while (0)
-
-bool driver_installed() {
-  void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
-  if (driver != nullptr) dlclose(driver);
-  return driver != nullptr;
-}
 
 #define ASSERT_CUDA(call)                                                            \
   do {                                                                               \
@@ -140,7 +118,7 @@ void run_and_compare(const Case& c, int bh, size_t offset = 0) {
 class FlashCuda : public ::testing::TestWithParam<Case> {};
 
 TEST_P(FlashCuda, MatchesNaiveAttention) {
-  REQUIRE_CUDA_DEVICE();
+  REQUIRE_GPUS(1);
   run_and_compare(GetParam(), kBatchHeads);
 }
 
@@ -150,14 +128,14 @@ INSTANTIATE_TEST_SUITE_P(TensorCores, FlashCuda, ::testing::ValuesIn(tensor_core
 
 // Many tiles: 16 query tiles x 16 key tiles per head, the pipelines' steady state.
 TEST(FlashCudaLong, Bf16HeadDim128Length1024) {
-  REQUIRE_CUDA_DEVICE();
+  REQUIRE_GPUS(1);
   run_and_compare({1024, 128, true, kBf16}, 2);
   run_and_compare({1024, 128, false, kBf16}, 2);
 }
 
 // 16-bit buffers 2 bytes off 16-byte alignment take the scalar kernels, with the same values.
 TEST(FlashCudaShapes, UnalignedBuffersFallBackToScalarKernels) {
-  REQUIRE_CUDA_DEVICE();
+  REQUIRE_GPUS(1);
   run_and_compare({77, 64, true, kFp16}, 2, 2);
   run_and_compare({65, 128, false, kBf16}, 2, 2);
 }
