@@ -49,6 +49,7 @@ TEST(CudaNcclGroup, WorldOneRunsEveryCollectiveThroughNccl) {
   c10d::BarrierOptions barrier;
   barrier.device_ids = {0};
   group->barrier(barrier)->wait();
+  group->shutdown();  // what destroy_process_group() does
 }
 
 // The comm benchmark's ceilings reduce their rates on the communicator's device (a host tensor
