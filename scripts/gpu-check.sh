@@ -80,6 +80,7 @@ section_tests() {
         tee "$log"
       status=${PIPESTATUS[0]}
       [ "$status" = 0 ] || { echo "FAIL: $binary $suite exited $status"; rc=1; }
+      [ "$status" -lt 128 ] || name_the_crash "$BUILD_DIR/bin/$binary" "$suite"
       if grep -q '^\[  SKIPPED \] [A-Za-z]' "$log"; then
         case $suite in
           */CudaNccl | CudaNccl | CudaNcclComm) echo "skipped (needs 2 GPUs): $suite" ;;
@@ -90,6 +91,22 @@ section_tests() {
   done
   rm -f "$log"
   return $rc
+}
+
+# A suite's process died of a signal: each of its tests alone, to name the one that does it,
+# and the first such test's stack under cuda-gdb, where the machine has it.
+name_the_crash() {
+  local binary=$1 suite=$2 test status first=""
+  for test in $("$binary" --gtest_list_tests --gtest_filter="$suite.*" | sed -n 's/^  \([^ ]*\).*/\1/p'); do
+    "$binary" --gtest_filter="$suite.$test" >/dev/null 2>&1
+    status=$?
+    echo "  alone: $suite.$test exited $status"
+    [ "$status" -lt 128 ] || [ -n "$first" ] || first=$suite.$test
+  done
+  [ -n "$first" ] && command -v cuda-gdb >/dev/null || return 0
+  echo "  stack of $first (cuda-gdb):"
+  timeout 60 cuda-gdb -q -batch -ex run -ex bt -ex "info threads" --args "$binary" \
+    --gtest_filter="$first" 2>&1 | grep -E '^#|^\*? +[0-9]+ +Thread|signal|SIG' | head -60 | sed 's/^/    /'
 }
 
 section_attention() {
@@ -138,7 +155,7 @@ PY
   done
   return $rc
 }
-export -f section_env section_build section_tests section_attention section_step
+export -f section_env section_build section_tests name_the_crash section_attention section_step
 
 # run NAME SECONDS: runs section_NAME under its time box into OUT/NAME.txt; one summary line.
 run() {
@@ -166,9 +183,9 @@ if ! run env 20 >/dev/null; then
 fi
 cat "$OUT_DIR/env.txt"
 if wanted build || [ ! -x "$BUILD_DIR/bin/ddpd_cuda_core_tests" ]; then
-  run build 200 || { cat "$summary"; exit 1; }
+  run build 170 || { cat "$summary"; exit 1; }
 fi
-! wanted tests || run tests 90
+! wanted tests || run tests 120
 ! wanted attention || run attention 60
 ! wanted step || run step 90
 echo "total: $((SECONDS - start)) s" >>"$summary"

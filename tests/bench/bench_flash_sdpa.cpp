@@ -1,8 +1,8 @@
 // FlashAttention-2 (ddpd's CUDA kernels, --attention flash) against PyTorch's
 // scaled_dot_product_attention (--attention sdpa: cuDNN's or flash's kernel, as PyTorch picks) on
 // one GPU, causal, forward+backward. For each dtype, sequence length and head dim it prints:
-//  - milliseconds per forward+backward call of each (CUDA events, mean of --reps after two
-//    warm-up calls, batch x heads of --batch x --heads), and flash / sdpa;
+//  - milliseconds per forward call and per forward+backward call of each (CUDA events, mean of
+//    --reps after two warm-up calls, batch x heads of --batch x --heads), and flash / sdpa;
 //  - the largest error of each against a float64 reference (naive attention in float64 on the
 //    GPU, autograd for the gradients), over out, dq, dk and dv, relative to the largest
 //    reference value of each, on 1 x 4 heads of the same length;
@@ -84,9 +84,9 @@ double error_against_float64(const AttentionFn& fn, int64_t t, int64_t d, torch:
   return worst;
 }
 
-// Milliseconds per forward+backward call of `fn` on batch x heads.
+// Milliseconds per call of `fn` on batch x heads: forward+backward, or forward alone.
 double milliseconds(const AttentionFn& fn, const Settings& s, int64_t t, int64_t d,
-                    torch::ScalarType dtype, ddpd::detail::Timeline& timeline) {
+                    torch::ScalarType dtype, bool backward, ddpd::detail::Timeline& timeline) {
   const auto options =
       torch::TensorOptions().device(at::kCUDA).dtype(dtype).requires_grad(true);
   torch::manual_seed(0);
@@ -94,11 +94,19 @@ double milliseconds(const AttentionFn& fn, const Settings& s, int64_t t, int64_t
   auto k = torch::randn({s.batch, s.heads, t, d}, options);
   auto v = torch::randn({s.batch, s.heads, t, d}, options);
   const auto grad = torch::randn({s.batch, s.heads, t, d}, options.requires_grad(false));
-  for (int i = 0; i < 2; ++i) fn(q, k, v).backward(grad);
+  auto call = [&] {
+    if (backward) {
+      fn(q, k, v).backward(grad);
+    } else {
+      torch::NoGradGuard no_grad;
+      fn(q, k, v);
+    }
+  };
+  for (int i = 0; i < 2; ++i) call();
   timeline.synchronize();
   timeline.anchor();
   const auto start = timeline.mark();
-  for (int r = 0; r < s.reps; ++r) fn(q, k, v).backward(grad);
+  for (int r = 0; r < s.reps; ++r) call();
   const auto end = timeline.mark();
   return (timeline.seconds(end) - timeline.seconds(start)) * 1e3 / s.reps;
 }
@@ -107,6 +115,7 @@ struct Row {
   std::string dtype, path;
   int64_t t = 0, d = 0;
   double flash_ms = -1, sdpa_ms = -1, flash_error = -1, sdpa_error = -1;
+  double flash_forward_ms = -1, sdpa_forward_ms = -1;
   std::string failure;  // a c10::Error's first line, when a measurement failed
 };
 
@@ -119,8 +128,10 @@ Row measure(const Settings& s, const std::string& dtype_name, int64_t t, int64_t
   try {
     row.flash_error = error_against_float64(flash, t, d, dtype);
     row.sdpa_error = error_against_float64(sdpa, t, d, dtype);
-    row.flash_ms = milliseconds(flash, s, t, d, dtype, timeline);
-    row.sdpa_ms = milliseconds(sdpa, s, t, d, dtype, timeline);
+    row.flash_forward_ms = milliseconds(flash, s, t, d, dtype, false, timeline);
+    row.sdpa_forward_ms = milliseconds(sdpa, s, t, d, dtype, false, timeline);
+    row.flash_ms = milliseconds(flash, s, t, d, dtype, true, timeline);
+    row.sdpa_ms = milliseconds(sdpa, s, t, d, dtype, true, timeline);
   } catch (const c10::Error& e) {
     row.failure = e.msg().substr(0, e.msg().find('\n'));
   }
@@ -132,6 +143,8 @@ void print(const Row& r, bool json) {
     std::cout << nlohmann::json{{"dtype", r.dtype},       {"seq", r.t},
                                 {"head_dim", r.d},        {"flash_path", r.path},
                                 {"flash_ms", r.flash_ms}, {"sdpa_ms", r.sdpa_ms},
+                                {"flash_forward_ms", r.flash_forward_ms},
+                                {"sdpa_forward_ms", r.sdpa_forward_ms},
                                 {"flash_max_rel_error", r.flash_error},
                                 {"sdpa_max_rel_error", r.sdpa_error},
                                 {"failure", r.failure}}
@@ -144,9 +157,10 @@ void print(const Row& r, bool json) {
                 static_cast<long>(r.d), r.failure.c_str());
     return;
   }
-  std::printf("%-5s %6ld %4ld %12s %10.3f %10.3f %10.3f %12.2e %12.2e\n", r.dtype.c_str(),
-              static_cast<long>(r.t), static_cast<long>(r.d), r.path.c_str(), r.flash_ms,
-              r.sdpa_ms, r.flash_ms / r.sdpa_ms, r.flash_error, r.sdpa_error);
+  std::printf("%-5s %6ld %4ld %12s %8.3f %8.3f %6.2f %8.3f %8.3f %6.2f %10.2e %10.2e\n",
+              r.dtype.c_str(), static_cast<long>(r.t), static_cast<long>(r.d), r.path.c_str(),
+              r.flash_forward_ms, r.sdpa_forward_ms, r.flash_forward_ms / r.sdpa_forward_ms,
+              r.flash_ms, r.sdpa_ms, r.flash_ms / r.sdpa_ms, r.flash_error, r.sdpa_error);
   std::fflush(stdout);
 }
 
@@ -179,8 +193,9 @@ int main(int argc, char** argv) {
   if (!s.json) {
     std::printf("causal, forward+backward; timing on %ld x %ld heads, errors on 1 x 4 heads\n",
                 static_cast<long>(s.batch), static_cast<long>(s.heads));
-    std::printf("%-5s %6s %4s %12s %10s %10s %10s %12s %12s\n", "dtype", "seq", "d", "flash path",
-                "flash ms", "sdpa ms", "flash/sdpa", "flash error", "sdpa error");
+    std::printf("%-5s %6s %4s %12s %8s %8s %6s %8s %8s %6s %10s %10s\n", "dtype", "seq", "d",
+                "flash path", "fa fwd", "sdpa fwd", "ratio", "fa f+b", "sdpa f+b", "ratio",
+                "fa error", "sdpa error");
   }
   for (const auto& dtype : s.dtypes) {
     for (int64_t d : s.head_dims) {
