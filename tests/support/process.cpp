@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "ddpd/common/remove_tree.h"
 #include "ddpd/common/spawn.h"
 
 namespace ddpd::testing {
@@ -100,9 +101,11 @@ std::string temp_dir() {
     if (!keep || std::string(keep) != "1") {
       static std::string to_remove;
       to_remove = pattern;
+      // remove_tree, not std::filesystem::remove_all: under the CUDA wheel's libtorch.so on the
+      // H100 machine this handler crashed every CUDA test process that had made the folder.
       std::atexit([] {
-        std::error_code ec;
-        std::filesystem::remove_all(to_remove, ec);
+        std::error_code ignored;
+        remove_tree(to_remove, ignored);
       });
     }
     return pattern;

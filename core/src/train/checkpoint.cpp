@@ -12,6 +12,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "ddpd/common/remove_tree.h"
+
 namespace ddpd::detail {
 namespace fs = std::filesystem;
 namespace {
@@ -206,7 +208,7 @@ void commit_checkpoint(const std::string& tmp_dir, const std::string& final_dir,
   write_text_durably(tmp_dir + "/" + kMetadataChecksumFile, checksum.hex() + "\n");
   fsync_path(tmp_dir, true);
   const fs::path parent = fs::path(final_dir).parent_path();
-  if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a re-run of the same step
+  remove_tree(final_dir);  // a re-run of the same step
   fs::rename(tmp_dir, final_dir);
   fsync_path(parent.string(), true);
   const std::string pointer = (parent / "latest").string();
@@ -220,7 +222,7 @@ void commit_checkpoint(const std::string& tmp_dir, const std::string& final_dir,
       if (e.is_directory() && name.rfind("step-", 0) == 0) steps.push_back(name);
     }
     std::sort(steps.begin(), steps.end());
-    for (size_t i = 0; i + keep < steps.size(); ++i) fs::remove_all(parent / steps[i]);
+    for (size_t i = 0; i + keep < steps.size(); ++i) remove_tree((parent / steps[i]).string());
   }
 }
 

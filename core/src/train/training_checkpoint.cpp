@@ -6,6 +6,8 @@
 #include <fstream>
 #include <map>
 
+#include "ddpd/common/remove_tree.h"
+
 namespace ddpd::detail {
 namespace {
 
@@ -175,7 +177,7 @@ double save_checkpoint(const TrainingState& s, int64_t steps_done, int64_t crash
   const std::string tmp = s.options.checkpoint_dir + "/.tmp-" + name;
   const int rank = s.comm.rank();
   if (rank == 0) {
-    fs::remove_all(tmp);
+    remove_tree(tmp);  // ddpd/common/remove_tree.h: why not fs::remove_all
     fs::create_directories(tmp);
   }
   s.comm.barrier();
