@@ -204,7 +204,7 @@ std::string job_summary(const v1::GetJobReply& reply) {
   if (job.ranks_size() > 0 && job.ranks(0).has_compute_score()) {
     out << "  compute score by rank:";
     for (const auto& r : job.ranks()) out << format(" %.2f", r.compute_score());
-    out << "  (1: as fast as the median rank or faster; ddpctl diagnose for more)\n";
+    out << "  (1: as fast as the other ranks' median or faster; ddpctl diagnose for more)\n";
   }
   if (!job.error().empty()) out << "error: " << job.error() << "\n";
   if (!job.result_json().empty() && job.spec().has_comm()) {

@@ -121,7 +121,7 @@ struct CoordinatorMetrics::Impl {
           .Name("ddpd_rank_compute_score")
           .Help(
               "Straggler score per rank: 1 / the median over the last 10 steps of this rank's "
-              "compute time relative to the step's median rank (1: as fast or faster)")
+              "compute time relative to the other ranks' median (1: as fast or faster)")
           .Register(*registry);
   std::map<std::pair<std::string, int>, prometheus::Gauge*> score_gauges;
   std::shared_ptr<RefreshOnScrape> collectable;

@@ -26,7 +26,7 @@ struct CoordinatorMetricsOptions {
 //   ddpd_coordinator_message_seconds{kind}     worker-session messages (heartbeat, step,
 //                                              result): arrival to end of handling, histogram
 //   ddpd_rank_compute_score{job_id, rank}      straggler score: 1 / this rank's median compute
-//                                              relative to the step's median rank
+//                                              relative to the other ranks' median
 //
 // Thread contract: count_* are called from gRPC's threads (prometheus-cpp counters are
 // thread-safe); `snapshot` is called on a scrape, from the endpoint's thread, and must take

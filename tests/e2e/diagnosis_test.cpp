@@ -151,14 +151,15 @@ TEST(FaultInjection, BadSpecsAreRefusedNamingTheFlag) {
 // compute) and contention = max(1, 3 / C) × T (when all do). So a healthy rank scores at least
 // 1 / contention against the median, and a rank slowed by `factor` at most contention / factor:
 // factor = 4 × contention puts it at or below 0.25. The threshold sits halfway between. (Factor
-// 3 on 2 cores allowed a slowed rank up to 0.5, the old threshold, and one read 0.557.)
+// 3 on 2 cores allowed a slowed rank up to 0.5, the old threshold, and one read 0.557.) 40 steps:
+// the rule names a rank after 3 blocks of 10 mostly slow steps, about 25 steps after step 3.
 TEST(StragglerDiagnosis, SlowRankIsNamedOnceAndTheHealthyRanksAreNot) {
   const double contention = std::max(1.0, 3.0 / std::max(1u, std::thread::hardware_concurrency()));
   const double factor = 4 * contention, slowest_score = contention / factor;
   const double threshold = (slowest_score + 1 / contention) / 2;
   Cluster cluster(3, "straggler");
   const std::string job =
-      cluster.submit({"--world-size", "3", "--batch", "6", "--context", "64", "--steps", "30",
+      cluster.submit({"--world-size", "3", "--batch", "6", "--context", "64", "--steps", "40",
                       "--inject", "slow:rank=1,step=3,factor=" + std::to_string(factor),
                       "--straggler-threshold", std::to_string(threshold)});
   // diagnose while it runs: live rows, every rank running with a phase and a step.
@@ -189,8 +190,8 @@ TEST(StragglerDiagnosis, SlowRankIsNamedOnceAndTheHealthyRanksAreNot) {
   ASSERT_EQ(ended["ranks"].size(), 3u) << ended.dump();
   for (const auto& r : ended["ranks"]) {
     EXPECT_EQ(r["state"], "succeeded");
-    // The last reported step (steps 0-29), not the last heartbeat's, which lags behind.
-    EXPECT_EQ(r["step"], 29) << ended.dump();
+    // The last reported step (steps 0-39), not the last heartbeat's, which lags behind.
+    EXPECT_EQ(r["step"], 39) << ended.dump();
     const double score = r["compute_score"].get<double>();
     if (r["rank"] == 1) {
       EXPECT_LT(score, threshold) << ended.dump();
@@ -200,52 +201,6 @@ TEST(StragglerDiagnosis, SlowRankIsNamedOnceAndTheHealthyRanksAreNot) {
   }
   EXPECT_NE(cluster.ctl({"show", job}).out.find("compute score by rank:"), std::string::npos);
   EXPECT_NE(cluster.ctl({"diagnose", job}).out.find("as last recorded"), std::string::npos);
-}
-
-// The rule on an oversubscribed host (StragglerWatch): at world 3 and 4 on this 2-core machine,
-// 5 runs of 60 steps each with nothing injected name no one, and 5 with one rank slowed x3 name
-// that rank, in exactly one episode. The default threshold (0.75): scoring against the fastest
-// rank named healthy ranks 5-6 times per uninjected run at world 3 here, and in 3 injected runs
-// of 3. Prints the detection delay in steps.
-TEST(StragglerDiagnosis, FiveRunsAtWorldThreeAndFourNameOnlyTheSlowRank) {
-  Cluster cluster(4, "straggler-rule");
-  constexpr int kInjectStep = 5;
-  auto stragglers = [](const nlohmann::json& shown) {
-    std::vector<nlohmann::json> found;
-    for (const auto& e : shown["events"]) {
-      if (e["kind"] == "straggler") found.push_back(e);
-    }
-    return found;
-  };
-  for (int world : {3, 4}) {
-    const std::vector<std::string> base{
-        "--world-size", std::to_string(world), "--batch", "12", "--context", "64", "--steps", "60"};
-    std::vector<int> delays;
-    for (int run = 0; run < 5; ++run) {
-      const auto healthy = cluster.wait_for_end(cluster.submit(base));
-      ASSERT_EQ(healthy["state"], "SUCCEEDED") << healthy.dump();
-      EXPECT_TRUE(stragglers(healthy).empty())
-          << "world " << world << " run " << run << ": " << healthy["events"].dump();
-
-      const int slow = (run + 1) % world;
-      auto flags = base;
-      flags.insert(flags.end(), {"--inject", "slow:rank=" + std::to_string(slow) + ",step=" +
-                                                 std::to_string(kInjectStep) + ",factor=3"});
-      const auto injected = cluster.wait_for_end(cluster.submit(flags));
-      ASSERT_EQ(injected["state"], "SUCCEEDED") << injected.dump();
-      const auto found = stragglers(injected);
-      ASSERT_EQ(found.size(), 1u) << "world " << world << " run " << run << ": "
-                                  << injected["events"].dump();
-      EXPECT_EQ(found[0]["rank"], slow) << found[0].dump();
-      // "... at steps A–B": reported at step B.
-      const std::string message = found[0]["message"];
-      const auto dash = message.rfind("–");
-      delays.push_back(std::stoi(message.substr(dash + std::string("–").size())) - kInjectStep);
-    }
-    std::printf("[ straggler ] world %d: detection delay in steps after the slowdown:", world);
-    for (int d : delays) std::printf(" %d", d);
-    std::printf("\n");
-  }
 }
 
 }  // namespace

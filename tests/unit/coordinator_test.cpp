@@ -6,7 +6,6 @@
 #include "ddpd/common/stall_analysis.h"
 #include "job_store.h"
 #include "scheduling.h"
-#include "straggler_watch.h"
 
 namespace ddpd::coordinator {
 namespace {
@@ -254,78 +253,6 @@ TEST(Scheduler, PendingJobsSayWhyTheyWait) {
   EXPECT_EQ(pending_reason(pending, 0, 3, idle),
             "waiting for 5 idle workers offering gloo: 3 registered, 1 idle");
   EXPECT_EQ(pending_reason(pending, 1, 3, idle), "queued behind job-000001");
-}
-
-// Straggler scores over a sliding window: one finding per episode, for the slow rank only, after
-// kPersistence steps below the threshold.
-TEST(StragglerWatch, NamesTheSlowRankOncePerEpisode) {
-  StragglerWatch watch(3, 0.75, /*window=*/3);
-  std::vector<StragglerFinding> findings;
-  auto feed = [&](int64_t step, double slow) {
-    for (auto& f : watch.add_step(step, {0.10, slow, 0.11})) findings.push_back(f);
-  };
-  for (int64_t step = 0; step < 3; ++step) feed(step, 0.10);
-  EXPECT_TRUE(findings.empty());
-  // Rank 1 at 0.21 from step 3, 1.9x the median rank (0.11): its median crosses at step 4
-  // (window 2-4) and it is reported at step 6, after 3 steps below, once.
-  for (int64_t step = 3; step < 6; ++step) feed(step, 0.21);
-  EXPECT_TRUE(findings.empty()) << findings.front().message;
-  for (int64_t step = 6; step < 12; ++step) feed(step, 0.21);
-  ASSERT_EQ(findings.size(), 1u);
-  EXPECT_EQ(findings[0].rank, 1);
-  EXPECT_EQ(findings[0].message,
-            "straggler: rank 1 (score 0.52: compute 1.9× the median rank's) at steps 4–6");
-  EXPECT_NEAR(watch.scores()[1], 0.524, 0.001);
-  EXPECT_DOUBLE_EQ(watch.scores()[0], 1.0);  // faster than the median: capped at 1
-  EXPECT_DOUBLE_EQ(watch.scores()[2], 1.0);
-  // Hovering just above the threshold (score 0.85 < 0.875) does not end the episode.
-  for (int64_t step = 12; step < 15; ++step) feed(step, 0.13);
-  for (int64_t step = 15; step < 18; ++step) feed(step, 0.21);
-  EXPECT_EQ(findings.size(), 1u);
-  for (int64_t step = 18; step < 21; ++step) feed(step, 0.10);  // recovers: episode over
-  for (int64_t step = 21; step < 26; ++step) feed(step, 0.30);  // a second episode
-  ASSERT_EQ(findings.size(), 2u);
-  EXPECT_EQ(findings[1].rank, 1);
-  StragglerWatch off(2, 0.0, 3);  // threshold 0: never
-  for (int64_t step = 0; step < 6; ++step) EXPECT_TRUE(off.add_step(step, {0.1, 1.0}).empty());
-}
-
-// What an oversubscribed host does to healthy ranks: every rank slowed at once, and one rank or
-// another descheduled for a step or two. Neither is a straggler.
-TEST(StragglerWatch, StepsWhereEveryRankSlowedAndShortStallsNameNoOne) {
-  StragglerWatch watch(3, 0.75);
-  for (int64_t step = 0; step < 60; ++step) {
-    std::vector<double> compute{0.10, 0.10, 0.10};
-    if (step % 7 == 0) compute = {0.40, 0.42, 0.38};  // the whole host slowed
-    compute[step % 3] *= step % 4 == 0 ? 3.0 : 1.0;   // one rank descheduled, each in turn
-    if (step >= 20 && step < 23) compute[1] *= 4.0;   // three slow steps in a row for rank 1
-    EXPECT_TRUE(watch.add_step(step, compute).empty()) << "step " << step;
-  }
-  for (double score : watch.scores()) EXPECT_GT(score, 0.75);
-}
-
-// At world 2 the reference is the faster rank; at world 4 the second fastest, so one slow rank
-// cannot make a healthy one look slow.
-TEST(StragglerWatch, TheReferenceIsTheLowerMedianRank) {
-  StragglerWatch two(2, 0.75);
-  StragglerWatch four(4, 0.75);
-  std::vector<StragglerFinding> found_two, found_four;
-  for (int64_t step = 0; step < 20; ++step) {
-    for (auto& f : two.add_step(step, {0.10, 0.30})) found_two.push_back(f);
-    for (auto& f : four.add_step(step, {0.10, 0.11, 0.12, 0.30})) found_four.push_back(f);
-  }
-  ASSERT_EQ(found_two.size(), 1u);
-  EXPECT_EQ(found_two[0].rank, 1);
-  // Each score is one division of the same doubles the test writes (medians of equal values):
-  // within an ulp or two of the quotient, so 1e-12 is loose.
-  EXPECT_NEAR(two.scores()[1], 1.0 / 3, 1e-12);
-  ASSERT_EQ(found_four.size(), 1u);
-  EXPECT_EQ(found_four[0].rank, 3);
-  EXPECT_NEAR(four.scores()[3], 0.11 / 0.30, 1e-12);
-  EXPECT_NEAR(four.scores()[2], 0.11 / 0.12, 1e-12);
-  // Reported at step 11: the window is full at step 9, then 3 steps below the threshold.
-  EXPECT_EQ(found_four[0].message.substr(found_four[0].message.find(" at steps")),
-            " at steps 2–11");
 }
 
 }  // namespace ddpd::coordinator

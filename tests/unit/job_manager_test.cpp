@@ -358,8 +358,9 @@ TEST_F(JobManagerTest, AStragglerIsNamedOnceAndTheHealthyRanksAreNot) {
   add_worker("w1");
   add_worker("w2");
   const std::string id = submit(spec);
-  // Rank 2 computes 3x the others from step 0: its score is 1/3 < 0.75, the default threshold.
-  for (int64_t s = 0; s < 20; ++s) {
+  // Rank 2 computes 3x the others from step 0: named at step 29, when 3 blocks of 10 steps hold
+  // its excess (StragglerRule); its score 1/3 is below 0.75, the default threshold.
+  for (int64_t s = 0; s < 30; ++s) {
     for (int rank = 0; rank < 3; ++rank) {
       step("w" + std::to_string(rank), id, rank, s, rank == 2 ? 0.3 : 0.1);
     }
@@ -367,15 +368,16 @@ TEST_F(JobManagerTest, AStragglerIsNamedOnceAndTheHealthyRanksAreNot) {
   const auto stragglers = incidents(id, "straggler");
   ASSERT_EQ(stragglers.size(), 1u);
   EXPECT_EQ(stragglers[0].rank(), 2);
-  // The score is 1 / (rank 2's compute / the median rank's), each compute being step_seconds less
-  // exposed_comm_seconds as the reports carry them: the same double arithmetic gives it exactly.
+  // The score is 1 / (rank 2's compute / the others' median), each compute being step_seconds
+  // less exposed_comm_seconds as the reports carry them, through exp(-ln(ratio)): a few ulps of
+  // 1/3, so 1e-12 is loose.
   const double slow = (0.3 + 0.01) - 0.01, median = (0.1 + 0.01) - 0.01;
-  EXPECT_EQ(job(id).ranks(2).compute_score(), 1.0 / (slow / median));
+  EXPECT_NEAR(job(id).ranks(2).compute_score(), 1.0 / (slow / median), 1e-12);
   EXPECT_EQ(job(id).ranks(0).compute_score(), 1.0);
   // One aggregated step event per complete step.
   int steps = 0;
   for (const auto& e : *manager_->events(id)) steps += e.has_step();
-  EXPECT_EQ(steps, 20);
+  EXPECT_EQ(steps, 30);
 }
 
 TEST_F(JobManagerTest, ADesyncIsRecordedAsAnIncidentNamingTheRankTheRanksReport) {

@@ -194,9 +194,9 @@ struct DdpJobOptions {
   // coordinator then names the waiting and the missing ranks (docs/diagnosis.md). 0: never.
   double stall_seconds = 60;
   OnStall on_stall = OnStall::kFail;
-  // Daemon jobs: a rank whose compute score (1 / its median over the last 10 steps of compute
-  // time relative to the step's median rank) stays below this for 3 steps is reported as a
-  // straggler (coordinator/src/straggler_watch.h). 0: never.
+  // Daemon jobs: the largest compute score (1 / a rank's compute relative to the other ranks')
+  // reported as a straggler, and only when the slowdown also stands out of the job's own step
+  // noise for 30 steps (coordinator/src/straggler_watch.h). 0: never.
   double straggler_threshold = 0.75;
   std::string inject;  // fault injection (ddpd/fault_injection.h); empty: none
   // Debug: every collective is preceded by an all-gather of its fingerprint, and a mismatch
