@@ -4,8 +4,8 @@
 #include <memory>
 #include <string>
 
-#include "ddpd/common/comm_options.h"
-#include "ddpd/core/trainer.h"
+#include "ddpd/common/comm_options.h"      // CommBenchResult
+#include "ddpd/common/training_result.h"  // StepMetrics, MemoryProfile (not trainer.h: LibTorch)
 
 namespace ddpd {
 
