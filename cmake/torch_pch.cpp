@@ -1,0 +1,1 @@
+// Nothing: ddpd_torch_pch exists to compile the precompiled LibTorch headers (torch_pch.cmake).
