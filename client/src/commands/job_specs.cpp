@@ -19,6 +19,20 @@ void fit_default_batch(DdpJobOptions& options, const CLI::App& flags, int world_
   options.batch_size = fitted;
 }
 
+void fit_local_straggler_threshold(DdpJobOptions& options, const CLI::App& flags, int world_size,
+                                   unsigned cores) {
+  if (flags.count("--straggler-threshold") > 0 || options.straggler_threshold <= 0 || cores == 0 ||
+      world_size < 1) {
+    return;
+  }
+  const double shared = static_cast<double>(cores) / (2.0 * world_size);
+  if (shared >= options.straggler_threshold) return;
+  std::fprintf(stderr,
+               "note: --straggler-threshold %.2f (%u cores for %d ranks, 2 busy threads each)\n",
+               shared, cores, world_size);
+  options.straggler_threshold = shared;
+}
+
 v1::JobSpec ddp_spec(const DdpJobOptions& options, int world_size) {
   v1::JobSpec spec;
   spec.set_world_size(world_size);

@@ -195,6 +195,7 @@ void add_local_command(CLI::App& app, Commands& commands) {
     const int world = flags->ddp_world_size > 0 ? flags->ddp_world_size : flags->cluster.workers;
     flags->cluster.workers = std::max(flags->cluster.workers, world);
     fit_default_batch(flags->ddp, *ddp, world);
+    fit_local_straggler_threshold(flags->ddp, *ddp, world, std::thread::hardware_concurrency());
     return run_local(*flags, {ddp_spec(flags->ddp, world)});
   });
   commands.on(comm, [flags, comm] {
