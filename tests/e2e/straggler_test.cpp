@@ -92,6 +92,21 @@ TEST(NoFalseStraggler, LocalTwoRankRunsOfEachStrategy) {
   }
 }
 
+// The demo with rank 1 slowed × 3 from step 5: named, it alone, once, though `ddpctl local`
+// lowered the threshold to cores / (2 × world) (0.5 on 2 cores: × 3 is beyond it).
+TEST(StragglerDiagnosis, TheDemoNamesAnInjectedSlowRank) {
+  for (int run = 0; run < runs(); ++run) {
+    const auto o = run_process({bin("ddpctl"), "local", "--json", "--workers", "2", "ddp", "-f",
+                                std::string(DDPD_SOURCE_DIR) + "/docs/examples/demo.yaml",
+                                "--inject", "slow:rank=1,step=5,factor=3"},
+                               {}, std::chrono::seconds(300));
+    ASSERT_EQ(o.exit_code, 0) << o.err;
+    const auto found = stragglers(nlohmann::json::parse(o.out));
+    ASSERT_EQ(found.size(), 1u) << "run " << run << ": " << o.out.substr(0, 2000);
+    EXPECT_EQ(found[0]["rank"], 1) << found[0].dump();
+  }
+}
+
 // At world 2, 3 and 4 on one cluster: `runs()` jobs of 60 steps with nothing injected name no
 // one, and as many with rank R slowed × 3 from step 5 name R alone, once (R takes each rank in
 // turn). Prints the detection delay in steps (the rule's: about 25, coordinator/src/
