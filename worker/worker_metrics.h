@@ -4,7 +4,7 @@
 #include <memory>
 #include <string>
 
-#include "ddpd/common/comm_options.h"      // CommBenchResult
+#include "ddpd/common/comm_options.h"     // CommBenchResult
 #include "ddpd/common/training_result.h"  // StepMetrics, MemoryProfile (not trainer.h: LibTorch)
 
 namespace ddpd {

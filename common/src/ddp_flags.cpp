@@ -128,8 +128,8 @@ void add_daemon_flags(CLI::App& app, DdpJobOptions& o) {
       ->capture_default_str();
   add_enum_option(app, o.on_stall, "fail (the job fails with the analysis) or warn");
   app.add_option("--straggler-threshold", o.straggler_threshold,
-                 "Daemon jobs: the largest compute score (1 / a rank's compute relative to the other "
-                 "ranks') reported as a straggler, when it also stands out of the step noise "
+                 "Daemon jobs: the largest compute score (1 / a rank's compute relative to the "
+                 "others') reported as a straggler, when it also stands out of the step noise "
                  "for 30 steps (0: never)")
       ->capture_default_str();
   app.add_option("--inject", o.inject,
