@@ -21,8 +21,9 @@ void fit_default_batch(DdpJobOptions& options, const CLI::App& flags, int world_
 
 void fit_local_straggler_threshold(DdpJobOptions& options, const CLI::App& flags, int world_size,
                                    unsigned cores) {
+  // World 1 has no straggler to name.
   if (flags.count("--straggler-threshold") > 0 || options.straggler_threshold <= 0 || cores == 0 ||
-      world_size < 1) {
+      world_size < 2) {
     return;
   }
   const double shared = static_cast<double>(cores) / (2.0 * world_size);
