@@ -441,6 +441,14 @@ const TensorEntry* SafetensorsFile::find(const std::string& name) const {
   return found == index_.end() ? nullptr : &header_.tensors[found->second];
 }
 
+void SafetensorsFile::release(const TensorEntry& entry) const {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto first = reinterpret_cast<uintptr_t>(data(entry));
+  const uintptr_t begin = (first + page - 1) / page * page;  // whole pages inside the span only
+  const uintptr_t end = (first + (entry.end - entry.begin)) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 const uint8_t* SafetensorsFile::data(const TensorEntry& entry) const {
   if (bytes_ == nullptr || entry.begin > entry.end || entry.end > size_ - header_.data_start) {
     throw std::out_of_range(error_text(path_, entry.name, "not a span of this file"));

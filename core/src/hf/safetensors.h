@@ -99,6 +99,10 @@ class SafetensorsFile {
   // lives). Only as aligned as the file made it: copy out with memcpy rather than cast.
   // `entry` must be one of this file's header().tensors.
   const uint8_t* data(const TensorEntry& entry) const;
+  // Drops the pages that only `entry` occupies from this process's memory (madvise DONTNEED; a
+  // later data() reads them from the file again): a loader that copies tensors out one by one
+  // keeps its resident memory at the model plus one tensor, not the model plus the file.
+  void release(const TensorEntry& entry) const;
 
  private:
   void unmap();

@@ -212,6 +212,11 @@ const uint8_t* SafetensorsDir::data(const std::string& name) const {
   return location.file->data(*location.entry);
 }
 
+void SafetensorsDir::release(const std::string& name) const {
+  const Location& location = locate(name);
+  location.file->release(*location.entry);
+}
+
 const std::string& SafetensorsDir::file_of(const std::string& name) const {
   return locate(name).file->path();
 }

@@ -40,6 +40,7 @@ class SafetensorsDir {
   const TensorEntry& entry(const std::string& name) const;
   const uint8_t* data(const std::string& name) const;         // as SafetensorsFile::data
   const std::string& file_of(const std::string& name) const;  // the path of its file
+  void release(const std::string& name) const;                // SafetensorsFile::release
 
  private:
   struct Location {
