@@ -23,6 +23,7 @@
 #include "ddpd/common/result_json.h"
 #include "ddpd/core/comm_bench.h"
 #include "ddpd/core/communicator.h"
+#include "ddpd/core/hf_export.h"
 #include "ddpd/core/local_run.h"
 #include "ddpd/core/rendezvous.h"
 #include "ddpd/core/standalone_run.h"
@@ -225,6 +226,33 @@ void add_serve_flags(CLI::App& serve_cmd, ddpd::WorkerDaemonOptions& daemon_opti
       ->capture_default_str();
 }
 
+// `rank`: the process of one rank, started by `serve` for each assignment (rank_process.h).
+static CLI::App* add_rank_command(CLI::App& app, ddpd::RankMainOptions& options) {
+  auto* rank_cmd = app.add_subcommand("rank", "One rank of an assigned job (started by serve)");
+  rank_cmd->group("");  // internal: not listed in --help
+  rank_cmd->add_option("--advertise-host", options.advertise_host)->capture_default_str();
+  rank_cmd->add_option("--cuda-device", options.cuda_device)->capture_default_str();
+  rank_cmd->add_option("--progress-seconds", options.progress_seconds)
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 60.0));
+  rank_cmd->add_option("--daemon-pid", options.daemon_pid);
+  return rank_cmd;
+}
+
+// Exit codes: 0 written, 1 the checkpoint could not be read or the directory written.
+static int run_export(const ddpd::ExportOptions& options) {
+  try {
+    const int tensors =
+        ddpd::export_checkpoint_to_hf(options.checkpoint, options.hf_dir, options.max_shard_bytes);
+    std::printf("exported %d tensors of %s to %s\n", tensors, options.checkpoint.c_str(),
+                options.hf_dir.c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
+
 int main(int argc, char** argv) {
   ddpd::ignore_broken_pipes();
   ddpd::remove_stale_shm_segments();
@@ -252,20 +280,16 @@ int main(int argc, char** argv) {
   ddpd::CommJob comm_job;
   ddpd::add_comm_job_flags(*comm_cmd, comm_job);
   comm_cmd->add_flag("--json", json, "Print the result as JSON (rank 0)");
+  auto* export_cmd = app.add_subcommand(
+      "export", "Write a ddpd checkpoint as a Hugging Face model directory (docs/models.md)");
+  ddpd::ExportOptions export_options;
+  ddpd::add_export_flags(*export_cmd, export_options);
   auto* serve_cmd = app.add_subcommand("serve", "Register with a coordinator and run its jobs");
   ddpd::WorkerDaemonOptions daemon_options;
   double memory_gb = 0;
   add_serve_flags(*serve_cmd, daemon_options, memory_gb);
-  // The process of one rank, started by `serve` for each assignment (rank_process.h).
-  auto* rank_cmd = app.add_subcommand("rank", "One rank of an assigned job (started by serve)");
-  rank_cmd->group("");  // internal: not listed in --help
   ddpd::RankMainOptions rank_options;
-  rank_cmd->add_option("--advertise-host", rank_options.advertise_host)->capture_default_str();
-  rank_cmd->add_option("--cuda-device", rank_options.cuda_device)->capture_default_str();
-  rank_cmd->add_option("--progress-seconds", rank_options.progress_seconds)
-      ->capture_default_str()
-      ->check(CLI::Range(0.01, 60.0));
-  rank_cmd->add_option("--daemon-pid", rank_options.daemon_pid);
+  auto* rank_cmd = add_rank_command(app, rank_options);
   ddpd::LogOptions log_options;
   log_options.level = "warn";
   ddpd::add_log_flags(app, log_options);
@@ -300,6 +324,7 @@ int main(int argc, char** argv) {
   if (rank_cmd->parsed()) return ddpd::run_rank_process(rank_options);
 
   if (comm_cmd->parsed()) return run_comm(comm_job, json);
+  if (export_cmd->parsed()) return run_export(export_options);
 
   return run_ddp(options, local_run, json, run_metrics, run_job_id);
 }

@@ -14,7 +14,6 @@
 #include "ddpd/common/spawn.h"
 
 namespace ddpd::client {
-namespace {
 
 std::string own_directory() {
   char buf[4096];
@@ -22,6 +21,8 @@ std::string own_directory() {
   if (n <= 0) throw std::runtime_error("cannot locate ddpctl (/proc/self/exe)");
   return std::filesystem::path(std::string(buf, n)).parent_path();
 }
+
+namespace {
 
 std::string random_token() {
   std::random_device rd;

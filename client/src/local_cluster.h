@@ -22,6 +22,10 @@ struct LocalClusterOptions {
   int metrics_port = 0;
 };
 
+// The directory of ddpctl's own binary, where ddpd-coordinator and ddpd-worker are installed
+// beside it.
+std::string own_directory();
+
 class LocalCluster {
  public:
   explicit LocalCluster(const LocalClusterOptions& options);

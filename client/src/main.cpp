@@ -1,5 +1,5 @@
-// ddpctl: submit, list, watch, show, resume, diagnose, cancel, workers, plan and local; each
-// command in client/src/commands/. This file parses and maps errors to exit codes: 0 success;
+// ddpctl: submit, list, watch, show, resume, diagnose, cancel, workers, plan, local and export;
+// each command in client/src/commands/. This file parses and maps errors to exit codes: 0 success;
 // 1 a failed RPC or job; 2 bad input (flags, a job file, or INVALID_ARGUMENT).
 #include <CLI/CLI.hpp>
 
@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   client::add_local_command(app, commands);
   client::add_whatif_command(app, commands);
   client::add_tune_command(app, commands);
+  client::add_export_command(app, commands);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

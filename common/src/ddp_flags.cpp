@@ -43,9 +43,9 @@ void check_enum_flags(CLI::App& app) {
   const CLI::Validator non_empty(
       [](std::string& text) -> std::string { return text.empty() ? "must not be empty" : ""; },
       "NAME");
-  for (const char* name :
-       {"--model", "--strategy", "--precision", "--device", "--attention", "--data-dtype",
-        "--on-stall", "--transport", "--lr-schedule", "--grad-compression", "--fsdp-units"}) {
+  for (const char* name : {"--model", "--strategy", "--precision", "--device", "--attention",
+                           "--data-dtype", "--on-stall", "--transport", "--lr-schedule",
+                           "--grad-compression", "--fsdp-units", "--eval-order"}) {
     app.get_option(name)->check(non_empty);
   }
 }
@@ -177,6 +177,47 @@ void add_loop_flags(CLI::App& app, DdpJobOptions& o) {
       ->capture_default_str();
   app.add_option("--eval-batches", o.eval_batches, "Global batches per held-out evaluation")
       ->capture_default_str();
+  add_enum_option(app, o.eval_order,
+                  "sampled (the seeded order) or file (the first --eval-batches x --batch windows "
+                  "of --eval-data in file order: docs/data.md)");
+}
+
+// A size in Hugging Face's units, decimal as theirs: 5GB is 5e9 bytes. Plain digits are bytes.
+int64_t shard_size_of(const std::string& text) {
+  static const std::vector<std::pair<std::string, int64_t>> units = {
+      {"GB", 1000000000}, {"MB", 1000000}, {"KB", 1000}, {"B", 1}};
+  int64_t scale = 1;
+  std::string digits = text;
+  for (const auto& [suffix, factor] : units) {
+    if (text.size() > suffix.size() &&
+        text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      digits = text.substr(0, text.size() - suffix.size());
+      scale = factor;
+      break;
+    }
+  }
+  int64_t value = 0;
+  const char* end = digits.data() + digits.size();
+  const auto [ptr, ec] = std::from_chars(digits.data(), end, value);
+  require(ec == std::errc() && ptr == end && value > 0 && value <= INT64_MAX / scale,
+          "--max-shard-size",
+          "must be a size such as 5GB, 500MB or 1000000 (bytes), got '" + text + "'");
+  return value * scale;
+}
+
+// Hugging Face models in and out (docs/models.md).
+void add_model_io_flags(CLI::App& app, DdpJobOptions& o) {
+  app.add_option("--init-from", o.init_from,
+                 "A Hugging Face model directory (config.json and safetensors): its shape and "
+                 "weights replace the preset's random ones");
+  app.add_option("--export-hf", o.export_hf,
+                 "At the end, write the weights as a Hugging Face model directory "
+                 "(config.json, model.safetensors)");
+  app.add_option_function<std::string>(
+         "--max-shard-size",
+         [&o](const std::string& text) { o.max_shard_bytes = shard_size_of(text); },
+         "--export-hf: the largest safetensors file before sharding (decimal units)")
+      ->default_str("5GB");
 }
 
 // Per-strategy details, debugging and transport.
@@ -218,9 +259,24 @@ void add_ddp_flags(CLI::App& app, DdpJobOptions& o) {
   add_data_flags(app, o);
   add_daemon_flags(app, o);
   add_loop_flags(app, o);
+  add_model_io_flags(app, o);
   add_strategy_detail_flags(app, o);
   check_integer_flags(app);
   check_enum_flags(app);
+}
+
+int64_t parse_shard_size(const std::string& text) { return shard_size_of(text); }
+
+void add_export_flags(CLI::App& app, ExportOptions& o) {
+  app.add_option("checkpoint", o.checkpoint,
+                 "A ddpd checkpoint: DIR/step-N, or a --checkpoint-dir (its latest)")
+      ->required();
+  app.add_option("--hf", o.hf_dir, "The Hugging Face model directory to write")->required();
+  app.add_option_function<std::string>(
+         "--max-shard-size",
+         [&o](const std::string& text) { o.max_shard_bytes = shard_size_of(text); },
+         "The largest safetensors file before sharding (decimal units)")
+      ->default_str("5GB");
 }
 
 void add_comm_flags(CLI::App& app, CommBenchOptions& o) {

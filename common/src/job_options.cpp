@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "ddpd/common/fault_injection.h"
+#include "ddpd/common/hf_config.h"
 
 namespace ddpd {
 namespace {
@@ -55,13 +56,20 @@ ModelConfig model_preset(const std::string& name) {
   return it->second;
 }
 
+int64_t block_parameter_count(const ModelConfig& c) {
+  const int64_t q_width = c.num_heads * c.resolved_head_dim();
+  const int64_t kv_width = c.kv_heads() * c.resolved_head_dim();
+  const int64_t attention = 2 * c.d_model * q_width     // q, o
+                            + 2 * c.d_model * kv_width  // k, v
+                            + (c.qkv_bias ? q_width + 2 * kv_width : 0);
+  return 2 * c.d_model                          // two RMSNorm gains
+         + attention + 3 * c.d_model * c.d_ff;  // w1, w3, w2
+}
+
 int64_t count_parameters(const ModelConfig& c) {
-  const int64_t per_block = 2 * c.d_model                // two RMSNorm gains
-                            + 4 * c.d_model * c.d_model  // q, k, v, o
-                            + 3 * c.d_model * c.d_ff;    // w1, w3, w2
   const int64_t embedding = c.vocab_size * c.d_model;
   const int64_t head = c.tie_embeddings ? 0 : c.vocab_size * c.d_model;
-  return embedding + c.num_layers * per_block + c.d_model + head;
+  return embedding + c.num_layers * block_parameter_count(c) + c.d_model + head;
 }
 
 std::string choices_text(const std::vector<std::string>& names) {
@@ -97,6 +105,7 @@ DDPD_ENUM_NAMES(OnStall, "fail", "warn")
 DDPD_ENUM_NAMES(LrSchedule, "constant", "cosine", "linear")
 DDPD_ENUM_NAMES(GradCompression, "none", "fp16", "bf16")
 DDPD_ENUM_NAMES(FsdpUnits, "block", "whole")
+DDPD_ENUM_NAMES(EvalOrder, "sampled", "file")
 DDPD_ENUM_NAMES(Transport, "auto", "gloo", "shm")
 DDPD_ENUM_NAMES(GroupTransport, "none", "gloo", "shm", "nccl")
 DDPD_ENUM_NAMES(Backend, "gloo", "nccl")
@@ -132,7 +141,35 @@ Transport parse_transport(const std::string& name) { return parse_enum<Transport
 
 std::string to_string(Transport transport) { return enum_name(transport); }
 
+namespace {
+
+// A shape flag given with --init-from must agree with the config it names.
+void check_agrees(const std::optional<int64_t>& flag_value, int64_t config_value,
+                  const std::string& flag, const std::string& field, const std::string& file) {
+  require(!flag_value || *flag_value == config_value, flag,
+          std::to_string(flag_value.value_or(0)) + " contradicts " + file + "'s " + field + " " +
+              std::to_string(config_value));
+}
+
+ModelConfig imported_model(const DdpJobOptions& o) {
+  const std::string file = hf_config_path(o.init_from);
+  ModelConfig config = model_config_from_hf(read_hf_config(o.init_from), file);
+  check_agrees(o.d_model, config.d_model, "--d-model", "hidden_size", file);
+  check_agrees(o.d_ff, config.d_ff, "--d-ff", "intermediate_size", file);
+  check_agrees(o.num_layers, config.num_layers, "--layers", "num_hidden_layers", file);
+  check_agrees(o.num_heads, config.num_heads, "--heads", "num_attention_heads", file);
+  check_agrees(o.vocab_size, config.vocab_size, "--vocab", "vocab_size", file);
+  return config;
+}
+
+}  // namespace
+
 ModelConfig DdpJobOptions::resolved_model() const {
+  if (!init_from.empty()) {
+    ModelConfig config = imported_model(*this);
+    config.attention = resolved_attention();
+    return config;
+  }
   ModelConfig config = model_preset(model);
   if (d_model) config.d_model = *d_model;
   if (d_ff) config.d_ff = *d_ff;
@@ -156,11 +193,11 @@ void validate_shape(const DdpJobOptions& o, const ModelConfig& m) {
   require(m.d_ff > 0, "--d-ff", "must be > 0, got " + std::to_string(m.d_ff));
   require(m.num_layers >= 0, "--layers", "must be >= 0, got " + std::to_string(m.num_layers));
   require(m.num_heads > 0, "--heads", "must be > 0, got " + std::to_string(m.num_heads));
-  require(m.d_model % m.num_heads == 0, "--heads",
+  require(m.head_dim > 0 || m.d_model % m.num_heads == 0, "--heads",
           "d_model " + std::to_string(m.d_model) + " is not divisible by " +
               std::to_string(m.num_heads) + " heads");
-  require((m.d_model / m.num_heads) % 2 == 0, "--heads",
-          "head dimension " + std::to_string(m.d_model / m.num_heads) + " must be even for RoPE");
+  require(m.resolved_head_dim() % 2 == 0, "--heads",
+          "head dimension " + std::to_string(m.resolved_head_dim()) + " must be even for RoPE");
   require(m.vocab_size > 1, "--vocab", "must be > 1, got " + std::to_string(m.vocab_size));
   require(o.context_length > 0, "--context",
           "must be > 0, got " + std::to_string(o.context_length));
@@ -173,7 +210,8 @@ void validate_batch(const DdpJobOptions& o, int world_size) {
   require(o.batch_size % world_size == 0, "--batch",
           "global batch " + std::to_string(o.batch_size) + " is not divisible by world size " +
               std::to_string(world_size));
-  require(o.steps >= 1, "--steps", "must be >= 1, got " + std::to_string(o.steps));
+  // 0: no training step, only the evaluation of the initial model and the export.
+  require(o.steps >= 0, "--steps", "must be >= 0, got " + std::to_string(o.steps));
   require(o.warmup_steps >= 0, "--warmup-steps",
           "must be >= 0, got " + std::to_string(o.warmup_steps));
   require(std::isfinite(o.bucket_size_mb) && o.bucket_size_mb > 0, "--bucket-mb",
@@ -246,6 +284,9 @@ void validate_schedule_and_data(const DdpJobOptions& o, const ModelConfig& m, in
   require(o.eval_every >= 0, "--eval-every", "must be >= 0 (0: no evaluation)");
   require(o.eval_every == 0 || !o.eval_data.empty(), "--eval-every", "needs --eval-data");
   require(o.eval_batches >= 1, "--eval-batches", "must be >= 1");
+  require(o.max_shard_bytes > 0, "--max-shard-size", "must be > 0");
+  require(o.export_hf.empty() || o.export_hf != o.init_from, "--export-hf",
+          "must not be the --init-from directory (the export would overwrite its source)");
   require(o.min_world_size >= 0 && (world_size <= 0 || o.min_world_size <= world_size),
           "--min-world-size",
           "must be in 0..world size (" + std::to_string(world_size) + "), got " +

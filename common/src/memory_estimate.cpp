@@ -29,7 +29,7 @@ RankMemoryEstimate estimate_rank_memory(const DdpJobOptions& options, int world_
   const double d = static_cast<double>(c.d_model), ff = static_cast<double>(c.d_ff);
   const double vocab = static_cast<double>(c.vocab_size);
   const double layers = static_cast<double>(c.num_layers);
-  const double block = 4 * d * d + 3 * d * ff + 2 * d;
+  const double block = static_cast<double>(block_parameter_count(c));
   const double embedding = vocab * d;
   const double head = (c.tie_embeddings ? 0 : vocab * d) + d;
   const double parameters = embedding + layers * block + head;
@@ -102,7 +102,7 @@ std::string largest_memory_cause(const DdpJobOptions& options, int world_size) {
   const ModelConfig c = options.resolved_model();
   const double d = static_cast<double>(c.d_model), vocab = static_cast<double>(c.vocab_size);
   const double layers = static_cast<double>(c.num_layers);
-  const double block = 4 * d * d + 3 * d * static_cast<double>(c.d_ff) + 2 * d;
+  const double block = static_cast<double>(block_parameter_count(c));
   if (e.activation_bytes < e.parameter_bytes + e.optimizer_bytes) {
     // Parameters: the vocabulary's embedding and head, or the blocks (width and depth).
     if (vocab * d * 2 > layers * block) return "--vocab";

@@ -81,6 +81,8 @@ nlohmann::json to_json(const TrainingResult& result) {
       {"optimizer_sharding", result.optimizer_sharding},
       {"micro_batches", result.micro_batches},
       {"gradient_wire_dtype", result.gradient_wire_dtype},
+      {"initial_eval_loss", result.initial_eval_loss ? nlohmann::json(*result.initial_eval_loss)
+                                                     : nlohmann::json(nullptr)},
       {"summary",
        {{"final_loss", sum.final_loss},
         {"median_step_seconds", sum.median_step_seconds},

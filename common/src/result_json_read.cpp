@@ -242,6 +242,7 @@ TrainingResult training_result_from_json(const nlohmann::json& json) {
   result.optimizer_sharding = r.get_or<bool>("optimizer_sharding", false);
   result.micro_batches = r.get_or<int64_t>("micro_batches", 1);
   result.gradient_wire_dtype = r.get_or<std::string>("gradient_wire_dtype", "fp32");
+  result.initial_eval_loss = r.optional<double>("initial_eval_loss");
   for (const auto& s : r.array("steps")) result.steps.push_back(step_metrics(s));
   const Reader sum = r.object("summary");
   result.summary.final_loss = sum.get<double>("final_loss");

@@ -63,6 +63,10 @@ v1::DdpSpec to_proto(const DdpJobOptions& o) {
   s.set_fsdp_prefetch(o.fsdp_prefetch);
   s.set_reshard_after_forward(o.reshard_after_forward);
   s.set_straggler_threshold(o.straggler_threshold);
+  s.set_eval_order(enum_name(o.eval_order));
+  s.set_init_from(o.init_from);
+  s.set_export_hf(o.export_hf);
+  s.set_max_shard_bytes(o.max_shard_bytes);
   return s;
 }
 
@@ -125,6 +129,10 @@ DdpJobOptions from_proto(const v1::DdpSpec& s) {
   if (s.has_fsdp_prefetch()) o.fsdp_prefetch = s.fsdp_prefetch();
   if (s.has_reshard_after_forward()) o.reshard_after_forward = s.reshard_after_forward();
   if (s.has_straggler_threshold()) o.straggler_threshold = s.straggler_threshold();
+  if (!s.eval_order().empty()) o.eval_order = parse_enum<EvalOrder>(s.eval_order());
+  o.init_from = s.init_from();
+  o.export_hf = s.export_hf();
+  if (s.has_max_shard_bytes()) o.max_shard_bytes = s.max_shard_bytes();
   return o;
 }
 
@@ -231,6 +239,7 @@ std::string proto_field(const std::string& flag) {
       {"--straggler-threshold", "straggler_threshold"},
       {"--collective", "collectives"},
       {"--sizes", "sizes_bytes"},
+      {"--max-shard-size", "max_shard_bytes"},
       {"WORLD_SIZE", "world_size"},
   };
   if (auto it = renamed.find(flag); it != renamed.end()) return it->second;

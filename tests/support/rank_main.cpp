@@ -73,8 +73,9 @@ int train(const ddpd::DdpJobOptions& options, const std::string& out, bool tie_e
   nlohmann::json report;
 
   ddpd::TrainerHooks hooks;
+  // --tie-embeddings ties a preset's head; an imported model keeps its config's choice.
   hooks.configure_model = [&](ddpd::ModelConfig& config) {
-    config.tie_embeddings = tie_embeddings;
+    if (tie_embeddings) config.tie_embeddings = true;
   };
   hooks.prepare_model = [&](ddpd::TransformerLMImpl& model) {
     if (freeze_embedding) model.named_parameters()["embedding.weight"].set_requires_grad(false);

@@ -34,7 +34,7 @@ TEST(JobOptions, BadValuesNameTheirFlag) {
   o.bucket_size_mb = -1;
   EXPECT_EQ(flag_of_error(o, 1), "--bucket-mb");
   o = {};
-  o.steps = 0;
+  o.steps = -1;  // 0 is accepted: evaluate and export only
   EXPECT_EQ(flag_of_error(o, 1), "--steps");
   o = {};
   o.num_heads = 3;  // 64 does not divide by 3

@@ -54,6 +54,7 @@ void add_plan_command(CLI::App& app, Commands& commands);      // plan [memory |
 void add_local_command(CLI::App& app, Commands& commands);     // local ddp | comm
 void add_whatif_command(CLI::App& app, Commands& commands);    // whatif JOB
 void add_tune_command(CLI::App& app, Commands& commands);      // tune, local tune (after local)
+void add_export_command(CLI::App& app, Commands& commands);    // export CHECKPOINT --hf DIR
 
 class LocalCluster;
 // `local` and `local tune`: until `workers` workers are IDLE (60 s; then throws, keeping logs).

@@ -8,19 +8,21 @@
 namespace ddpd {
 namespace {
 
-// y = x W^T without bias; W initialised as torch.nn.Linear's (uniform ±1/sqrt(in)).
+// y = x W^T (+ b); W and b initialised as torch.nn.Linear's (uniform ±1/sqrt(in)).
 class LinearImpl : public torch::nn::Module {
  public:
-  LinearImpl(int64_t in, int64_t out) {
+  LinearImpl(int64_t in, int64_t out, bool bias = false) {
     const double bound = 1.0 / std::sqrt(static_cast<double>(in));
     weight = register_parameter("weight", torch::empty({out, in}).uniform_(-bound, bound));
+    if (bias) this->bias = register_parameter("bias", torch::empty({out}).uniform_(-bound, bound));
   }
   // Shares an existing weight (tied embeddings).
   explicit LinearImpl(const torch::Tensor& shared) {
     weight = register_parameter("weight", shared);
   }
-  torch::Tensor forward(const torch::Tensor& x) { return torch::linear(x, weight); }
+  torch::Tensor forward(const torch::Tensor& x) { return torch::linear(x, weight, bias); }
   torch::Tensor weight;
+  torch::Tensor bias;  // undefined: none
 };
 TORCH_MODULE(Linear);
 
@@ -70,27 +72,37 @@ class BlockImpl : public torch::nn::Module {
  public:
   BlockImpl(const ModelConfig& c)
       : heads_(c.num_heads),
+        kv_heads_(c.kv_heads()),
+        head_dim_(c.resolved_head_dim()),
         attention_(c.attention),
-        rope_(c.d_model / c.num_heads, c.rope_theta) {
+        rope_(c.resolved_head_dim(), c.rope_theta) {
+    const int64_t q_width = heads_ * head_dim_, kv_width = kv_heads_ * head_dim_;
     // Registration order matches the Python peer: norms, attention, then the FFN.
-    norm1 = register_module("norm1", RMSNorm(c.d_model));
-    norm2 = register_module("norm2", RMSNorm(c.d_model));
-    q = register_module("q", Linear(c.d_model, c.d_model));
-    k = register_module("k", Linear(c.d_model, c.d_model));
-    v = register_module("v", Linear(c.d_model, c.d_model));
-    o = register_module("o", Linear(c.d_model, c.d_model));
+    norm1 = register_module("norm1", RMSNorm(c.d_model, c.rms_norm_eps));
+    norm2 = register_module("norm2", RMSNorm(c.d_model, c.rms_norm_eps));
+    q = register_module("q", Linear(c.d_model, q_width, c.qkv_bias));
+    k = register_module("k", Linear(c.d_model, kv_width, c.qkv_bias));
+    v = register_module("v", Linear(c.d_model, kv_width, c.qkv_bias));
+    o = register_module("o", Linear(q_width, c.d_model));
     w1 = register_module("w1", Linear(c.d_model, c.d_ff));
     w3 = register_module("w3", Linear(c.d_model, c.d_ff));
     w2 = register_module("w2", Linear(c.d_ff, c.d_model));
   }
 
   torch::Tensor forward(const torch::Tensor& x) {
-    const int64_t b = x.size(0), t = x.size(1), d = x.size(2), hd = d / heads_;
+    const int64_t b = x.size(0), t = x.size(1), hd = head_dim_;
     auto y = norm1(x);
-    auto split = [&](Linear& proj) { return proj(y).view({b, t, heads_, hd}).transpose(1, 2); };
-    auto qh = rope_.apply(split(q));
-    auto kh = rope_.apply(split(k));
-    auto vh = split(v);
+    auto split = [&](Linear& proj, int64_t heads) {
+      return proj(y).view({b, t, heads, hd}).transpose(1, 2);
+    };
+    // Grouped-query attention: key/value head j serves query heads j·g .. j·g + g − 1, as
+    // transformers' repeat_kv lays them out.
+    auto shared = [&](torch::Tensor kv) {
+      return kv_heads_ == heads_ ? kv : kv.repeat_interleave(heads_ / kv_heads_, 1);
+    };
+    auto qh = rope_.apply(split(q, heads_));
+    auto kh = shared(rope_.apply(split(k, kv_heads_)));
+    auto vh = shared(split(v, kv_heads_));
     torch::Tensor attended;
     if (attention_ == Attention::kNaive) {
       auto scores = torch::matmul(qh, kh.transpose(-1, -2)) / std::sqrt(static_cast<double>(hd));
@@ -106,7 +118,7 @@ class BlockImpl : public torch::nn::Module {
                      : at::scaled_dot_product_attention(qh.to(dtype), kh.to(dtype), vh, {},
                                                         /*dropout_p=*/0.0, /*is_causal=*/true);
     }
-    auto h = x + o(attended.transpose(1, 2).reshape({b, t, d}));
+    auto h = x + o(attended.transpose(1, 2).reshape({b, t, heads_ * hd}));
     auto z = norm2(h);
     return h + w2(torch::silu(w1(z)) * w3(z));
   }
@@ -123,6 +135,8 @@ class BlockImpl : public torch::nn::Module {
     return mask_;
   }
   int64_t heads_;
+  int64_t kv_heads_;
+  int64_t head_dim_;
   Attention attention_;
   Rope rope_;
   torch::Tensor mask_ = torch::empty({0}, torch::kBool);
@@ -147,7 +161,7 @@ TransformerLMImpl::TransformerLMImpl(const ModelConfig& config)
     layers_->blocks.push_back(Block(config));
     blocks->push_back(layers_->blocks.back());
   }
-  layers_->final_norm = register_module("final_norm", RMSNorm(config.d_model));
+  layers_->final_norm = register_module("final_norm", RMSNorm(config.d_model, config.rms_norm_eps));
   layers_->head =
       register_module("head", config.tie_embeddings ? Linear(layers_->embedding->weight)
                                                     : Linear(config.d_model, config.vocab_size));

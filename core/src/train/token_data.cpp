@@ -91,19 +91,29 @@ TokenSamples::TokenSamples(const SampleSource& source, int64_t context, int64_t 
   file_ = std::make_unique<MappedFile>();
   file_->data = static_cast<const unsigned char*>(mapped);
   file_->bytes = bytes;
-  windows_ = (tokens - 1) / context;
+  stride_ = source.file_order ? context + 1 : context;
+  windows_ = source.file_order ? tokens / stride_ : (tokens - 1) / context;
 }
 
 TokenSamples::~TokenSamples() = default;
 
 int64_t TokenSamples::window_of_sample(int64_t g) const {
+  if (source_.file_order) {
+    if (g >= windows_) {
+      throw OptionError(source_.flag, "'" + source_.path + "' holds " + std::to_string(windows_) +
+                                          " windows of --context + 1 tokens, and window " +
+                                          std::to_string(g) +
+                                          " was asked for (--eval-batches × --batch windows)");
+    }
+    return g;
+  }
   const int64_t epoch = g / windows_;
   return permute(g % windows_, windows_, mix(seed_ ^ mix(static_cast<uint64_t>(epoch) + 1)));
 }
 
 torch::Tensor TokenSamples::window(int64_t index) const {
   const int64_t width = width_of(source_);
-  const unsigned char* begin = file_->data + index * context_ * width;
+  const unsigned char* begin = file_->data + index * stride_ * width;
   torch::Tensor out = torch::empty({context_ + 1}, torch::kInt64);
   int64_t* tokens = out.data_ptr<int64_t>();
   for (int64_t i = 0; i <= context_; ++i) {
@@ -121,7 +131,7 @@ torch::Tensor TokenSamples::window(int64_t index) const {
     }
     if (token < 0 || token >= vocab_size_) {
       throw OptionError(source_.flag, "token " + std::to_string(token) + " at index " +
-                                          std::to_string(index * context_ + i) + " of '" +
+                                          std::to_string(index * stride_ + i) + " of '" +
                                           source_.path + "' is outside the vocabulary of " +
                                           std::to_string(vocab_size_));
     }
@@ -150,7 +160,8 @@ SampleSource training_source(const DdpJobOptions& o) {
 }
 
 SampleSource eval_source(const DdpJobOptions& o) {
-  return {o.eval_data, !o.data_text.empty(), o.data_dtype, "--eval-data"};
+  return {o.eval_data, !o.data_text.empty(), o.data_dtype, "--eval-data",
+          o.eval_order == EvalOrder::kFile};
 }
 
 }  // namespace ddpd::detail

@@ -18,6 +18,10 @@ struct SampleSource {
   bool text = false;
   TokenDtype dtype = TokenDtype::kUint16;  // a token file's (not text)
   std::string flag = "--data";             // named in errors
+  // --eval-order file: sample g is window g of the file in file order, windows of context + 1
+  // tokens that share nothing (window k is tokens [k(C+1), (k+1)(C+1))), so any framework can
+  // recompute the loss over them (docs/data.md). A sample past the last window is an error.
+  bool file_order = false;
 };
 
 // Sample g (a global index counting from the job's start: step s's global batch is samples
@@ -51,6 +55,7 @@ class TokenSamples {
   uint64_t seed_;
   std::unique_ptr<MappedFile> file_;  // null for random tokens
   int64_t windows_ = 0;
+  int64_t stride_ = 0;  // tokens from one window's start to the next's
 };
 
 // The job's training samples (--data, --data-text or random) and held-out samples (--eval-data,

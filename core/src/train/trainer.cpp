@@ -11,12 +11,14 @@
 #include <thread>
 
 #include "ddpd/common/fault_injection.h"
+#include "ddpd/common/hf_config.h"
 #include "ddpd/common/intervals.h"
 #include "ddpd/common/unix_time.h"
 #include "ddpd/core/grad_sync.h"
 #include "ddpd/core/model.h"
 #include "ddpd/core/sharded_optimizer.h"
 #include "device/device.h"
+#include "hf/hf_weights.h"
 #include "train/adamw_step.h"
 #include "train/checkpoint.h"
 #include "train/error_line.h"
@@ -150,6 +152,8 @@ struct Trainer::Impl {
   // The mean held-out loss over --eval-batches global batches (the same ones every time),
   // across ranks. A collective.
   double evaluate();
+  // --export-hf: the full parameters as a Hugging Face model directory. A collective.
+  void export_model();
 
   // The parts of a step (Trainer::train_step), in order.
   std::vector<torch::Tensor> micro_batches_of(int64_t step_index) const;
@@ -228,9 +232,22 @@ void Trainer::Impl::build_model(TrainerHooks& job_hooks) {
   model = TransformerLM(model_config);
   model->to(device);  // before the synchroniser, whose buffers follow the parameters
   if (job_hooks.prepare_model) job_hooks.prepare_model(*model);
-  for (const auto& [name, p] : named_unique_parameters(*model)) {
-    parameter_shapes.emplace_back(name, p.sizes().vec());
-  }
+  const auto named = named_unique_parameters(*model);
+  // Every rank reads the same weights, so the synchroniser's broadcast changes nothing.
+  if (!options.init_from.empty()) detail::load_hf_weights(options.init_from, model_config, named);
+  for (const auto& [name, p] : named) parameter_shapes.emplace_back(name, p.sizes().vec());
+}
+
+void Trainer::Impl::export_model() {
+  // Every rank takes part (fsdp gathers); rank 0 writes.
+  const std::vector<torch::Tensor> full = sync->full_parameters();
+  if (comm->rank() != 0) return;
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (size_t i = 0; i < full.size(); ++i)
+    named.emplace_back(parameter_shapes.at(i).first, full[i]);
+  const nlohmann::json base =
+      options.init_from.empty() ? nlohmann::json::object() : read_hf_config(options.init_from);
+  detail::save_hf_model(options.export_hf, model->config(), base, named, options.max_shard_bytes);
 }
 
 void Trainer::Impl::build_optimizer() {
@@ -253,7 +270,7 @@ void Trainer::Impl::build_data() {
   const int64_t vocab = model->config().vocab_size;
   data = std::make_unique<detail::TokenSamples>(detail::training_source(options),
                                                 options.context_length, vocab, options.seed + 1);
-  if (options.eval_every > 0) {
+  if (!options.eval_data.empty()) {
     eval_data = std::make_unique<detail::TokenSamples>(
         detail::eval_source(options), options.context_length, vocab, options.seed + 2);
   }
@@ -313,7 +330,8 @@ Trainer::~Trainer() = default;
 double Trainer::Impl::evaluate() {
   torch::NoGradGuard no_grad;
   sync->prepare_forward();
-  torch::Tensor total = torch::zeros({1}, torch::kFloat32).to(comm->device());
+  // Summed in float64: the float64 verification runs compare eval_loss with transformers'.
+  torch::Tensor total = torch::zeros({1}, torch::kFloat64).to(comm->device());
   const int64_t context = options.context_length;
   for (int64_t b = 0; b < options.eval_batches; ++b) {
     // The same held-out batches every time: batches 0 .. B-1 of the eval order.
@@ -321,7 +339,7 @@ double Trainer::Impl::evaluate() {
     detail::AutocastScope autocast(comm->device(), options.precision == Precision::kBf16);
     total +=
         language_model_loss(model->forward(rows.narrow(1, 0, context)), rows.narrow(1, 1, context))
-            .to(torch::kFloat32);
+            .to(torch::kFloat64);
   }
   sync->end_forward_only();
   comm->all_reduce_sum(total, "all_reduce/eval_loss").wait();
@@ -502,6 +520,10 @@ TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_st
   TrainingResult result;
   impl_->cancelled = cancelled;
   const int64_t every = impl_->options.checkpoint_every;
+  // --steps 0 (or a resume at the last step): the evaluation of the model as it starts.
+  if (impl_->start_step >= impl_->options.steps && impl_->eval_data) {
+    result.initial_eval_loss = impl_->evaluate();
+  }
   for (int64_t step = impl_->start_step; step < impl_->options.steps; ++step) {
     if (cancelled && cancelled()) throw JobCancelled("job cancelled");
     try {
@@ -532,6 +554,7 @@ TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_st
     }
     if (on_step) on_step(result.steps.back());
   }
+  if (!impl_->options.export_hf.empty()) impl_->export_model();
   impl_->enter(kIdle);
   result.synchronization = synchronization();
   result.transport = impl_->comm->transport();

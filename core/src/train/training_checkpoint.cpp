@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 
+#include "ddpd/common/hf_config.h"
 #include "ddpd/common/remove_tree.h"
 
 namespace ddpd::detail {
@@ -15,7 +16,7 @@ bool holds_state_of(const TrainingState& s, const torch::Tensor& optimizer_param
   return !s.sharded || s.sharded->owner_of(optimizer_param) == s.comm.rank();
 }
 
-nlohmann::json checkpoint_header(const TrainingState& s, int64_t steps_done) {
+nlohmann::json checkpoint_fields(const TrainingState& s, int64_t steps_done) {
   const ModelConfig& c = s.model.config();
   const DdpJobOptions& o = s.options;
   return {{"format_version", kCheckpointFormatVersion},
@@ -25,6 +26,11 @@ nlohmann::json checkpoint_header(const TrainingState& s, int64_t steps_done) {
             {"d_ff", c.d_ff},
             {"num_layers", c.num_layers},
             {"num_heads", c.num_heads},
+            {"num_kv_heads", c.kv_heads()},
+            {"head_dim", c.resolved_head_dim()},
+            {"qkv_bias", c.qkv_bias},
+            {"rms_norm_eps", c.rms_norm_eps},
+            {"rope_theta", c.rope_theta},
             {"context_length", o.context_length},
             {"tie_embeddings", c.tie_embeddings}}},
           {"strategy", enum_name(o.strategy)},
@@ -41,6 +47,13 @@ nlohmann::json checkpoint_header(const TrainingState& s, int64_t steps_done) {
             {"beta2", o.beta2},
             {"eps", o.eps},
             {"weight_decay", o.weight_decay}}}};
+}
+
+nlohmann::json checkpoint_header(const TrainingState& s, int64_t steps_done) {
+  nlohmann::json header = checkpoint_fields(s, steps_done);
+  // An imported model's own config.json, so an offline export keeps its other fields.
+  if (!s.options.init_from.empty()) header["hf_config"] = read_hf_config(s.options.init_from);
+  return header;
 }
 
 // Adds this rank's part of every parameter and its AdamW state to `writer`. Replicated tensors
@@ -108,11 +121,16 @@ void check_checkpoint_dir_writable(const DdpJobOptions& options, int rank) {
 void load_parameters(CheckpointReader& reader, TransformerLMImpl& model) {
   const auto& saved = reader.metadata().at("model");
   const ModelConfig& config = model.config();
-  for (const auto& [key, value] : std::map<std::string, int64_t>{{"vocab_size", config.vocab_size},
-                                                                 {"d_model", config.d_model},
-                                                                 {"d_ff", config.d_ff},
-                                                                 {"num_layers", config.num_layers},
-                                                                 {"num_heads", config.num_heads}}) {
+  for (const auto& [key, value] :
+       std::map<std::string, int64_t>{{"vocab_size", config.vocab_size},
+                                      {"d_model", config.d_model},
+                                      {"d_ff", config.d_ff},
+                                      {"num_layers", config.num_layers},
+                                      {"num_heads", config.num_heads},
+                                      {"num_kv_heads", config.kv_heads()},
+                                      {"head_dim", config.resolved_head_dim()}}) {
+    // Checkpoints from before grouped-query attention have no num_kv_heads or head_dim.
+    if (!saved.contains(key)) continue;
     if (saved.at(key).get<int64_t>() != value) {
       throw OptionError("--resume", "the checkpoint's model has " + key + " " +
                                         saved.at(key).dump() + ", this job's " +

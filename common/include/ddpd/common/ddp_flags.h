@@ -10,6 +10,18 @@
 namespace ddpd {
 
 void add_ddp_flags(CLI::App& app, DdpJobOptions& options);
+
+// An offline export of a ddpd checkpoint as a Hugging Face model directory (ddpd-worker export,
+// ddpctl export; docs/models.md).
+struct ExportOptions {
+  std::string checkpoint;  // DIR/step-N, or a checkpoint directory holding `latest`
+  std::string hf_dir;      // --hf
+  int64_t max_shard_bytes = kDefaultMaxShardBytes;
+};
+void add_export_flags(CLI::App& app, ExportOptions& options);
+// A size in Hugging Face's decimal units (5GB is 5e9 bytes; plain digits are bytes); throws
+// OptionError("--max-shard-size").
+int64_t parse_shard_size(const std::string& text);
 // Comm-benchmark flags; --sizes is parsed into options.sizes_bytes (OptionError on bad sizes).
 void add_comm_flags(CLI::App& app, CommBenchOptions& options);
 // A comm job's flags: add_comm_flags plus --backend, --transport and --timeout (ddpctl submit

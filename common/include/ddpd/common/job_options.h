@@ -25,12 +25,24 @@ struct ModelConfig {
   int64_t num_layers = 2;
   int64_t num_heads = 4;
   double rope_theta = 10000.0;
+  // Grouped-query attention: key/value heads, each shared by num_heads / num_kv_heads query
+  // heads (1: multi-query). 0: num_heads (plain multi-head attention, every preset).
+  int64_t num_kv_heads = 0;
+  // Width of one attention head. 0: d_model / num_heads (every preset); a Hugging Face config
+  // may give another (then q and o are num_heads * head_dim wide).
+  int64_t head_dim = 0;
+  double rms_norm_eps = 1e-5;
+  // q, k and v projections carry a bias (Qwen2). Off in every preset.
+  bool qkv_bias = false;
   // The LM head reuses the embedding matrix. Off in every preset (an untied head); tests use
   // it to check that a parameter shared by two modules is synchronised once.
   bool tie_embeddings = false;
   // How attention is computed: naive, flash or sdpa (never auto: DdpJobOptions::resolved_model
   // resolves it for the job's device); same values and gradients within float tolerance.
   Attention attention = Attention::kNaive;
+
+  int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
+  int64_t resolved_head_dim() const { return head_dim > 0 ? head_dim : d_model / num_heads; }
 };
 
 // Preset names, smallest first: tiny, small, medium, large, xl, 2.7B.
@@ -39,9 +51,14 @@ const std::vector<std::string>& model_preset_names();
 ModelConfig model_preset(const std::string& name);
 // Parameter count of the LM for `config` (equals the Python peer's for the same shape).
 int64_t count_parameters(const ModelConfig& config);
+// Parameters of one Transformer block: two norm gains, q/k/v/o (with GQA and q/k/v biases) and
+// the SwiGLU's three matrices.
+int64_t block_parameter_count(const ModelConfig& config);
 
 // --timeout's default: every collective and the rendezvous, 5 minutes as in torch.distributed.
 constexpr double kDefaultCollectiveTimeoutSeconds = 300.0;
+// --max-shard-size's default: Hugging Face's save_pretrained shards above 5 GB (decimal).
+constexpr int64_t kDefaultMaxShardBytes = 5'000'000'000;
 // The largest --timeout accepted: 30 days, in seconds.
 constexpr double kMaxCollectiveTimeoutSeconds = 30.0 * 24 * 3600;
 // --threads above this is refused; below it, a worker clamps it to its own cores (a rank with
@@ -86,6 +103,9 @@ enum class LrSchedule { kConstant, kCosine, kLinear };
 enum class GradCompression { kNone, kFp16, kBf16 };
 // FSDP's units: block (the embedding, each block, the final norm with the head) | whole.
 enum class FsdpUnits { kBlock, kWhole };
+// Which --eval-data windows an evaluation reads: sampled (the seeded order the training data
+// uses) | file (the first windows in file order, so any framework can recompute eval_loss).
+enum class EvalOrder { kSampled, kFile };
 
 // How CPU ranks exchange data (docs/shm-transport.md). kAuto, the default: shared memory when
 // every rank is on one host and can map the segment, else Gloo with the reason in the result
@@ -133,6 +153,7 @@ DDPD_ENUM_INFO(OnStall, "--on-stall");
 DDPD_ENUM_INFO(LrSchedule, "--lr-schedule");
 DDPD_ENUM_INFO(GradCompression, "--grad-compression");
 DDPD_ENUM_INFO(FsdpUnits, "--fsdp-units");
+DDPD_ENUM_INFO(EvalOrder, "--eval-order");
 DDPD_ENUM_INFO(Transport, "--transport");
 DDPD_ENUM_INFO(GroupTransport, "transport");
 DDPD_ENUM_INFO(Backend, "--backend");
@@ -239,6 +260,16 @@ struct DdpJobOptions {
   std::string eval_data;
   int64_t eval_every = 0;
   int64_t eval_batches = 4;
+  EvalOrder eval_order = EvalOrder::kSampled;
+  // A Hugging Face model directory (config.json, model.safetensors or its shards): the model's
+  // shape comes from its config and its weights replace the random initialisation
+  // (docs/models.md). Empty: the preset, randomly initialised.
+  std::string init_from;
+  // At the end of the job, rank 0 writes the trained weights here as a Hugging Face model
+  // directory (config.json and safetensors) that transformers loads. Empty: no export.
+  std::string export_hf;
+  // The largest safetensors file an export writes before it shards.
+  int64_t max_shard_bytes = kDefaultMaxShardBytes;
   // overlap and bucketed launch gradient collectives in one order every rank agrees on. After
   // the first step they adopt the order in which rank 0's gradients became ready, as c10d's
   // Reducer rebuilds its buckets; static_buckets keeps reverse registration order.
@@ -259,7 +290,8 @@ struct DdpJobOptions {
   // unit and step, the full model's parameters alive at the end of forward (ZeRO-2-like).
   bool reshard_after_forward = true;
 
-  // The preset with the overrides applied.
+  // The preset with the overrides applied; with init_from, the shape its config.json gives
+  // (reads the file; a shape flag that contradicts it is an OptionError naming both).
   ModelConfig resolved_model() const;
   // `attention` with auto resolved for `device`: sdpa on CUDA, naive on CPU.
   Attention resolved_attention() const;

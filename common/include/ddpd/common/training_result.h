@@ -134,6 +134,8 @@ struct TrainingResult {
   // world size 1, where nothing travels).
   std::string gradient_wire_dtype = "fp32";
   std::vector<StepMetrics> steps;
+  // --steps 0 with --eval-data: the held-out loss of the model as it starts (no step ran).
+  std::optional<double> initial_eval_loss;
   TrainingSummary summary;
   MemoryProfile memory;
   StepProfile profile;  // rank 0's

@@ -1,0 +1,45 @@
+#include "ddpd/core/hf_export.h"
+
+#include "hf/hf_weights.h"
+#include "train/checkpoint.h"
+
+namespace ddpd {
+namespace {
+
+// The model a checkpoint's metadata records. Fields newer than the checkpoint take the preset
+// defaults (checkpoints from before grouped-query attention).
+ModelConfig recorded_model(const nlohmann::json& model) {
+  ModelConfig c;
+  c.vocab_size = model.at("vocab_size");
+  c.d_model = model.at("d_model");
+  c.d_ff = model.at("d_ff");
+  c.num_layers = model.at("num_layers");
+  c.num_heads = model.at("num_heads");
+  c.num_kv_heads = model.value("num_kv_heads", c.num_heads);
+  c.head_dim = model.value("head_dim", c.d_model / c.num_heads);
+  c.qkv_bias = model.value("qkv_bias", false);
+  c.rms_norm_eps = model.value("rms_norm_eps", c.rms_norm_eps);
+  c.rope_theta = model.value("rope_theta", c.rope_theta);
+  c.tie_embeddings = model.value("tie_embeddings", false);
+  return c;
+}
+
+}  // namespace
+
+int export_checkpoint_to_hf(const std::string& checkpoint, const std::string& out_dir,
+                            int64_t max_shard_bytes) {
+  detail::CheckpointReader reader(detail::resolve_resume(checkpoint, ""));
+  const ModelConfig config = recorded_model(reader.metadata().at("model"));
+  std::vector<std::pair<std::string, torch::Tensor>> full;
+  for (const auto& name : detail::hf_tensor_names(config)) {
+    const std::string tensor = "param/" + name.ddpd;
+    const std::vector<int64_t> shape = reader.shape(tensor);
+    const int64_t numel = c10::multiply_integers(shape);
+    full.emplace_back(name.ddpd, reader.read(tensor, 0, numel).reshape(shape));
+  }
+  const nlohmann::json base = reader.metadata().value("hf_config", nlohmann::json::object());
+  detail::save_hf_model(out_dir, config, base, full, max_shard_bytes);
+  return static_cast<int>(full.size());
+}
+
+}  // namespace ddpd
