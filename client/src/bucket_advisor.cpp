@@ -8,15 +8,20 @@ namespace ddpd::plan {
 std::vector<GradientTensor> transformer_gradients(const ModelConfig& c) {
   const double d = static_cast<double>(c.d_model), ff = static_cast<double>(c.d_ff),
                vocab = static_cast<double>(c.vocab_size);
+  const double q_width = static_cast<double>(c.num_heads * c.resolved_head_dim());
+  const double kv_width = static_cast<double>(c.kv_heads() * c.resolved_head_dim());
   std::vector<GradientTensor> out;
   auto add = [&](double elements, double compute) { out.push_back({4 * elements, compute}); };
   if (!c.tie_embeddings) add(vocab * d, vocab * d);  // head
   add(d, 0);                                         // final norm
   for (int64_t layer = 0; layer < c.num_layers; ++layer) {
     for (int i = 0; i < 3; ++i) add(d * ff, d * ff);  // w2, w3, w1
-    for (int i = 0; i < 4; ++i) add(d * d, d * d);    // o, v, k, q
-    add(d, 0);                                        // norm2
-    add(d, 0);                                        // norm1
+    // o, v, k, q (grouped-query attention: k and v are kv_heads wide; q/k/v biases apart)
+    add(q_width * d, q_width * d);
+    for (int i = 0; i < 2; ++i) add(kv_width * d + (c.qkv_bias ? kv_width : 0), kv_width * d);
+    add(q_width * d + (c.qkv_bias ? q_width : 0), q_width * d);
+    add(d, 0);  // norm2
+    add(d, 0);  // norm1
   }
   add(vocab * d, c.tie_embeddings ? vocab * d : 0);  // embedding (a lookup: no matmul)
   return out;

@@ -49,6 +49,20 @@ double predicted_overhead_s(double gradient_bytes, double bandwidth, double over
   return gradient_bytes / (buckets * bandwidth) + buckets * overhead_s;
 }
 
+ModelConfig TransformerShape::config() const {
+  ModelConfig c;
+  c.d_model = d_model;
+  c.d_ff = d_ff;
+  c.num_layers = layers;
+  c.vocab_size = vocab;
+  c.tie_embeddings = tied;
+  c.num_heads = heads > 0 ? heads : 1;  // one head of width d_model: the same q/k/v/o counts
+  c.num_kv_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.qkv_bias = qkv_bias;
+  return c;
+}
+
 std::vector<StrategyMemory> strategy_memory(const TransformerShape& model, int64_t world,
                                             int64_t prefetch) {
   const double p = 4.0 * static_cast<double>(model.parameters());

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "ddpd/common/job_options.h"
+
 namespace ddpd::plan {
 
 // An FFN-only model of `blocks` blocks of two linears d_model→d_ff→d_model, no biases.
@@ -63,9 +65,16 @@ struct TransformerShape {
   int64_t layers = 8;
   int64_t vocab = 10000;
   bool tied = false;
-  int64_t block_parameters() const {
-    return 4 * d_model * d_model + 3 * d_model * d_ff + 2 * d_model;
-  }
+  // Attention's shape counts only with grouped-query attention, a head width other than
+  // d_model / heads, or q/k/v biases (an imported model: --init-from); 0: multi-head attention.
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  bool qkv_bias = false;
+
+  // The job model's view of this shape, whose block_parameter_count() the block counts.
+  ModelConfig config() const;
+  int64_t block_parameters() const { return block_parameter_count(config()); }
   int64_t embedding_parameters() const { return vocab * d_model; }
   int64_t head_parameters() const { return (tied ? 0 : vocab * d_model) + d_model; }
   int64_t parameters() const {

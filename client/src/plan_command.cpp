@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "bucket_advisor.h"
+#include "ddpd/common/hf_config.h"
 #include "ddpd/common/job_options.h"
 #include "ddpd/common/result_json.h"
 
@@ -37,13 +38,32 @@ void add_memory_flags(CLI::App& app, MemoryFlags& f) {
   app.add_option("--layers", f.model.layers, "Transformer blocks")->capture_default_str();
   app.add_option("--vocab", f.model.vocab, "Vocabulary")->capture_default_str();
   app.add_flag("--tie-embeddings", f.model.tied, "The LM head shares the embedding's weight");
+  app.add_option("--init-from", f.init_from,
+                 "A Hugging Face model directory: the shape of its config.json (docs/models.md)");
   app.add_option("--world", f.world, "Ranks")->capture_default_str();
   app.add_option("--fsdp-prefetch", f.prefetch, "fsdp: units gathered ahead")
       ->capture_default_str();
   app.add_flag("--json", f.json, "Print JSON");
 }
 
-void print_memory_plan(const MemoryFlags& f) {
+// The shape `--init-from`'s config.json describes.
+static plan::TransformerShape imported_shape(const std::string& dir) {
+  const ModelConfig c = model_config_from_hf(read_hf_config(dir), hf_config_path(dir));
+  plan::TransformerShape shape;
+  shape.d_model = c.d_model;
+  shape.d_ff = c.d_ff;
+  shape.layers = c.num_layers;
+  shape.vocab = c.vocab_size;
+  shape.tied = c.tie_embeddings;
+  shape.heads = c.num_heads;
+  shape.kv_heads = c.kv_heads();
+  shape.head_dim = c.resolved_head_dim();
+  shape.qkv_bias = c.qkv_bias;
+  return shape;
+}
+
+void print_memory_plan(MemoryFlags f) {
+  if (!f.init_from.empty()) f.model = imported_shape(f.init_from);
   for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--d-model", f.model.d_model},
                                     {"--d-ff", f.model.d_ff},
                                     {"--layers", f.model.layers},

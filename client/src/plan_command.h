@@ -25,12 +25,13 @@ struct PlanFlags {
 // `ddpctl plan memory`: per-rank bytes of each strategy on a Transformer.
 struct MemoryFlags {
   plan::TransformerShape model;
+  std::string init_from;  // a Hugging Face model directory: its config.json gives the shape
   int64_t world = 2;
   int64_t prefetch = 1;
   bool json = false;
 };
 void add_memory_flags(CLI::App& app, MemoryFlags& f);
-void print_memory_plan(const MemoryFlags& f);
+void print_memory_plan(MemoryFlags f);  // by value: --init-from replaces its shape
 
 struct BucketFlags {
   std::string from_result;   // a `ddpd-worker run comm --json` result file

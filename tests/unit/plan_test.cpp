@@ -59,17 +59,22 @@ TEST(Plan, BucketAdvisorByHand) {
 }
 
 TEST(BucketSimulation, TransformerTensorsInBackwardOrderCoverEveryParameterOnce) {
-  ModelConfig c = model_preset("tiny");
-  for (bool tied : {false, true}) {
-    c.tie_embeddings = tied;
+  ModelConfig untied = model_preset("tiny");
+  ModelConfig tied = untied;
+  tied.tie_embeddings = true;
+  ModelConfig gqa = tied;  // an imported model's shape: grouped-query attention, q/k/v biases
+  gqa.num_kv_heads = 2;
+  gqa.qkv_bias = true;
+  for (const ModelConfig& c : {untied, tied, gqa}) {
+    const bool is_tied = c.tie_embeddings;
     const auto tensors = transformer_gradients(c);
     double bytes = 0;
     for (const auto& t : tensors) bytes += t.bytes;
     EXPECT_DOUBLE_EQ(bytes, 4.0 * count_parameters(c));
     // The embedding comes last; untied, the head (a V x d matmul) first.
     EXPECT_DOUBLE_EQ(tensors.back().bytes, 4.0 * c.vocab_size * c.d_model);
-    EXPECT_EQ(tensors.back().compute > 0, tied);
-    if (!tied) EXPECT_DOUBLE_EQ(tensors.front().compute, 1.0 * c.vocab_size * c.d_model);
+    EXPECT_EQ(tensors.back().compute > 0, is_tied);
+    if (!is_tied) EXPECT_DOUBLE_EQ(tensors.front().compute, 1.0 * c.vocab_size * c.d_model);
   }
 }
 
@@ -118,6 +123,19 @@ TEST(Plan, StrategyMemoryByHand) {
   tied.tied = true;
   EXPECT_DOUBLE_EQ(strategy_memory(tied, 2, 1)[3].peak_parameter_bytes,
                    10240000.0 + 1024.0 + 2 * 4196352.0);
+}
+
+TEST(Plan, AnImportedShapeCountsGroupedQueryAttentionAndBiases) {
+  // 8 heads of 32 sharing 2 KV heads, q/k/v biases: q and o are 256², k and v 256·64 each,
+  // biases 256 + 2·64; the rest of a block as before (3·256·1024 + 2·256).
+  TransformerShape gqa;
+  gqa.heads = 8;
+  gqa.kv_heads = 2;
+  gqa.qkv_bias = true;
+  const int64_t block = 2 * 256 * 256 + 2 * 256 * 64 + (256 + 2 * 64) + 3 * 256 * 1024 + 2 * 256;
+  EXPECT_EQ(gqa.block_parameters(), block);
+  EXPECT_EQ(gqa.parameters(), count_parameters(gqa.config()));
+  EXPECT_LT(gqa.parameters(), TransformerShape{}.parameters());
 }
 
 }  // namespace
