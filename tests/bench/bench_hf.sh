@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Benchmark (not a test): ddpd against PyTorch 2.11 DDP on a real shape, a SmolLM2-135M-shaped
+# Llama (hidden 576, 30 layers, 9 heads, 3 KV heads, ff 1536, vocab 49152, tied, rope_theta
+# 1e5), randomly initialised and saved by transformers. Both sides start from those weights:
+# ddpd through --init-from, the peer (tests/bench/hf_ddp_ref.py) as transformers'
+# LlamaForCausalLM under DistributedDataParallel, configured as an expert would (DDP_EXPERT=1:
+# gradient_as_bucket_view=True, static_graph=True), gloo, one compute thread per rank, bucket 25
+# MB, AdamW. 2 ranks, the same global batch and context, random tokens; ddpd bucketed.
+# Prints step ms, tokens/s, peak RSS per rank and ours/peer, with the peer's versions. The runs
+# alternate ROUNDS times so drift on a shared host hits both.
+# Usage: tests/bench/bench_hf.sh [STEPS] [ROUNDS] [GLOBAL_BATCH] [CONTEXT]   (build first)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+steps=${1:-8}
+rounds=${2:-2}
+batch=${3:-4}
+context=${4:-256}
+python=$PWD/.venv/bin/python
+worker=build/bin/ddpd-worker
+export OPENBLAS_NUM_THREADS=1
+[ -x "$python" ] || { echo "no $python: run scripts/setup.sh" >&2; exit 1; }
+[ -x "$worker" ] || { echo "build first: bash scripts/build.sh" >&2; exit 1; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+model=$tmp/smollm2-135m-shape
+
+"$python" - "$model" <<'PY'
+import sys, torch, transformers
+config = transformers.LlamaConfig(hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+    num_attention_heads=9, num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True,
+    rms_norm_eps=1e-5, rope_theta=100000.0, max_position_embeddings=8192)
+torch.manual_seed(0)
+model = transformers.LlamaForCausalLM(config)
+model.save_pretrained(sys.argv[1])
+print(f"model: SmolLM2-135M shape, {sum(p.numel() for p in model.parameters())/1e6:.1f} M parameters")
+PY
+
+ours() {  # → "step_ms tokens_per_s peak_rss_mb"
+  local out
+  out=$(bash scripts/launch-local.sh 2 -- "$worker" run ddp --init-from "$model" --strategy bucketed \
+        --batch "$batch" --context "$context" --steps "$steps" --warmup-steps 2 --threads 1 \
+        --spread-every 0 --json)
+  echo "$out" >"$tmp/ours.json"
+  "$python" - "$tmp/ours.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+s, m = r["summary"], r["memory"]["after_step"]
+print(f"{s['median_step_seconds'] * 1e3:.1f} {s['tokens_per_second']:.0f} {m['peak_bytes'] / 2**20:.0f}")
+PY
+}
+peer() {  # → "step_ms tokens_per_s peak_rss_mb" ; keeps the version line
+  local out
+  out=$(DDP_EXPERT=1 timeout 900 "$python" tests/bench/hf_ddp_ref.py "$model" 2 "$batch" "$context" "$steps" 25)
+  echo "$out" >"$tmp/peer.line"
+  sed -n 's/.*median_step_ms=\([0-9.]*\) tokens_per_s=\([0-9]*\) peak_rss_mb=\([0-9]*\).*/\1 \2 \3/p' <<<"$out"
+}
+
+our_ms=() peer_ms=()
+for ((r = 1; r <= rounds; r++)); do
+  read -r o_ms o_tps o_rss < <(ours)
+  read -r p_ms p_tps p_rss < <(peer)
+  echo "round $r: ddpd $o_ms ms ($o_tps tokens/s, $o_rss MB), peer $p_ms ms ($p_tps tokens/s, $p_rss MB)"
+  our_ms+=("$o_ms") peer_ms+=("$p_ms")
+done
+median() { "$python" -c "import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))" "$@"; }
+om=$(median "${our_ms[@]}") pm=$(median "${peer_ms[@]}")
+echo "peer: $(sed 's/ median_step_ms.*//' "$tmp/peer.line") (DistributedDataParallel, gloo, LlamaForCausalLM sdpa)"
+echo "config: 2 ranks, global batch $batch, context $context, $steps steps (2 warm-up), $(nproc) cores"
+printf '| | step ms | tokens/s | peak RSS MB/rank |\n| --- | ---: | ---: | ---: |\n'
+printf '| ddpd bucketed | %s | %.0f | %s |\n' "$om" "$("$python" -c "print($batch*$context/($om/1e3))")" "$o_rss"
+printf '| PyTorch DDP (expert) | %s | %.0f | %s |\n' "$pm" "$("$python" -c "print($batch*$context/($pm/1e3))")" "$p_rss"
+echo "ours/peer: $("$python" -c "print(f'{$om/$pm:.3f}')") (goal <= 0.85)"
