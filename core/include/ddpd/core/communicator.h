@@ -71,13 +71,6 @@ class CollectiveDesync : public CollectiveError {
   int named_rank_;
 };
 
-// An asynchronous collective. On CPU (Gloo), wait() blocks until it completes or the
-// communicator's timeout passes, and throws std::runtime_error (with the collective's name) on
-// timeout or failure (a CollectiveError). On CUDA (NCCL), wait() makes the caller's current stream
-// wait for the collective without blocking the host (a timeout there would turn newer PyTorch's
-// wait into a host-side poll); NCCL's watchdog enforces the timeout given to the process group. The
-// tensors passed in `keep_alive` stay referenced until wait(), so their memory is not reused
-// by the caller's stream before the collective is done with it.
 // A collective's entry in its communicator's journal, marked failed when wait() throws.
 struct JournalTicket {
   std::shared_ptr<CollectiveJournal> journal;  // null: not journalled
@@ -86,6 +79,13 @@ struct JournalTicket {
   std::shared_ptr<const std::atomic<bool>> aborted;  // Communicator::abort(); null: never
 };
 
+// An asynchronous collective. On CPU (Gloo), wait() blocks until it completes or the
+// communicator's timeout passes, and throws std::runtime_error (with the collective's name) on
+// timeout or failure (a CollectiveError). On CUDA (NCCL), wait() makes the caller's current stream
+// wait for the collective without blocking the host (a timeout there would turn newer PyTorch's
+// wait into a host-side poll); NCCL's watchdog enforces the timeout given to the process group. The
+// tensors passed in `keep_alive` stay referenced until wait(), so their memory is not reused
+// by the caller's stream before the collective is done with it.
 class PendingCollective {
  public:
   PendingCollective() = default;

@@ -45,6 +45,12 @@ struct TrainerProgress {
   int64_t step = 0;
 };
 
+// run() was told to stop (its `cancelled` returned true, or the communicator was aborted).
+class JobCancelled : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Thread contract: one thread drives a Trainer. The observer runs on that thread after each
 // step; a cancellation check can be passed to run() and is polled between steps (and by an
 // injected hang). progress() may be read from any thread.
@@ -61,12 +67,6 @@ struct TrainerProgress {
 // CollectiveError it throws, the same analysis the coordinator gives a live stall: the ranks
 // that wait, the collective, and the ranks that have not joined it (those that did not report
 // are stuck outside collectives, or gone), or a desync (docs/diagnosis.md).
-// run() was told to stop (its `cancelled` returned true, or the communicator was aborted).
-class JobCancelled : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
 class Trainer {
  public:
   // Builds the model (seeded with seed + rank), the synchroniser (which broadcasts rank 0's
