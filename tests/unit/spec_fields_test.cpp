@@ -44,7 +44,8 @@ v1::DdpSpec spec_setting_every_field() {
       {"device", "cuda"},        {"data_dtype", "int32"},
       {"on_stall", "warn"},      {"transport", "shm"},
       {"lr_schedule", "cosine"}, {"grad_compression", "fp16"},
-      {"fsdp_units", "whole"},   {"inject", "slow:rank=1,step=2,factor=3"}};
+      {"fsdp_units", "whole"},   {"inject", "slow:rank=1,step=2,factor=3"},
+      {"eval_order", "file"}};
   v1::DdpSpec spec;
   const auto* reflection = spec.GetReflection();
   const auto* descriptor = spec.GetDescriptor();
