@@ -205,6 +205,14 @@ int64_t shard_size_of(const std::string& text) {
   return value * scale;
 }
 
+// --max-shard-size, for a job's --export-hf and for `export`: one declaration, one default.
+void add_max_shard_size_option(CLI::App& app, int64_t& bytes, const std::string& help) {
+  app.add_option_function<std::string>(
+         "--max-shard-size", [&bytes](const std::string& text) { bytes = shard_size_of(text); },
+         help)
+      ->default_str("5GB");
+}
+
 // Hugging Face models in and out (docs/models.md).
 void add_model_io_flags(CLI::App& app, DdpJobOptions& o) {
   app.add_option("--init-from", o.init_from,
@@ -213,11 +221,9 @@ void add_model_io_flags(CLI::App& app, DdpJobOptions& o) {
   app.add_option("--export-hf", o.export_hf,
                  "At the end, write the weights as a Hugging Face model directory "
                  "(config.json, model.safetensors)");
-  app.add_option_function<std::string>(
-         "--max-shard-size",
-         [&o](const std::string& text) { o.max_shard_bytes = shard_size_of(text); },
-         "--export-hf: the largest safetensors file before sharding (decimal units)")
-      ->default_str("5GB");
+  add_max_shard_size_option(
+      app, o.max_shard_bytes,
+      "--export-hf: the largest safetensors file before sharding (decimal units)");
 }
 
 // Per-strategy details, debugging and transport.
@@ -272,11 +278,8 @@ void add_export_flags(CLI::App& app, ExportOptions& o) {
                  "A ddpd checkpoint: DIR/step-N, or a --checkpoint-dir (its latest)")
       ->required();
   app.add_option("--hf", o.hf_dir, "The Hugging Face model directory to write")->required();
-  app.add_option_function<std::string>(
-         "--max-shard-size",
-         [&o](const std::string& text) { o.max_shard_bytes = shard_size_of(text); },
-         "The largest safetensors file before sharding (decimal units)")
-      ->default_str("5GB");
+  add_max_shard_size_option(app, o.max_shard_bytes,
+                            "The largest safetensors file before sharding (decimal units)");
 }
 
 void add_comm_flags(CLI::App& app, CommBenchOptions& o) {
