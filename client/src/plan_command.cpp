@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "bucket_advisor.h"
+#include "ddpd/common/bucket_assignment.h"
 #include "ddpd/common/hf_config.h"
 #include "ddpd/common/job_options.h"
 #include "ddpd/common/result_json.h"
@@ -284,7 +285,7 @@ nlohmann::json bucket_curve(const BucketFlags& f, const AllReduceMeasurements& m
   const plan::AllReduceTime all_reduce_time =
       m.back_to_back.empty() ? plan::AllReduceTime([=](double b) { return alpha + b / beta; })
                              : plan::interpolated_all_reduce_time(m.back_to_back, beta);
-  constexpr double kFirstBucketBytes = 1 << 20;  // ddpd's and c10d's first bucket
+  constexpr double kFirstBucketBytes = kFirstBucketMiB * (1 << 20);
   nlohmann::json curve = nlohmann::json::array();
   for (double mb : {1.0, 10.0, 100.0, 1000.0}) {
     const double bucket = mb * (1 << 20);

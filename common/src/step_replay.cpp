@@ -8,20 +8,14 @@
 
 #include "ddpd/common/bucket_assignment.h"
 #include "ddpd/common/intervals.h"
+#include "ddpd/common/median.h"
+#include "ddpd/common/shard_owners.h"
 #include "step_replay_internal.h"
 
 namespace ddpd {
 namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
-constexpr double kFirstBucketMiB = 1.0;  // the bucketed strategy's first cap (SyncOptions)
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
 
 // The comm fraction and tokens/s of figures whose times are set.
 void derive_rates(StepFigures& f) {
@@ -54,16 +48,11 @@ std::vector<const ProfiledStep*> measured_steps(const MeasuredJob& job) {
   return steps;
 }
 
-// Rank 0's share of ZeRO-1's parameter bytes: the greedy balance of ShardedOptimizer (largest
-// first, to the least-loaded rank, lowest rank on ties).
+// Rank 0's share of ZeRO-1's parameter bytes: ShardedOptimizer's balance (shard_owners.h).
 double rank0_owned_fraction(const std::vector<int64_t>& bytes, int world) {
   if (world <= 1) return 1.0;
-  std::vector<size_t> order(bytes.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return bytes[a] > bytes[b]; });
   std::vector<int64_t> owned(world, 0);
-  for (size_t k : order) *std::min_element(owned.begin(), owned.end()) += bytes[k];
+  assign_shard_owners(bytes, owned);
   const int64_t total = std::accumulate(bytes.begin(), bytes.end(), int64_t{0});
   return total > 0 ? static_cast<double>(owned[0]) / static_cast<double>(total) : 1.0;
 }

@@ -3,17 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ddpd/common/median.h"
+
 namespace ddpd {
-namespace {
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-}  // namespace
 
 TrainingSummary summarize(const std::vector<StepMetrics>& steps, int64_t warmup_steps) {
   TrainingSummary s;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "ddpd/common/median.h"
+
 namespace ddpd::coordinator {
 namespace {
 
@@ -14,14 +16,6 @@ constexpr double kMedianStandardError = 1.2533;
 // A compute time at or below zero (step minus exposed comm, rounded) counts as 1 µs, so that
 // its logarithm is finite; real steps take milliseconds.
 constexpr double kShortestCompute = 1e-6;
-
-double median(std::vector<double> values) {
-  const size_t n = values.size();
-  std::nth_element(values.begin(), values.begin() + n / 2, values.end());
-  const double upper = values[n / 2];
-  if (n % 2) return upper;
-  return 0.5 * (upper + *std::max_element(values.begin(), values.begin() + n / 2));
-}
 
 // ln(compute[r] / the median of the other ranks' compute), for every rank.
 std::vector<double> excesses(const std::vector<double>& compute) {

@@ -13,14 +13,11 @@
 #include <thread>
 
 #include "ddpd/common/job_options.h"
+#include "ddpd/common/seconds_since.h"
 #include "device/device.h"
 
 namespace ddpd {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 struct Stats {
   double mean = 0, std = 0, min = 0, max = 0;

@@ -15,6 +15,7 @@
 #include "comm/collective_check.h"
 #include "comm/failure_exchange.h"
 #include "comm/gloo_fallbacks.h"
+#include "ddpd/common/seconds_since.h"
 #include "ddpd/common/unix_time.h"
 #include "device/device.h"
 #include "shm/shm_process_group.h"
@@ -32,10 +33,6 @@ struct PendingSpan {
 };
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point epoch) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch).count();
-}
 
 // The journal's tag: the part of a span name after "op/" ("all_reduce/bucket3" → "bucket3").
 std::string tag_of(const std::string& name) {

@@ -4,6 +4,7 @@
 #include <numeric>
 #include <unordered_map>
 
+#include "ddpd/common/shard_owners.h"
 #include "device/device.h"
 #include "strategies/flat_buffer.h"
 #include "train/adamw_step.h"
@@ -36,31 +37,22 @@ struct ShardedOptimizer::State {
   std::vector<PendingCollective> pending;
   std::vector<Coalesced> coalesced;
 
-  // Greedy balance: largest parameter first, to the rank with the fewest owned bytes (lowest
-  // rank on ties). Deterministic, so every rank computes the same owners.
+  // Owners by the greedy balance of shard_owners.h, in the group's order.
   OptimizerParamGroup assign(const OptimizerParamGroup& group) {
     const auto& group_params = group.params();
-    std::vector<size_t> order(group_params.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return group_params[a].numel() > group_params[b].numel();
-    });
-    std::vector<bool> mine(group_params.size(), false);
-    for (size_t k : order) {
-      const auto& p = group_params[k];
+    std::vector<int64_t> bytes;
+    for (const auto& p : group_params) {
       TORCH_CHECK(!index_by_impl.count(p.unsafeGetTensorImpl()),
                   "add_param_group: a parameter is already in another group");
-      const int owner = static_cast<int>(std::min_element(owned_bytes.begin(), owned_bytes.end()) -
-                                         owned_bytes.begin());
-      owned_bytes[owner] += p.nbytes();
-      index_by_impl[p.unsafeGetTensorImpl()] = params.size();
-      params.push_back(p);
-      owners.push_back(owner);
-      mine[k] = owner == comm->rank();
+      bytes.push_back(static_cast<int64_t>(p.nbytes()));
     }
+    const std::vector<int> group_owners = assign_shard_owners(bytes, owned_bytes);
     std::vector<torch::Tensor> owned;
     for (size_t k = 0; k < group_params.size(); ++k) {
-      if (mine[k]) owned.push_back(group_params[k]);
+      index_by_impl[group_params[k].unsafeGetTensorImpl()] = params.size();
+      params.push_back(group_params[k]);
+      owners.push_back(group_owners[k]);
+      if (group_owners[k] == comm->rank()) owned.push_back(group_params[k]);
     }
     if (group.has_options()) return OptimizerParamGroup(owned, group.options().clone());
     return OptimizerParamGroup(owned);

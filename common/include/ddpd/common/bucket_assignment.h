@@ -9,6 +9,11 @@
 
 namespace ddpd {
 
+// The bucketed strategy's first bucket cap, MiB (c10d's: the first all-reduce starts early in
+// backward); the smaller of this and the bucket size applies. The strategy, the replay and
+// `plan` all read it here.
+constexpr double kFirstBucketMiB = 1.0;
+
 // Parameter indices (into `numels`) taken in `order` and packed into buckets of at most
 // `cap_bytes`, the first of at most `first_cap_bytes`; a parameter larger than its cap gets a
 // bucket of its own. Caps must be positive (std::invalid_argument).

@@ -57,6 +57,8 @@ int64_t block_parameter_count(const ModelConfig& config);
 
 // --timeout's default: every collective and the rendezvous, 5 minutes as in torch.distributed.
 constexpr double kDefaultCollectiveTimeoutSeconds = 300.0;
+// --journal-size's default: the collectives each rank's journal keeps (a ring buffer).
+constexpr int64_t kDefaultJournalSize = 2000;
 // --max-shard-size's default: Hugging Face's save_pretrained shards above 5 GB (decimal).
 constexpr int64_t kDefaultMaxShardBytes = 5'000'000'000;
 // The largest --timeout accepted: 30 days, in seconds.
@@ -210,7 +212,7 @@ struct DdpJobOptions {
   double max_param_spread = 0.0;  // fail the job when spread exceeds it (0: never fail)
   int threads = 0;                // intra-op threads per rank; 0: cores / world size (one host)
   double collective_timeout_s = kDefaultCollectiveTimeoutSeconds;  // collectives and rendezvous
-  int64_t journal_size = 2000;  // collectives each rank's journal keeps (a ring buffer)
+  int64_t journal_size = kDefaultJournalSize;  // collectives each rank's journal keeps
   // Daemon jobs: a stall is S seconds in which no rank completes a collective or a step; the
   // coordinator then names the waiting and the missing ranks (docs/diagnosis.md). 0: never.
   double stall_seconds = 60;

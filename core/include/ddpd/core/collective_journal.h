@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ddpd/common/job_options.h"  // kDefaultJournalSize
+
 namespace ddpd {
 
 enum class CollectiveState { kEnqueued, kCompleted, kFailed };
@@ -45,7 +47,7 @@ struct JournalProgress {
 // ring; each record is O(1).
 class CollectiveJournal {
  public:
-  static constexpr size_t kDefaultCapacity = 2000;  // --journal-size
+  static constexpr size_t kDefaultCapacity = kDefaultJournalSize;  // --journal-size
 
   explicit CollectiveJournal(size_t capacity = kDefaultCapacity);
 

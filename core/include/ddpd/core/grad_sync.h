@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "ddpd/common/bucket_assignment.h"  // assign_buckets, the bucketed strategy's packing
+#include "ddpd/common/bucket_assignment.h"  // assign_buckets, kFirstBucketMiB
 #include "ddpd/common/job_options.h"
 #include "ddpd/core/communicator.h"
 
@@ -27,9 +27,9 @@ struct SyncOptions {
   Strategy strategy = Strategy::kBucketed;
   double bucket_size_mb = 25.0;                // bucketed: cap per bucket, MiB
   WireDtype gradient_wire = WireDtype::kFp32;  // not fsdp (validate() refuses it)
-  // bucketed: the first bucket's cap, MiB (c10d's 1 MiB: the first all-reduce starts early in
-  // backward); the smaller of this and bucket_size_mb applies.
-  double first_bucket_mb = 1.0;
+  // bucketed: the first bucket's cap, MiB (kFirstBucketMiB); the smaller of this and
+  // bucket_size_mb applies.
+  double first_bucket_mb = kFirstBucketMiB;
   // overlap, bucketed: keep reverse registration order; else adopt rank 0's gradient-ready
   // order after the first step (DdpJobOptions::static_buckets).
   bool static_buckets = false;
