@@ -62,11 +62,11 @@ StepMetrics from_report(const v1::StepReport& r) {
   return m;
 }
 
-MemoryBytes from_proto(const rank_pipe::Memory& m) {
+MemoryBytes from_pipe(const rank_pipe::Memory& m) {
   return {m.param_bytes(), m.grad_bytes(), m.optimizer_state_bytes(), m.peak_bytes()};
 }
 
-CommBenchResult from_proto(const rank_pipe::CommRows& rows) {
+CommBenchResult from_pipe(const rank_pipe::CommRows& rows) {
   CommBenchResult bench;
   bench.world_size = rows.world_size();
   for (const auto& r : rows.rows()) {
@@ -158,12 +158,12 @@ struct WorkerDaemon::Impl {
       progress.emplace(a.job_id(), e.progress());
     } else if (e.has_memory()) {
       MemoryProfile profile;
-      profile.after_init = from_proto(e.memory().after_init());
-      profile.before_step = from_proto(e.memory().before_step());
-      profile.after_step = from_proto(e.memory().after_step());
+      profile.after_init = from_pipe(e.memory().after_init());
+      profile.before_step = from_pipe(e.memory().before_step());
+      profile.after_step = from_pipe(e.memory().after_step());
       metrics->record_memory(profile, e.memory().final_points());
     } else if (e.has_comm()) {
-      metrics->record_comm(from_proto(e.comm()));
+      metrics->record_comm(from_pipe(e.comm()));
     }
   }
 

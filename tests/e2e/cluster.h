@@ -21,6 +21,11 @@ inline const std::string kToken = "test-token-123";
 
 inline std::string bin(const std::string& name) { return binary_dir() + "/" + name; }
 
+// The job id `ddpctl submit` prints on its first line.
+inline std::string job_id_of(const std::string& submit_output) {
+  return submit_output.substr(0, submit_output.find('\n'));
+}
+
 // A coordinator and N workers; the coordinator can be restarted on the same port and database.
 class Cluster {
  public:

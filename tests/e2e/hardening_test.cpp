@@ -16,8 +16,6 @@
 namespace ddpd::testing {
 namespace {
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
-
 int lines(const std::string& text) {
   int count = 0;
   for (char c : text) count += c == '\n';
@@ -55,7 +53,7 @@ TEST(Admission, CoordinatorRefusesAtSubmitWithTheEstimateAndTheLimit) {
   const auto accepted = cluster.ctl({"submit", "ddp", "--world-size", "1", "--model", "tiny",
                                      "--context", "16", "--batch", "2", "--steps", "2"});
   ASSERT_EQ(accepted.exit_code, 0) << accepted.err;
-  EXPECT_EQ(cluster.wait_for_end(first_line(accepted.out))["state"], "SUCCEEDED");
+  EXPECT_EQ(cluster.wait_for_end(job_id_of(accepted.out))["state"], "SUCCEEDED");
 }
 
 // A worker that advertises far more memory than it has lets a job through whose embedding
@@ -67,7 +65,7 @@ TEST(Admission, AnAllocationFailureInsideAJobEndsItWithOneLine) {
   const auto submitted = cluster.ctl({"submit", "ddp", "--world-size", "1", "--model", "tiny",
                                       "--vocab", "10000000000", "--steps", "1"});
   ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
-  const auto job = cluster.wait_for_end(first_line(submitted.out));
+  const auto job = cluster.wait_for_end(job_id_of(submitted.out));
   EXPECT_EQ(job["state"], "FAILED");
   const std::string reason = job["history"].back()["reason"];
   EXPECT_NE(reason.find("out of memory: "), std::string::npos) << reason;
@@ -259,7 +257,7 @@ TEST(Checkpoints, AWriteThatRunsOutOfSpaceClosesItsFiles) {
         cluster.ctl({"submit", "ddp", "--world-size", "1", "--model", "tiny", "--steps", "3",
                      "--checkpoint-dir", dir, "--checkpoint-every", "1"});
     ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
-    const auto job = cluster.wait_for_end(first_line(submitted.out));
+    const auto job = cluster.wait_for_end(job_id_of(submitted.out));
     EXPECT_EQ(job["state"], "FAILED");
     const std::string reason = job["history"].back()["reason"];
     EXPECT_NE(reason.find("No space left on device"), std::string::npos) << reason;

@@ -15,8 +15,6 @@ std::string write_file(const std::string& name, const std::string& text) {
   return path;
 }
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
-
 TEST(JobFile, SubmitTakesTheFileFlagsWinAndShowSpecResubmitsUnchanged) {
   Cluster cluster(0, "jobfile");  // no workers: the jobs stay PENDING with their specs
   const std::string yaml = write_file("job.yaml",
@@ -33,7 +31,7 @@ TEST(JobFile, SubmitTakesTheFileFlagsWinAndShowSpecResubmitsUnchanged) {
                                       "data-text: /usr/share/common-licenses/GPL-3\n");
   auto submitted = cluster.ctl({"submit", "ddp", "-f", yaml, "--steps", "9"});
   ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
-  const std::string job = first_line(submitted.out);
+  const std::string job = job_id_of(submitted.out);
   const auto spec = cluster.ctl({"show", job, "--spec"});
   ASSERT_EQ(spec.exit_code, 0) << spec.err;
   for (const char* line :
@@ -48,7 +46,7 @@ TEST(JobFile, SubmitTakesTheFileFlagsWinAndShowSpecResubmitsUnchanged) {
   const std::string again = write_file("again.yaml", spec.out);
   submitted = cluster.ctl({"submit", "ddp", "-f", again});
   ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
-  EXPECT_EQ(cluster.ctl({"show", first_line(submitted.out), "--spec"}).out, spec.out);
+  EXPECT_EQ(cluster.ctl({"show", job_id_of(submitted.out), "--spec"}).out, spec.out);
 
   // JSON is YAML; a comm job's lists round-trip too.
   const std::string json =
@@ -57,12 +55,12 @@ TEST(JobFile, SubmitTakesTheFileFlagsWinAndShowSpecResubmitsUnchanged) {
           "sizes": ["1MB", "4KB"], "iters": 3})");
   submitted = cluster.ctl({"submit", "comm", "-f", json});
   ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
-  const auto comm_spec = cluster.ctl({"show", first_line(submitted.out), "--spec"}).out;
+  const auto comm_spec = cluster.ctl({"show", job_id_of(submitted.out), "--spec"}).out;
   EXPECT_NE(comm_spec.find("collective: [all_reduce, broadcast]"), std::string::npos) << comm_spec;
   EXPECT_NE(comm_spec.find("sizes: [1MB, 4KB]"), std::string::npos) << comm_spec;
   submitted = cluster.ctl({"submit", "comm", "-f", write_file("comm-again.yaml", comm_spec)});
   ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
-  EXPECT_EQ(cluster.ctl({"show", first_line(submitted.out), "--spec"}).out, comm_spec);
+  EXPECT_EQ(cluster.ctl({"show", job_id_of(submitted.out), "--spec"}).out, comm_spec);
 }
 
 TEST(JobFile, UnknownKeysWrongTypesAndKindsAreRefusedNamingTheKey) {

@@ -8,7 +8,7 @@
 namespace ddpd::testing {
 namespace {
 
-constexpr int kSteps = 3;
+constexpr int kOrderSteps = 3;
 
 std::vector<std::string> readiness_flags(const std::string& strategy,
                                          std::vector<std::string> extra) {
@@ -16,7 +16,7 @@ std::vector<std::string> readiness_flags(const std::string& strategy,
   // 0.0026 MiB (2726 bytes) buckets: late (2,624 bytes) fills one alone; several buckets in all.
   std::vector<std::string> args{kFloat64Flag,  "--strategy", strategy,
                                 "--bucket-mb", "0.0026",     "--batch",
-                                "8",           "--steps",    std::to_string(kSteps),
+                                "8",           "--steps",    std::to_string(kOrderSteps),
                                 "--seed",      "5"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
@@ -34,10 +34,10 @@ TEST_P(LaunchOrder, AfterTheFirstStepCollectivesFollowBackwardAndEveryRankAgrees
   const std::string prefix = run_helper("order-" + strategy, flags, 2, "readiness");
   const std::string single = run_helper("order-single-" + strategy, flags, 1, "readiness");
   const auto rank0 = steps_of(prefix, 0);
-  ASSERT_EQ(rank0.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(rank0.size(), static_cast<size_t>(kOrderSteps));
   // Reverse registration puts early's parameters first: nothing is complete before they are.
   EXPECT_EQ(rank0[0]["launched_before_early_gradients"], 0);
-  for (int step = 1; step < kSteps; ++step) {
+  for (int step = 1; step < kOrderSteps; ++step) {
     EXPECT_GE(rank0[step]["launched_before_early_gradients"].get<int>(), 1)
         << "step " << step << ": the rebuilt order should let late's gradients go during backward";
     const auto numels = rank0[step]["all_reduce_numels"];
@@ -51,7 +51,7 @@ TEST_P(LaunchOrder, AfterTheFirstStepCollectivesFollowBackwardAndEveryRankAgrees
   // Both ranks launch the same sequence, and the gradients are single-process training's, with
   // the unused parameter's all zeros.
   EXPECT_EQ(steps_of(prefix, 1), rank0);
-  for (int step = 0; step < kSteps; ++step) {
+  for (int step = 0; step < kOrderSteps; ++step) {
     const std::string file = "grads" + std::to_string(step) + ".pt";
     const auto grads = load_tensors(rank_file(prefix, 0, file));
     EXPECT_LT(max_relative_diff(grads, load_tensors(rank_file(single, 0, file))),
@@ -69,7 +69,7 @@ TEST_P(LaunchOrder, StaticBucketsKeepReverseRegistrationOrder) {
       readiness_flags(strategy, {"--with-unused", "--find-unused-parameters", "--static-buckets"}),
       2, "readiness");
   const auto rank0 = steps_of(prefix, 0);
-  for (int step = 0; step < kSteps; ++step) {
+  for (int step = 0; step < kOrderSteps; ++step) {
     EXPECT_EQ(rank0[step]["launched_before_early_gradients"], 0) << "step " << step;
     EXPECT_EQ(rank0[step]["all_reduce_numels"], rank0[0]["all_reduce_numels"]) << "step " << step;
   }
@@ -85,7 +85,7 @@ TEST_P(LaunchOrder, AParameterUnusedAfterAUsedStepIsReducedAsZeros) {
       strategy, {"--with-unused", "--find-unused-parameters", "--use-unused-on-odd-steps"});
   const std::string prefix = run_helper("sometimes-" + strategy, flags, 2, "readiness");
   const std::string single = run_helper("sometimes-single-" + strategy, flags, 1, "readiness");
-  for (int step = 0; step < kSteps; ++step) {
+  for (int step = 0; step < kOrderSteps; ++step) {
     const std::string file = "grads" + std::to_string(step) + ".pt";
     for (int rank = 0; rank < 2; ++rank) {
       const auto grads = load_tensors(rank_file(prefix, rank, file));

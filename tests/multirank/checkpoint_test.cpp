@@ -43,15 +43,6 @@ std::vector<std::string> with(std::vector<std::string> flags,
   return flags;
 }
 
-std::vector<double> losses(const std::string& prefix) {
-  std::vector<double> out;
-  const nlohmann::json report = load_json(prefix + ".rank0.json");
-  for (const auto& s : report["result"]["steps"]) {
-    out.push_back(s["loss"]);
-  }
-  return out;
-}
-
 // 8 uninterrupted steps in `first`'s layout; returns the output prefix.
 std::string uninterrupted(const Layout& first) {
   return run_helper("ck-full-" + layout_name(first), with(layout_flags(first), {"--steps", "8"}),
@@ -81,7 +72,7 @@ TEST_P(SameLayout, ResumeIsBitwiseEqualToUninterruptedTraining) {
   const auto a = load_tensors(rank_file(full, 0, "final.pt"));
   const auto b = load_tensors(rank_file(resumed, 0, "final.pt"));
   EXPECT_EQ(max_abs_diff(a, b), 0.0);
-  const auto full_losses = losses(full), resumed_losses = losses(resumed);
+  const auto full_losses = rank0_losses(full), resumed_losses = rank0_losses(resumed);
   ASSERT_EQ(full_losses.size(), 8u);
   ASSERT_EQ(resumed_losses.size(), 4u) << "--steps stays the total: steps 5-8 only";
   for (int i = 0; i < 4; ++i) EXPECT_EQ(full_losses[4 + i], resumed_losses[i]) << "step " << 4 + i;

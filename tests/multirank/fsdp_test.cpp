@@ -65,8 +65,9 @@ void expect_matches_one_process(const std::string& prefix, const std::string& si
   for (int step = 0; step < 3; ++step) {
     const auto expected =
         load_tensors(rank_file(single, 0, "grads" + std::to_string(step) + ".pt"));
-    EXPECT_LT(max_relative_diff(full_gradients(prefix, rank, step, "fsdp", world), expected),
-              kGradientRelativeBound)
+    EXPECT_LT(
+        max_relative_diff(testing::full_gradients(prefix, rank, step, "fsdp", world), expected),
+        kGradientRelativeBound)
         << "rank " << rank << " step " << step;
   }
   EXPECT_LT(max_abs_diff(load_tensors(rank_file(prefix, rank, "final.pt")),

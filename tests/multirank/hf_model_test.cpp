@@ -37,7 +37,7 @@ constexpr int kContext = 16;  // run_helper's --context
 const std::vector<std::string> kKinds = {"llama_gqa_tied", "qwen2_bias", "mqa_untied", "odd_heads"};
 
 // Runs hf_reference.py; returns the JSON its last stdout line prints.
-nlohmann::json reference(const std::vector<std::string>& args) {
+nlohmann::json hf_reference(const std::vector<std::string>& args) {
   std::vector<std::string> argv{DDPD_PEER_PYTHON,
                                 std::string(DDPD_SOURCE_DIR) + "/tests/hf/hf_reference.py"};
   argv.insert(argv.end(), args.begin(), args.end());
@@ -59,7 +59,7 @@ const std::string& fixture(const std::string& kind) {
   if (it != made.end()) return it->second;
   const std::string dir = temp_dir() + "/hf-fixture-" + kind;
   fs::remove_all(dir);
-  reference({"make", kind, dir});
+  hf_reference({"make", kind, dir});
   return made[kind] = dir;
 }
 
@@ -67,7 +67,7 @@ std::string eval_tokens(const std::string& kind) { return fixture(kind) + "/eval
 
 // transformers' float64 loss of DIR over the windows ddpd's evaluation reads.
 double transformers_loss(const std::string& dir, const std::string& tokens) {
-  const nlohmann::json r = reference(
+  const nlohmann::json r = hf_reference(
       {"loss", dir, tokens, std::to_string(kContext), std::to_string(kEvalBatches * kBatch)});
   return r.value("loss", -1.0);
 }
@@ -109,11 +109,11 @@ TEST_P(HfParity, ImportThenExportGivesEveryTensorBackBitwise) {
   fs::remove_all(out);
   run_helper("hf-roundtrip-" + kind,
              {"--init-from", fixture(kind), "--steps", "0", "--export-hf", out}, 1);
-  const nlohmann::json same = reference({"compare", fixture(kind), out});
+  const nlohmann::json same = hf_reference({"compare", fixture(kind), out});
   EXPECT_GT(same.value("tensors", 0), 0);
   EXPECT_EQ(same.value("unequal", nlohmann::json::array()), nlohmann::json::array()) << kind;
   EXPECT_EQ(same.value("missing", nlohmann::json::array()), nlohmann::json::array()) << kind;
-  const nlohmann::json via_dcp = reference({"dcp", out});
+  const nlohmann::json via_dcp = hf_reference({"dcp", out});
   EXPECT_EQ(via_dcp.value("tensors", 0), same.value("tensors", -1));
   EXPECT_EQ(via_dcp.value("unequal", nlohmann::json::array()), nlohmann::json::array());
   // The export's config describes the same model (transformers loads it: HfTrainAndExport).
@@ -203,7 +203,7 @@ TEST(HfOfflineExport, ACheckpointExportsAsTheJobDid) {
   ASSERT_EQ(exported.exit_code, 0) << exported.err;
   EXPECT_NE(exported.out.find("exported 27 tensors"), std::string::npos) << exported.out;
   EXPECT_TRUE(fs::exists(offline + "/model.safetensors.index.json"));  // 20 KB shards
-  const nlohmann::json same = reference({"compare", in_job, offline});
+  const nlohmann::json same = hf_reference({"compare", in_job, offline});
   EXPECT_EQ(same.value("tensors", 0), 27);
   EXPECT_EQ(same.value("unequal", nlohmann::json::array()), nlohmann::json::array());
   EXPECT_EQ(same.value("missing", nlohmann::json::array()), nlohmann::json::array());

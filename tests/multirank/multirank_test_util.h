@@ -81,6 +81,14 @@ inline std::string rank_file(const std::string& prefix, int rank, const std::str
   return prefix + ".rank" + std::to_string(rank) + "." + what;
 }
 
+// The loss of every step, as rank 0's report lists them.
+inline std::vector<double> rank0_losses(const std::string& prefix) {
+  std::vector<double> out;
+  const nlohmann::json report = load_json(rank_file(prefix, 0, "json"));
+  for (const auto& s : report["result"]["steps"]) out.push_back(s["loss"].get<double>());
+  return out;
+}
+
 // Largest |a - b| over all elements of two tensor lists of the same shapes.
 inline double max_abs_diff(const std::vector<torch::Tensor>& a,
                            const std::vector<torch::Tensor>& b) {

@@ -66,7 +66,7 @@ const std::string& reference(const std::vector<std::string>& extra) {
 }
 
 // Step `step`'s averaged gradients as full tensors (fsdp shards concatenated over ranks).
-std::vector<torch::Tensor> full_gradients(const std::string& prefix, int rank, int step,
+std::vector<torch::Tensor> case_gradients(const std::string& prefix, int rank, int step,
                                           const Case& c) {
   return testing::full_gradients(prefix, rank, step, c.strategy, c.world);
 }
@@ -99,7 +99,7 @@ TEST_P(StrategyEquivalence, RanksAgreeAndMatchSingleProcessAtEveryStep) {
     for (int step = 0; step < kSteps; ++step) {
       const auto expected_grads =
           load_tensors(rank_file(ref, 0, "grads" + std::to_string(step) + ".pt"));
-      EXPECT_LT(max_relative_diff(full_gradients(prefix, r, step, c), expected_grads),
+      EXPECT_LT(max_relative_diff(case_gradients(prefix, r, step, c), expected_grads),
                 kGradientRelativeBound)
           << "rank " << r << " step " << step;
     }

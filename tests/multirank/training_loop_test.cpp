@@ -14,30 +14,21 @@
 namespace ddpd::testing {
 namespace {
 
-constexpr int kSteps = 4;
+constexpr int kLoopSteps = 4;
 const char* const kText = "/usr/share/common-licenses/GPL-3";  // base-files: on every Debian
 
 // Global batch 6 divides by world × K for the cases below (2 × 3, 3 × 2).
 std::vector<std::string> flags(const std::string& strategy, std::vector<std::string> extra = {}) {
   std::vector<std::string> args{"--strategy", strategy, "--bucket-mb", "0.05",
-                                "--batch",    "6",      "--steps",     std::to_string(kSteps),
+                                "--batch",    "6",      "--steps",     std::to_string(kLoopSteps),
                                 "--seed",     "7",      "--lr",        "0.01"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
 
-std::vector<torch::Tensor> full_gradients(const std::string& prefix, int step,
-                                          const std::string& strategy, int world) {
+std::vector<torch::Tensor> rank0_gradients(const std::string& prefix, int step,
+                                           const std::string& strategy, int world) {
   return testing::full_gradients(prefix, 0, step, strategy, world);
-}
-
-std::vector<double> losses(const std::string& prefix) {
-  std::vector<double> out;
-  const nlohmann::json report = load_json(rank_file(prefix, 0, "json"));
-  for (const auto& s : report["result"]["steps"]) {
-    out.push_back(s["loss"].get<double>());
-  }
-  return out;
 }
 
 int64_t traffic_bytes(const std::string& prefix, int rank, const char* op) {
@@ -86,13 +77,13 @@ TEST_P(GradientAccumulation, EqualsOneMicroBatchAndMovesTheSameBytes) {
   const std::string one_micro_batch =
       run_helper("accum-" + c.strategy + "-k1",
                  flags(c.strategy, {kFloat64Flag, "--spread-every", "0"}), c.world);
-  for (int step = 0; step < kSteps; ++step) {
-    EXPECT_LT(max_relative_diff(full_gradients(prefix, step, c.strategy, c.world),
-                                full_gradients(one_micro_batch, step, c.strategy, c.world)),
+  for (int step = 0; step < kLoopSteps; ++step) {
+    EXPECT_LT(max_relative_diff(rank0_gradients(prefix, step, c.strategy, c.world),
+                                rank0_gradients(one_micro_batch, step, c.strategy, c.world)),
               kGradientRelativeBound)
         << "step " << step;
   }
-  const auto ours = losses(prefix), theirs = losses(one_micro_batch);
+  const auto ours = rank0_losses(prefix), theirs = rank0_losses(one_micro_batch);
   ASSERT_EQ(ours.size(), theirs.size());
   // Losses are reported in float32: at ~9.3 one ulp is 9.5e-7, and the mean over at most 3 ranks
   // rounds a few times, so 1e-5 is about 10 ulps.
@@ -107,11 +98,11 @@ TEST_P(GradientAccumulation, EqualsOneMicroBatchAndMovesTheSameBytes) {
     const int64_t trainable = report["trainable_bytes"].get<int64_t>();
     const int64_t loss_bytes = 4;  // the step's loss, all-reduced for the report
     if (c.strategy == "fsdp") {
-      EXPECT_EQ(traffic_bytes(prefix, r, "reduce_scatter"), kSteps * padded_unit_bytes(c.world))
+      EXPECT_EQ(traffic_bytes(prefix, r, "reduce_scatter"), kLoopSteps * padded_unit_bytes(c.world))
           << "rank " << r;
-      EXPECT_EQ(traffic_bytes(prefix, r, "all_reduce"), kSteps * loss_bytes) << "rank " << r;
+      EXPECT_EQ(traffic_bytes(prefix, r, "all_reduce"), kLoopSteps * loss_bytes) << "rank " << r;
     } else {
-      EXPECT_EQ(traffic_bytes(prefix, r, "all_reduce"), kSteps * (trainable + loss_bytes))
+      EXPECT_EQ(traffic_bytes(prefix, r, "all_reduce"), kLoopSteps * (trainable + loss_bytes))
           << "rank " << r << ": a micro-batch's backward synchronised";
     }
   }
@@ -148,7 +139,7 @@ TEST_P(GradientCompression, HalvesTheBytesAndKeepsTheAverage) {
   for (int r = 0; r < 2; ++r) {
     const auto report = load_json(rank_file(prefix, r, "json"));
     const int64_t trainable = report["trainable_bytes"].get<int64_t>();
-    EXPECT_EQ(traffic_bytes(prefix, r, "all_reduce"), kSteps * (trainable / 2 + 4))
+    EXPECT_EQ(traffic_bytes(prefix, r, "all_reduce"), kLoopSteps * (trainable / 2 + 4))
         << "rank " << r << ": gradients should travel in 2 bytes, the loss in 4";
     EXPECT_EQ(report["result"]["gradient_wire_dtype"], wire);
   }
@@ -157,7 +148,7 @@ TEST_P(GradientCompression, HalvesTheBytesAndKeepsTheAverage) {
   // largest gradient the average is within about two units of the last place.
   const double tolerance = wire == "fp16" ? 1e-3 : 8e-3;
   const auto expected = load_tensors(rank_file(single, 0, "grads0.pt"));
-  const double error = max_relative_diff(full_gradients(prefix, 0, strategy, 2), expected);
+  const double error = max_relative_diff(rank0_gradients(prefix, 0, strategy, 2), expected);
   EXPECT_LT(error, tolerance);
   EXPECT_GT(error, 0) << "the gradients did not travel compressed";
   // Both ranks cast back the same sums: they stay identical.
@@ -192,10 +183,10 @@ TEST(GradientCompressionLoss, StaysWithinOnePercentOfFp32Over50Steps) {
                                     "--grad-compression",
                                     wire};
   };
-  const auto fp32 = losses(run_helper("loss-none", args("none"), 2));
+  const auto fp32 = rank0_losses(run_helper("loss-none", args("none"), 2));
   ASSERT_EQ(fp32.size(), 50u);
   for (const std::string wire : {"fp16", "bf16"}) {
-    const auto compressed = losses(run_helper("loss-" + wire, args(wire), 2));
+    const auto compressed = rank0_losses(run_helper("loss-" + wire, args(wire), 2));
     ASSERT_EQ(compressed.size(), fp32.size());
     double worst = 0;
     for (size_t i = 0; i < fp32.size(); ++i) {
@@ -214,14 +205,14 @@ TEST(TextData, EveryWorldSizeReadsTheSameGlobalBatches) {
   const auto args = flags("bucketed", {kFloat64Flag, "--data-text", kText});
   const std::string single = run_helper("text-single", args, 1);
   const std::string three = run_helper("text-three", args, 3);
-  for (int step = 0; step < kSteps; ++step) {
+  for (int step = 0; step < kLoopSteps; ++step) {
     const std::string file = "grads" + std::to_string(step) + ".pt";
     EXPECT_LT(max_relative_diff(load_tensors(rank_file(three, 0, file)),
                                 load_tensors(rank_file(single, 0, file))),
               kGradientRelativeBound)
         << "step " << step;
   }
-  const auto a = losses(single), b = losses(three);
+  const auto a = rank0_losses(single), b = rank0_losses(three);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << "step " << i;
 }
 

@@ -29,7 +29,7 @@ nlohmann::json llama() {
 }
 
 // The OptionError's message for `config`, or "" when it is accepted.
-std::string refusal(const nlohmann::json& config) {
+std::string config_refusal(const nlohmann::json& config) {
   try {
     model_config_from_hf(config, "DIR/config.json");
   } catch (const OptionError& e) {
@@ -111,7 +111,7 @@ TEST(HfConfig, RefusesWhatTheModelCannotHonourNamingTheField) {
   for (const auto& [edit, expected] : cases) {
     nlohmann::json c = llama();
     edit(c);
-    const std::string message = refusal(c);
+    const std::string message = config_refusal(c);
     EXPECT_NE(message.find("DIR/config.json: " + expected), std::string::npos)
         << "expected '" << expected << "' in '" << message << "'";
   }
