@@ -1,8 +1,10 @@
 # LibTorch >= 2.11, and one target for it: ddpd_torch.
 #
-# Where from: a LibTorch given by CMAKE_PREFIX_PATH or Torch_DIR wins; else the project's
-# .venv/ (scripts/setup.sh installs requirements.txt's torch there) answers
-# torch.utils.cmake_prefix_path. DDPD_PYTHON names another interpreter to ask.
+# Where from: a LibTorch given by CMAKE_PREFIX_PATH or Torch_DIR wins; else the torch package of
+# the project's .venv/ (scripts/setup.sh installs it there): its share/cmake, which is
+# torch.utils.cmake_prefix_path. The package is found, not imported: the demo's .venv
+# (requirements-demo.txt) has torch without the Python packages `import torch` needs.
+# DDPD_PYTHON names another interpreter to ask.
 #
 # What it links:
 #  - CPU build (DDPD_WITH_CUDA OFF: build/, the demo, the tests, the images): c10 and torch_cpu
@@ -15,7 +17,8 @@ set(DDPD_PYTHON "${PROJECT_SOURCE_DIR}/.venv/bin/python" CACHE FILEPATH
 
 if(NOT Torch_DIR AND EXISTS "${DDPD_PYTHON}")
   execute_process(
-    COMMAND "${DDPD_PYTHON}" -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
+    COMMAND "${DDPD_PYTHON}" -c
+            "import importlib.util as u, os; print(os.path.join(u.find_spec('torch').submodule_search_locations[0], 'share', 'cmake'))"
     OUTPUT_VARIABLE ddpd_torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE ddpd_rc
     ERROR_QUIET)
   if(ddpd_rc EQUAL 0 AND ddpd_torch_prefix)

@@ -6,7 +6,7 @@
 # prints each step, the held-out loss, the summary and the memory profile, then shuts down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh demo  # the build's packages, and torch without its CUDA wheels
 bash scripts/build.sh cpu demo  # the three binaries it runs, no test
 # The job is docs/examples/demo.yaml (a job file: flags on the command line would win).
 build/bin/ddpctl local --workers 2 ddp -f docs/examples/demo.yaml

@@ -9,10 +9,19 @@
 # it. Idempotent: packages already present are skipped (one dpkg query), and .venv/ is left alone
 # while it matches requirements.txt (a hash kept in .venv/). Prints what it downloaded and how
 # long it took.
-# Usage: scripts/setup.sh
+# Usage: scripts/setup.sh [demo]
+#   demo: only what scripts/demo.sh needs: the packages the CPU build compiles against, and
+#         requirements-demo.txt (torch without its CUDA wheels: 542 MB instead of 2.9 GB). A later
+#         scripts/setup.sh adds the rest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -eq 0 ] || { echo "setup: unexpected argument '$1' (setup.sh takes none)" >&2; exit 2; }
+mode=all
+case $# in
+  0) ;;
+  1) [ "$1" = demo ] || { echo "setup: unexpected argument '$1' (expected demo or none)" >&2; exit 2; }
+     mode=demo ;;
+  *) echo "setup: unexpected argument '$2' (setup.sh takes at most one: demo)" >&2; exit 2 ;;
+esac
 
 sudo_cmd=()
 [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
@@ -24,13 +33,17 @@ received_bytes() {
 start_bytes=$(received_bytes)
 start_seconds=$SECONDS
 
+# What the CPU build compiles against (the demo's set), then what the tests and peers add.
 packages=(
-  build-essential cmake ninja-build pkg-config git clang-format
-  libopenblas0-pthread                           # fast BLAS for the peers' numpy
+  build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libfmt-dev prometheus-cpp-dev libsqlite3-dev libcli11-dev
   nlohmann-json3-dev libgtest-dev libgmock-dev
   libyaml-cpp-dev                                # ddpctl job files (-f job.yaml)
+)
+[ "$mode" = demo ] || packages+=(
+  clang-format
+  libopenblas0-pthread                           # fast BLAS for the peers' numpy
   openssl                                        # test certificates for the TLS test
   gnuplot-nox                                    # ddpctl --plot (optional at run time)
   prometheus                                     # the real Prometheus server the tests scrape with
@@ -60,17 +73,28 @@ else
   echo "setup: Debian packages present"
 fi
 
-# .venv/: made once, refreshed when requirements.txt changes.
+# .venv/: made once, refreshed when the requirements change. The stamp holds the hash of the
+# requirements file last installed in full; requirements.txt's install includes the demo's.
 stamp=.venv/.requirements.sha256
-want=$(sha256sum requirements.txt | cut -d' ' -f1)
-if [ -x .venv/bin/python ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
-  echo "setup: .venv matches requirements.txt"
+full=$(sha256sum requirements.txt | cut -d' ' -f1)
+demo=demo-$(sha256sum requirements-demo.txt | cut -d' ' -f1)
+have=$(cat "$stamp" 2>/dev/null || true)
+pip_install() { .venv/bin/python -m pip install --quiet --disable-pip-version-check --progress-bar off "$@"; }
+if [ -x .venv/bin/python ] && { [ "$have" = "$full" ] || [ "$mode:$have" = "demo:$demo" ]; }; then
+  matched=requirements.txt
+  [ "$have" = "$full" ] || matched=requirements-demo.txt
+  echo "setup: .venv matches $matched"
 else
-  echo "setup: installing requirements.txt into .venv (torch 2.11.0 with its CUDA wheels)"
   [ -x .venv/bin/python ] || "$python" -m venv .venv
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check --progress-bar off \
-    -r requirements.txt
-  echo "$want" >"$stamp"
+  if [ "$mode" = demo ]; then
+    echo "setup: installing requirements-demo.txt into .venv (torch 2.11.0 without its CUDA wheels)"
+    pip_install --no-deps -r requirements-demo.txt
+    echo "$demo" >"$stamp"
+  else
+    echo "setup: installing requirements.txt into .venv (torch 2.11.0 with its CUDA wheels)"
+    pip_install -r requirements.txt
+    echo "$full" >"$stamp"
+  fi
 fi
 
 if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
