@@ -9,6 +9,7 @@
 
 #include "bucket_advisor.h"
 #include "ddpd/common/bucket_assignment.h"
+#include "ddpd/common/comm_options.h"
 #include "ddpd/common/hf_config.h"
 #include "ddpd/common/job_options.h"
 #include "ddpd/common/result_json.h"

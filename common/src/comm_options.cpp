@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "ddpd/common/job_options.h"
+#include "enum_names_define.h"
 
 namespace ddpd {
 namespace {
@@ -13,6 +14,23 @@ namespace {
 constexpr int64_t kMaxBytes = int64_t{8} << 30;
 
 }  // namespace
+
+DDPD_ENUM_NAMES(CommSeries, "all_reduce", "all_gather", "reduce_scatter", "broadcast",
+                "all_reduce_back_to_back")
+
+CommSeries series_of(Collective collective) {
+  switch (collective) {
+    case Collective::kAllReduce:
+      return CommSeries::kAllReduce;
+    case Collective::kAllGather:
+      return CommSeries::kAllGather;
+    case Collective::kReduceScatter:
+      return CommSeries::kReduceScatter;
+    case Collective::kBroadcast:
+      return CommSeries::kBroadcast;
+  }
+  throw std::logic_error("series_of: unknown collective");
+}
 
 int64_t parse_size(const std::string& text) {
   size_t digits = 0;

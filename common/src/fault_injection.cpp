@@ -6,8 +6,12 @@
 #include <sstream>
 
 #include "ddpd/common/job_options.h"
+#include "enum_names_define.h"
 
 namespace ddpd {
+
+DDPD_ENUM_NAMES(FaultKind, "hang", "exit", "slow", "skip-collective", "crash-during-checkpoint")
+
 namespace {
 
 constexpr const char* kFlag = "--inject";

@@ -7,6 +7,7 @@
 
 #include "ddpd/common/fault_injection.h"
 #include "ddpd/common/hf_config.h"
+#include "enum_names_define.h"
 
 namespace ddpd {
 namespace {
@@ -80,22 +81,6 @@ std::string choices_text(const std::vector<std::string>& names) {
   return text;
 }
 
-template <typename E>
-E parse_enum(const std::string& name) {
-  const auto& names = EnumInfo<E>::names();
-  const auto it = std::find(names.begin(), names.end(), name);
-  require(it != names.end(), EnumInfo<E>::kFlag,
-          "must be " + choices_text(names) + ", got '" + name + "'");
-  return static_cast<E>(it - names.begin());
-}
-
-// Names in each enum's order.
-#define DDPD_ENUM_NAMES(Enum, ...)                               \
-  const std::vector<std::string>& EnumInfo<Enum>::names() {      \
-    static const std::vector<std::string> names = {__VA_ARGS__}; \
-    return names;                                                \
-  }                                                              \
-  template Enum parse_enum<Enum>(const std::string& name);
 DDPD_ENUM_NAMES(Strategy, "naive", "flat", "overlap", "bucketed", "fsdp")
 DDPD_ENUM_NAMES(Precision, "fp32", "bf16")
 DDPD_ENUM_NAMES(Attention, "auto", "naive", "flash", "sdpa")
@@ -111,35 +96,6 @@ DDPD_ENUM_NAMES(GroupTransport, "none", "gloo", "shm", "nccl")
 DDPD_ENUM_NAMES(Backend, "gloo", "nccl")
 DDPD_ENUM_NAMES(Collective, "all_reduce", "all_gather", "reduce_scatter", "broadcast")
 DDPD_ENUM_NAMES(CommDtype, "float32", "bfloat16")
-DDPD_ENUM_NAMES(FaultKind, "hang", "exit", "slow", "skip-collective", "crash-during-checkpoint")
-DDPD_ENUM_NAMES(IncidentKind, "stall", "desync", "straggler", "restart", "resumed", "limit")
-DDPD_ENUM_NAMES(CommSeries, "all_reduce", "all_gather", "reduce_scatter", "broadcast",
-                "all_reduce_back_to_back")
-#undef DDPD_ENUM_NAMES
-
-const std::vector<std::string>& strategy_names() { return EnumInfo<Strategy>::names(); }
-
-Strategy parse_strategy(const std::string& name) { return parse_enum<Strategy>(name); }
-
-std::string to_string(Strategy strategy) { return enum_name(strategy); }
-
-CommSeries series_of(Collective collective) {
-  switch (collective) {
-    case Collective::kAllReduce:
-      return CommSeries::kAllReduce;
-    case Collective::kAllGather:
-      return CommSeries::kAllGather;
-    case Collective::kReduceScatter:
-      return CommSeries::kReduceScatter;
-    case Collective::kBroadcast:
-      return CommSeries::kBroadcast;
-  }
-  throw std::logic_error("series_of: unknown collective");
-}
-
-Transport parse_transport(const std::string& name) { return parse_enum<Transport>(name); }
-
-std::string to_string(Transport transport) { return enum_name(transport); }
 
 namespace {
 

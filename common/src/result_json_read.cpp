@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "ddpd/common/comm_options.h"
 #include "ddpd/common/result_json.h"
 
 namespace ddpd {

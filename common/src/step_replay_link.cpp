@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 
+#include "ddpd/common/comm_options.h"
 #include "ddpd/common/intervals.h"
 #include "ddpd/common/step_replay.h"
 #include "step_replay_internal.h"

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "coordinator_options.h"
+#include "ddpd/common/incident_kind.h"
 #include "ddpd/common/job_options.h"
 #include "ddpd/v1/ddpd.pb.h"
 #include "job_store.h"

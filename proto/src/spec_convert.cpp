@@ -40,7 +40,7 @@ v1::DdpSpec to_proto(const DdpJobOptions& o) {
   s.set_on_stall(enum_name(o.on_stall));
   s.set_inject(o.inject);
   s.set_check_collectives(o.check_collectives);
-  s.set_transport(to_string(o.transport));
+  s.set_transport(enum_name(o.transport));
   s.set_checkpoint_dir(o.checkpoint_dir);
   s.set_checkpoint_every(o.checkpoint_every);
   s.set_keep_checkpoints(o.keep_checkpoints);
@@ -105,7 +105,7 @@ DdpJobOptions from_proto(const v1::DdpSpec& s) {
   if (!s.on_stall().empty()) o.on_stall = parse_enum<OnStall>(s.on_stall());
   o.inject = s.inject();
   o.check_collectives = s.check_collectives();
-  if (!s.transport().empty()) o.transport = parse_transport(s.transport());
+  if (!s.transport().empty()) o.transport = parse_enum<Transport>(s.transport());
   o.checkpoint_dir = s.checkpoint_dir();
   if (s.has_checkpoint_every()) o.checkpoint_every = s.checkpoint_every();
   if (s.has_keep_checkpoints()) o.keep_checkpoints = s.keep_checkpoints();
@@ -141,7 +141,7 @@ v1::CommSpec to_proto(const CommJob& job) {
   for (const Collective c : job.bench.collectives) s.add_collectives(enum_name(c));
   for (int64_t size : job.bench.sizes_bytes) s.add_sizes_bytes(size);
   s.set_backend(enum_name(job.backend));
-  s.set_transport(to_string(job.transport));
+  s.set_transport(enum_name(job.transport));
   s.set_dtype(enum_name(job.bench.dtype));
   s.set_warmup(job.bench.warmup);
   s.set_iters(job.bench.iters);
@@ -161,7 +161,7 @@ CommJob from_proto(const v1::CommSpec& s) {
   if (s.sizes_bytes_size() > 0)
     job.bench.sizes_bytes.assign(s.sizes_bytes().begin(), s.sizes_bytes().end());
   if (!s.backend().empty()) job.backend = parse_enum<Backend>(s.backend());
-  if (!s.transport().empty()) job.transport = parse_transport(s.transport());
+  if (!s.transport().empty()) job.transport = parse_enum<Transport>(s.transport());
   if (!s.dtype().empty()) job.bench.dtype = parse_enum<CommDtype>(s.dtype());
   if (s.has_warmup()) job.bench.warmup = s.warmup();
   if (s.has_iters()) job.bench.iters = s.iters();

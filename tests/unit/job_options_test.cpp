@@ -2,7 +2,9 @@
 
 #include <limits>
 
+#include "ddpd/common/comm_options.h"
 #include "ddpd/common/fault_injection.h"
+#include "ddpd/common/incident_kind.h"
 #include "ddpd/common/job_options.h"
 #include "ddpd/common/memory_estimate.h"
 

@@ -3,6 +3,7 @@
 // typed result.
 #include <gtest/gtest.h>
 
+#include "ddpd/common/comm_options.h"
 #include "ddpd/common/comm_table.h"
 #include "ddpd/common/result_json.h"
 

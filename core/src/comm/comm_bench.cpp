@@ -12,6 +12,7 @@
 #include <cstring>
 #include <thread>
 
+#include "ddpd/common/comm_options.h"
 #include "ddpd/common/job_options.h"
 #include "ddpd/common/seconds_since.h"
 #include "device/device.h"

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "ddpd/common/fault_injection.h"
 #include "ddpd/common/unix_time.h"
 #include "ddpd/core/trainer.h"
 

@@ -8,10 +8,18 @@
 #include <string>
 #include <vector>
 
+#include "ddpd/common/enum_names.h"
 #include "ddpd/common/job_options.h"
 #include "ddpd/common/shared_buffer_fallback.h"
 
 namespace ddpd {
+
+// What a comm result's row or fit measured: one collective, each call behind a barrier as
+// nccl-tests times it, or all-reduces launched back to back as DDP issues its buckets (the
+// per-call cost the bucket advisor uses).
+enum class CommSeries { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kAllReduceBackToBack };
+DDPD_ENUM_INFO(CommSeries, "collective");
+CommSeries series_of(Collective collective);  // its barrier-separated series
 
 struct CommBenchOptions {
   std::vector<Collective> collectives{Collective::kAllReduce};

@@ -14,9 +14,14 @@
 #include <optional>
 #include <string>
 
+#include "ddpd/common/enum_names.h"
 #include "ddpd/common/job_options.h"
 
 namespace ddpd {
+
+// An injected fault's kind: the KIND of --inject KIND:...
+enum class FaultKind { kHang, kExit, kSlow, kSkipCollective, kCrashDuringCheckpoint };
+DDPD_ENUM_INFO(FaultKind, "--inject");
 
 struct FaultInjection {
   FaultKind kind = FaultKind::kHang;

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "ddpd/common/enum_names.h"
+
 namespace ddpd {
 
 // Attention: auto (the default: sdpa on CUDA, naive on CPU) | naive (the full score matrix) |
@@ -67,29 +69,9 @@ constexpr double kMaxCollectiveTimeoutSeconds = 30.0 * 24 * 3600;
 // more intra-op threads than cores only oversubscribes them: 1000 threads ran 10x slower).
 constexpr int kMaxThreadsPerRank = 256;
 
-// The job model's enums. Each is parsed from its name once, at the boundary (flags, job files,
-// the API), and named back the same way; nothing downstream compares names. EnumInfo<E> gives
-// the flag and the names, in the enum's order.
-template <typename E>
-struct EnumInfo;
-
-// "a, b or c".
-std::string choices_text(const std::vector<std::string>& names);
-
-// Throws OptionError(EnumInfo<E>::kFlag, "must be a, b or c, got 'x'").
-template <typename E>
-E parse_enum(const std::string& name);
-
-template <typename E>
-const std::string& enum_name(E value) {
-  return EnumInfo<E>::names().at(static_cast<size_t>(value));
-}
-
+// The job options' enums, each parsed from its name at the boundary (enum_names.h).
 // The gradient-sync strategy (docs/strategies in the README; core/src/strategies/).
 enum class Strategy { kNaive, kFlat, kOverlap, kBucketed, kFsdp };
-const std::vector<std::string>& strategy_names();  // EnumInfo<Strategy>::names()
-Strategy parse_strategy(const std::string& name);  // parse_enum<Strategy>
-std::string to_string(Strategy strategy);          // enum_name
 // Compute precision: fp32, or bf16 autocast with FP32 master weights.
 enum class Precision { kFp32, kBf16 };
 // Where the ranks compute: cpu (Gloo or shared memory) | cuda (NCCL, the GPU of the local rank).
@@ -115,8 +97,6 @@ enum class EvalOrder { kSampled, kFile };
 // docs/shm-transport.md). kGloo: TCP. kShm: shared memory or an error. CUDA ranks use NCCL
 // whatever it says, so kShm is refused there and kAuto means NCCL.
 enum class Transport { kAuto, kGloo, kShm };
-Transport parse_transport(const std::string& name);  // parse_enum<Transport>
-std::string to_string(Transport transport);          // enum_name
 // What a process group runs on, once rendezvous has chosen (a result's `transport`): none at
 // world size 1, Gloo's TCP, shared memory, or NCCL on CUDA. Transport is the request.
 enum class GroupTransport { kNone, kGloo, kShm, kNccl };
@@ -128,24 +108,7 @@ enum class Backend { kGloo, kNccl };
 enum class Collective { kAllReduce, kAllGather, kReduceScatter, kBroadcast };
 // The element type comm jobs benchmark in.
 enum class CommDtype { kFloat32, kBFloat16 };
-// An injected fault's kind (--inject KIND:..., fault_injection.h).
-enum class FaultKind { kHang, kExit, kSlow, kSkipCollective, kCrashDuringCheckpoint };
-// What the coordinator records about a job as an incident (the API's Incident.kind): a stall or a
-// desync it diagnosed, a straggler, an automatic restart, the resumed job's link to its new id,
-// or a limit it enforced.
-enum class IncidentKind { kStall, kDesync, kStraggler, kRestart, kResumed, kLimit };
-// What a comm result's row or fit measured: one collective, each call behind a barrier as
-// nccl-tests times it, or all-reduces launched back to back as DDP issues its buckets (the
-// per-call cost the bucket advisor uses).
-enum class CommSeries { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kAllReduceBackToBack };
-CommSeries series_of(Collective collective);  // its barrier-separated series
 
-#define DDPD_ENUM_INFO(Enum, flag)                  \
-  template <>                                       \
-  struct EnumInfo<Enum> {                           \
-    static constexpr const char* kFlag = flag;      \
-    static const std::vector<std::string>& names(); \
-  }
 DDPD_ENUM_INFO(Strategy, "--strategy");
 DDPD_ENUM_INFO(Precision, "--precision");
 DDPD_ENUM_INFO(Attention, "--attention");
@@ -161,10 +124,6 @@ DDPD_ENUM_INFO(GroupTransport, "transport");
 DDPD_ENUM_INFO(Backend, "--backend");
 DDPD_ENUM_INFO(Collective, "--collective");
 DDPD_ENUM_INFO(CommDtype, "--dtype");
-DDPD_ENUM_INFO(CommSeries, "collective");
-DDPD_ENUM_INFO(FaultKind, "--inject");
-DDPD_ENUM_INFO(IncidentKind, "kind");
-#undef DDPD_ENUM_INFO
 
 // A bad option value. `flag()` is the command-line flag name (e.g. "--batch") so every
 // front end can say which field is wrong; what() is one line: "--batch: <reason>".

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "ddpd/common/incident_kind.h"
 #include "ddpd/common/job_options.h"
 
 namespace ddpd {
