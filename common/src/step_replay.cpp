@@ -334,9 +334,6 @@ const std::vector<std::string>& replay_limits() {
   return limits;
 }
 
-}  // namespace ddpd
-
-namespace ddpd {
 namespace {
 
 void refuse_unless_replayable(const MeasuredJob& job, const DdpJobOptions& target) {

@@ -57,6 +57,36 @@ enum PhaseIndex : int {
 constexpr const char* kPhaseNames[] = {"setup",     "forward", "backward",   "sync",
                                        "optimizer", "metrics", "checkpoint", "idle"};
 
+// LibTorch's error as one line (train/error_line.h): msg() leaves out the C++ backtrace.
+std::string one_line(const c10::Error& error) { return detail::error_line(error.msg()); }
+
+// The job against the communicator it runs on: validate() at this world size, and a device and
+// precision the communicator's device can run.
+void check_job(const DdpJobOptions& options, const Communicator& comm) {
+  validate(options, comm.world_size());
+  const at::Device device = comm.device();
+  if (device.is_cuda() != (options.device == Device::kCuda)) {
+    throw OptionError("--device",
+                      enum_name(options.device) + " job on a " + device.str() + " communicator");
+  }
+  if (options.precision == Precision::kBf16 && !detail::supports_bf16(device)) {
+    throw OptionError("--precision", "bf16 needs a GPU of compute capability 8.0 or later");
+  }
+}
+
+SyncOptions sync_options_of(const DdpJobOptions& options) {
+  SyncOptions sync;
+  sync.strategy = options.strategy;
+  sync.bucket_size_mb = options.bucket_size_mb;
+  sync.gradient_wire = wire_dtype_of(options.grad_compression);
+  sync.static_buckets = options.static_buckets;
+  sync.find_unused_parameters = options.find_unused_parameters;
+  sync.fsdp_whole_model = options.fsdp_units == FsdpUnits::kWhole;
+  sync.fsdp_prefetch = static_cast<int>(options.fsdp_prefetch);
+  sync.reshard_after_forward = options.reshard_after_forward;
+  return sync;
+}
+
 }  // namespace
 
 struct Trainer::Impl {
@@ -182,44 +212,6 @@ struct Trainer::Impl {
     return bytes;
   }
 };
-
-namespace {
-
-// LibTorch's error as one line (train/error_line.h): msg() leaves out the C++ backtrace.
-std::string one_line(const c10::Error& error) { return detail::error_line(error.msg()); }
-
-}  // namespace
-
-namespace {
-
-// The job against the communicator it runs on: validate() at this world size, and a device and
-// precision the communicator's device can run.
-void check_job(const DdpJobOptions& options, const Communicator& comm) {
-  validate(options, comm.world_size());
-  const at::Device device = comm.device();
-  if (device.is_cuda() != (options.device == Device::kCuda)) {
-    throw OptionError("--device",
-                      enum_name(options.device) + " job on a " + device.str() + " communicator");
-  }
-  if (options.precision == Precision::kBf16 && !detail::supports_bf16(device)) {
-    throw OptionError("--precision", "bf16 needs a GPU of compute capability 8.0 or later");
-  }
-}
-
-SyncOptions sync_options_of(const DdpJobOptions& options) {
-  SyncOptions sync;
-  sync.strategy = options.strategy;
-  sync.bucket_size_mb = options.bucket_size_mb;
-  sync.gradient_wire = wire_dtype_of(options.grad_compression);
-  sync.static_buckets = options.static_buckets;
-  sync.find_unused_parameters = options.find_unused_parameters;
-  sync.fsdp_whole_model = options.fsdp_units == FsdpUnits::kWhole;
-  sync.fsdp_prefetch = static_cast<int>(options.fsdp_prefetch);
-  sync.reshard_after_forward = options.reshard_after_forward;
-  return sync;
-}
-
-}  // namespace
 
 void Trainer::Impl::build_model(TrainerHooks& job_hooks) {
   const at::Device device = comm->device();
