@@ -180,7 +180,7 @@ struct DdpJobOptions {
   // reported as a straggler, and only when the slowdown also stands out of the job's own step
   // noise for 30 steps (coordinator/src/straggler_watch.h). 0: never.
   double straggler_threshold = 0.75;
-  std::string inject;  // fault injection (ddpd/fault_injection.h); empty: none
+  std::string inject;  // fault injection (ddpd/common/fault_injection.h); empty: none
   // Debug: every collective is preceded by an all-gather of its fingerprint, and a mismatch
   // fails the job naming both sides (CommunicatorOptions::check_collectives). Off.
   bool check_collectives = false;

@@ -35,7 +35,7 @@ struct CommSpan {
 };
 
 // The error message of a failed collective, naming its cause: "timed out after N ms: a rank
-// did not join it in time", "failed: a peer rank closed its connection (its process exited)",
+// did not join it in time", "failed: a peer rank closed its connection (its rank ended: …)",
 // or the backend's own words. Exposed for tests.
 std::string describe_collective_failure(const std::string& collective,
                                         std::chrono::milliseconds timeout,
@@ -47,7 +47,7 @@ class CollectiveError : public std::runtime_error {
  public:
   explicit CollectiveError(const std::string& message, bool peer_exited = false)
       : std::runtime_error(message), peer_exited_(peer_exited) {}
-  // A peer closed its connection (its process exited), rather than a timeout: the survivors
+  // A peer closed its connection (its rank ended), rather than a timeout: the survivors
   // learn it within moments of each other.
   bool peer_exited() const { return peer_exited_; }
 

@@ -55,7 +55,7 @@ class JobCancelled : public std::runtime_error {
 // step; a cancellation check can be passed to run() and is polled between steps (and by an
 // injected hang). progress() may be read from any thread.
 //
-// The job's --inject (ddpd/fault_injection.h) fires on its rank: exit ends the process at the
+// The job's --inject (ddpd/common/fault_injection.h) fires on its rank: exit ends the process at the
 // start of the step, hang stops there (for its seconds, or until cancelled: then run() throws
 // "job cancelled"), slow sleeps factor - 1 times the step's forward and backward time after
 // backward, skip-collective makes the communicator drop the step's first collective. Each prints
