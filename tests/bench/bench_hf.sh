@@ -66,6 +66,6 @@ om=$(median "${our_ms[@]}") pm=$(median "${peer_ms[@]}")
 echo "peer: $(sed 's/ median_step_ms.*//' "$tmp/peer.line") (DistributedDataParallel, gloo, LlamaForCausalLM sdpa)"
 echo "config: 2 ranks, global batch $batch, context $context, $steps steps (2 warm-up), $(nproc) cores"
 printf '| | step ms | tokens/s | peak RSS MB/rank |\n| --- | ---: | ---: | ---: |\n'
-printf '| ddpd bucketed | %s | %.0f | %s |\n' "$om" "$("$python" -c "print($batch*$context/($om/1e3))")" "$o_rss"
-printf '| PyTorch DDP (expert) | %s | %.0f | %s |\n' "$pm" "$("$python" -c "print($batch*$context/($pm/1e3))")" "$p_rss"
+printf '| ddpd bucketed | %.1f | %.0f | %s |\n' "$om" "$("$python" -c "print($batch*$context/($om/1e3))")" "$o_rss"
+printf '| PyTorch DDP (expert) | %.1f | %.0f | %s |\n' "$pm" "$("$python" -c "print($batch*$context/($pm/1e3))")" "$p_rss"
 echo "ours/peer: $("$python" -c "print(f'{$om/$pm:.3f}')") (goal <= 0.85)"
