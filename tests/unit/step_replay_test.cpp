@@ -7,10 +7,32 @@
 // job of tests/bench/bench_whatif.sh, not of this test.
 #include <gtest/gtest.h>
 
+#include "ddpd/common/median.h"
+#include "ddpd/common/shard_owners.h"
 #include "ddpd/common/step_replay.h"
 
 namespace ddpd {
 namespace {
+
+// Largest first, each to the least-loaded rank, lowest rank on ties; the balance carries over
+// to the next group. Worked by hand: bytes 5 3 8 1 on 2 ranks go 8→0, 5→1, 3→1, 1→0.
+TEST(ShardOwners, GreedyBalanceLargestFirstLowestRankOnTiesAcrossGroups) {
+  std::vector<int64_t> owned(2, 0);
+  EXPECT_EQ(assign_shard_owners({5, 3, 8, 1}, owned), (std::vector<int>{1, 1, 0, 0}));
+  EXPECT_EQ(owned, (std::vector<int64_t>{9, 8}));
+  EXPECT_EQ(assign_shard_owners({4, 4}, owned),
+            (std::vector<int>{1, 0}));  // 4→1 (8 < 9), 4→0 (9 < 12)
+  EXPECT_EQ(owned, (std::vector<int64_t>{13, 12}));
+  std::vector<int64_t> three(3, 0);
+  EXPECT_EQ(assign_shard_owners({2, 2, 2}, three),
+            (std::vector<int>{0, 1, 2}));  // ties: index order
+}
+
+TEST(Median, MiddleValueMeanOfTheTwoMiddleAndZeroWhenEmpty) {
+  EXPECT_EQ(median({}), 0.0);
+  EXPECT_EQ(median({3.0, 1.0, 2.0}), 2.0);
+  EXPECT_EQ(median({4.0, 1.0, 3.0, 2.0}), 2.5);
+}
 
 constexpr double kMs = 1e-3;
 constexpr double kTight = 1e-9;  // seconds: float rounding of sums of a few milliseconds
