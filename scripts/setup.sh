@@ -79,7 +79,17 @@ stamp=.venv/.requirements.sha256
 full=$(sha256sum requirements.txt | cut -d' ' -f1)
 demo=demo-$(sha256sum requirements-demo.txt | cut -d' ' -f1)
 have=$(cat "$stamp" 2>/dev/null || true)
-pip_install() { .venv/bin/python -m pip install --quiet --disable-pip-version-check --progress-bar off "$@"; }
+# PyPI's uv installs the requirements: it downloads the wheels in parallel and links them from
+# its cache (~/.cache/uv). requirements.txt from empty caches on a 2-core host: 19 s, where pip
+# took 100 s for the same 2,858 MB. pip installs only uv itself.
+uv_version=0.13.9
+pypi_install() {
+  if [ "$(.venv/bin/uv --version 2>/dev/null | cut -d' ' -f2)" != "$uv_version" ]; then
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check --progress-bar off \
+      "uv==$uv_version"
+  fi
+  .venv/bin/uv pip install --quiet --python .venv/bin/python "$@"
+}
 if [ -x .venv/bin/python ] && { [ "$have" = "$full" ] || [ "$mode:$have" = "demo:$demo" ]; }; then
   matched=requirements.txt
   [ "$have" = "$full" ] || matched=requirements-demo.txt
@@ -88,11 +98,11 @@ else
   [ -x .venv/bin/python ] || "$python" -m venv .venv
   if [ "$mode" = demo ]; then
     echo "setup: installing requirements-demo.txt into .venv (torch 2.11.0 without its CUDA wheels)"
-    pip_install --no-deps -r requirements-demo.txt
+    pypi_install --no-deps -r requirements-demo.txt
     echo "$demo" >"$stamp"
   else
     echo "setup: installing requirements.txt into .venv (torch 2.11.0 with its CUDA wheels)"
-    pip_install -r requirements.txt
+    pypi_install -r requirements.txt
     echo "$full" >"$stamp"
   fi
 fi
