@@ -3,7 +3,7 @@
 # demo job, every docs/examples/ job file and 2-rank `ddpctl local` runs of each strategy, with no
 # straggler event allowed, and RUNS uninjected and RUNS injected (slow:rank=R, ×3) jobs at world
 # 2, 3 and 4, the injected ones naming R alone, once. CTest runs the same checks
-# DDPD_STRAGGLER_RUNS times (2: tests/CMakeLists.txt) to keep the test command's time down.
+# DDPD_STRAGGLER_RUNS times (1: tests/CMakeLists.txt) to keep the test command's time down.
 # Run it on an otherwise idle host: another process's load is a straggler.
 # Usage: scripts/straggler-check.sh [RUNS]
 set -euo pipefail
