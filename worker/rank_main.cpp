@@ -56,6 +56,24 @@ v1::StepReport to_report(const StepMetrics& m, int rank, int attempt) {
   return r;
 }
 
+v1::CollectiveFailureCause to_proto(CollectiveFailure cause) {
+  switch (cause) {
+    case CollectiveFailure::kTimedOut:
+      return v1::COLLECTIVE_FAILURE_TIMED_OUT;
+    case CollectiveFailure::kPeerExited:
+      return v1::COLLECTIVE_FAILURE_PEER_EXITED;
+    case CollectiveFailure::kPeerSilent:
+      return v1::COLLECTIVE_FAILURE_PEER_SILENT;
+    case CollectiveFailure::kAborted:
+      return v1::COLLECTIVE_FAILURE_ABORTED;
+    case CollectiveFailure::kDesync:  // reported as RANK_FAILURE_DESYNC
+      return v1::COLLECTIVE_FAILURE_UNSPECIFIED;
+    case CollectiveFailure::kBackend:
+      break;
+  }
+  return v1::COLLECTIVE_FAILURE_BACKEND;
+}
+
 void to_proto(const MemoryBytes& in, rank_pipe::Memory& out) {
   out.set_param_bytes(in.param_bytes);
   out.set_grad_bytes(in.grad_bytes);
@@ -266,6 +284,8 @@ class RankRun {
       r.set_named_rank(e.named_rank());
       fail(v1::RANK_FAILURE_DESYNC, e.finding());
     } catch (const CollectiveError& e) {
+      r.set_named_rank(e.peer_rank());
+      r.set_collective_cause(to_proto(e.cause()));
       fail(v1::RANK_FAILURE_COLLECTIVE, e.what());
     } catch (const std::exception& e) {
       fail(v1::RANK_FAILURE_ERROR, e.what());

@@ -176,10 +176,15 @@ void JobManager::on_result(const std::string& worker_id, const v1::JobResult& re
   JobEntry* entry = find_job(result.job_id());
   if (entry != nullptr && result.attempt() == current_attempt(entry->job)) {
     if (result.rank() >= 0 && result.rank() < entry->job.ranks_size()) {
-      entry->job.mutable_ranks(result.rank())
-          ->set_state(result.succeeded()                             ? v1::RANK_SUCCEEDED
+      v1::RankStatus* rank = entry->job.mutable_ranks(result.rank());
+      rank->set_state(result.succeeded()                             ? v1::RANK_SUCCEEDED
                       : result.cause() == v1::RANK_FAILURE_CANCELLED ? v1::RANK_CANCELLED
                                                                      : v1::RANK_FAILED);
+      if (!result.succeeded()) {
+        rank->set_failure_cause(result.cause());
+        rank->set_collective_cause(result.collective_cause());
+        rank->set_named_rank(result.named_rank());
+      }
       if (is_terminal(entry->job.state())) store_.save_ranks(entry->job);
     }
     if (entry->job.state() == v1::RUNNING && !result.succeeded()) {

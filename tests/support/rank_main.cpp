@@ -453,6 +453,11 @@ int main(int argc, char** argv) {
     if (collectives_cmd->parsed()) return collectives(options, out);
     if (fallback_cmd->parsed()) return shared_fallback(options, out, failing_rank);
     return zero1(options, out, add_group_at, step_in_parts);
+  } catch (const ddpd::CollectiveError& e) {
+    // The cause and the rank as data, for the fault tests (failure_test.cpp).
+    std::cerr << "FAILED (cause " << ddpd::enum_name(e.cause()) << ", rank " << e.peer_rank()
+              << "): " << e.what() << std::endl;
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "FAILED: " << e.what() << std::endl;
     return 1;

@@ -402,6 +402,31 @@ TEST_F(JobManagerTest, ADesyncIsRecordedAsAnIncidentNamingTheRankTheRanksReport)
             "rank 1 launched broadcast, rank 0 all_reduce");
 }
 
+// A rank's failure is kept on its RankStatus as the rank reported it: the cause, the
+// collective's cause and the rank it names, as data, where the API's users read them.
+TEST_F(JobManagerTest, AFailedRanksCauseAndNamedRankAreKeptAsData) {
+  add_worker("w0");
+  add_worker("w1");
+  const std::string id = submit(ddp_spec(2));
+  v1::WorkerMessage message;
+  message.set_job_id(id);
+  auto* r = message.mutable_result();
+  r->set_job_id(id);
+  r->set_rank(0);
+  r->set_cause(v1::RANK_FAILURE_COLLECTIVE);
+  r->set_collective_cause(v1::COLLECTIVE_FAILURE_PEER_EXITED);
+  r->set_named_rank(1);
+  r->set_error("collective all_reduce/bucket0 failed: a peer rank closed its connection");
+  manager_->on_message("w0", message);
+  ASSERT_EQ(job(id).state(), v1::FAILED);
+  const v1::RankStatus& rank0 = job(id).ranks(0);
+  EXPECT_EQ(rank0.state(), v1::RANK_FAILED);
+  EXPECT_EQ(rank0.failure_cause(), v1::RANK_FAILURE_COLLECTIVE);
+  EXPECT_EQ(rank0.collective_cause(), v1::COLLECTIVE_FAILURE_PEER_EXITED);
+  EXPECT_EQ(rank0.named_rank(), 1);
+  EXPECT_EQ(job(id).ranks(1).failure_cause(), v1::RANK_FAILURE_UNSPECIFIED);  // not reported
+}
+
 TEST_F(JobManagerTest, APendingJobFailsAfterThePendingTimeoutAndACancelStopsItsRanks) {
   options_.pending_timeout = std::chrono::seconds(60);
   open();

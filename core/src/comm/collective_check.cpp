@@ -4,6 +4,7 @@
 #include <map>
 #include <vector>
 
+#include "comm/failure_cause.h"
 #include "ddpd/core/communicator.h"
 
 namespace ddpd::detail {
@@ -53,9 +54,11 @@ std::vector<int64_t> gather(c10d::Backend& group, int world_size, const at::Devi
   try {
     work->wait(timeout);
   } catch (const std::exception& e) {
-    throw CollectiveError(describe_collective_failure(
-        "all_gather/fingerprint of " + mine.op + " #" + std::to_string(mine.seq), timeout,
-        e.what()));
+    const TransportFailure failure = failure_of(e);
+    throw CollectiveError(describe_collective_failure("all_gather/fingerprint of " + mine.op +
+                                                          " #" + std::to_string(mine.seq),
+                                                      failure.cause(), timeout, failure.what()),
+                          failure.cause(), failure.peer_rank());
   }
   const at::Tensor host = all.cpu();
   return {host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + kFields * world_size};

@@ -1,7 +1,6 @@
 #include "ddpd/core/communicator.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <functional>
 #include <future>
@@ -13,6 +12,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "comm/collective_check.h"
+#include "comm/failure_cause.h"
 #include "comm/failure_exchange.h"
 #include "comm/gloo_fallbacks.h"
 #include "ddpd/common/seconds_since.h"
@@ -40,12 +40,6 @@ std::string tag_of(const std::string& name) {
   return slash == std::string::npos ? name : name.substr(slash + 1);
 }
 
-// A closed connection says the peer's rank ended, not how: its process exited, or the rank
-// failed or was cancelled under a daemon that lives on.
-constexpr const char* kPeerExitedText =
-    "a peer rank closed its connection (its rank ended: its process exited, or the rank failed "
-    "or was cancelled)";
-
 // Whether the backend gathers into and reduce-scatters out of flat buffers itself: NCCL, and
 // the shared-memory group (which splits a reduce-scatter across the ranks). Gloo's flat forms
 // in LibTorch 2.11 stage copies, so its collectives take detail::list_all_gather and
@@ -61,36 +55,6 @@ struct Communicator::SpanLog {
   std::mutex mutex;
   std::vector<PendingSpan> spans;
 };
-
-std::string describe_collective_failure(const std::string& collective,
-                                        std::chrono::milliseconds timeout,
-                                        const std::string& full_backend_message) {
-  // c10's errors append "Exception raised from … frame #0 …": keep the backend's own words.
-  std::string backend_message =
-      full_backend_message.substr(0, full_backend_message.find("Exception raised from"));
-  std::replace(backend_message.begin(), backend_message.end(), '\n', ' ');
-  while (!backend_message.empty() && backend_message.back() == ' ') backend_message.pop_back();
-  std::string lower = backend_message;
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  auto has = [&](const char* text) { return lower.find(text) != std::string::npos; };
-  const std::string head = "collective " + collective + " ";
-  // Gloo words the two causes users act on differently in several ways: c10d's Work::wait
-  // ("Operation timed out!"), Gloo's own transport ("Timed out waiting 5000ms for recv") and
-  // a closed or reset TCP pair once a peer process has exited.
-  if (has("timed out") || has("timeout")) {
-    return head + "timed out after " + std::to_string(timeout.count()) +
-           " ms: a rank did not join it in time [" + backend_message + "]";
-  }
-  // The shared-memory transport names the rank: "shm: rank 1 (pid 42) is gone (its process
-  // exited)".
-  if (has("its process exited") || has("its rank ended") || has("stopped its heartbeat") ||
-      has("closed by peer") || has("connection reset") || has("broken pipe") ||
-      has("connection refused") || has("end of file")) {
-    return head + "failed: " + kPeerExitedText + " [" + backend_message + "]";
-  }
-  return head + "failed: " + backend_message;
-}
 
 PendingCollective::PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string name,
                                      std::chrono::milliseconds timeout, bool on_device,
@@ -116,7 +80,7 @@ void PendingCollective::wait_on_host(c10d::Work& work) {
     try {
       work.wait(slice);
       return;
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
       // The slice ran out, or the work failed. A work that has completed (with its error, or
       // just after the slice ran out) is waited once more: that returns or throws its own
       // error, never the slice's stale timeout.
@@ -124,11 +88,11 @@ void PendingCollective::wait_on_host(c10d::Work& work) {
         work.wait(timeout_);
         return;
       }
-      if (slice >= remaining) throw;  // the collective's real timeout
+      if (slice >= remaining) throw TransportFailure(CollectiveFailure::kTimedOut, -1, e.what());
     }
     remaining -= slice;
     if (ticket_.aborted && ticket_.aborted->load()) {
-      throw std::runtime_error("abandoned: the job was cancelled (the daemon aborted the rank)");
+      throw TransportFailure(CollectiveFailure::kAborted, -1, "the communicator was aborted");
     }
   }
 }
@@ -136,9 +100,10 @@ void PendingCollective::wait_on_host(c10d::Work& work) {
 void PendingCollective::wait() {
   if (!work_) return;  // world size 1, or already waited
   auto work = std::move(work_);
+  auto aborted = [&] { return ticket_.aborted && ticket_.aborted->load(); };
   try {
-    if (ticket_.aborted && ticket_.aborted->load()) {
-      throw std::runtime_error("abandoned: the job was cancelled (the daemon aborted the rank)");
+    if (aborted()) {
+      throw TransportFailure(CollectiveFailure::kAborted, -1, "the communicator was aborted");
     }
     if (on_device_) {
       work->wait();  // orders the current stream after the collective
@@ -148,8 +113,13 @@ void PendingCollective::wait() {
     keep_alive_.clear();
   } catch (const std::exception& e) {
     if (ticket_.journal) ticket_.journal->fail(ticket_.seq, seconds_since(ticket_.epoch));
-    const std::string message = describe_collective_failure(name_, timeout_, e.what());
-    throw CollectiveError(message, message.find(kPeerExitedText) != std::string::npos);
+    // An aborted communicator's collectives fail however the backend words it.
+    const TransportFailure failure =
+        aborted() ? TransportFailure(CollectiveFailure::kAborted, -1, e.what())
+                  : detail::failure_of(e);
+    throw CollectiveError(
+        describe_collective_failure(name_, failure.cause(), timeout_, failure.what()),
+        failure.cause(), failure.peer_rank());
   }
 }
 

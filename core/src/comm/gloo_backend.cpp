@@ -5,6 +5,9 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include <algorithm>
+#include <cctype>
+
 namespace ddpd {
 
 c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store,
@@ -17,6 +20,19 @@ c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10
                                  : c10d::ProcessGroupGloo::createDeviceForHostname(bind_address));
   options->threads = 2;
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);
+}
+
+CollectiveFailure gloo_failure_cause(const std::string& message) {
+  std::string lower = message;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  auto has = [&](const char* text) { return lower.find(text) != std::string::npos; };
+  if (has("timed out") || has("timeout")) return CollectiveFailure::kTimedOut;
+  if (has("closed by peer") || has("connection reset") || has("broken pipe") ||
+      has("connection refused") || has("end of file")) {
+    return CollectiveFailure::kPeerExited;
+  }
+  return CollectiveFailure::kBackend;
 }
 
 }  // namespace ddpd

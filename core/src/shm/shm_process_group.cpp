@@ -94,6 +94,11 @@ void reduce_in_rank_order(const std::vector<const void*>& terms, int64_t count,
   for (void* out : outs) std::memcpy(out, result.data_ptr(), bytes);
 }
 
+// A collective after shutdown() (the communicator's abort, or its end) fails as aborted.
+TransportFailure group_shut_down_failure() {
+  return {CollectiveFailure::kAborted, -1, "shm: the process group is shut down"};
+}
+
 }  // namespace
 
 ShmProcessGroup::ShmProcessGroup(Segment segment, int rank, int world_size,
@@ -149,12 +154,12 @@ void ShmProcessGroup::execute_loop() {
     }
     std::exception_ptr error;
     try {
-      if (!broken_.empty()) throw std::runtime_error(broken_);
-      if (stop_requested_.load()) throw std::runtime_error("shm: the process group is shut down");
+      if (broken_) std::rethrow_exception(broken_);
+      if (stop_requested_.load()) throw group_shut_down_failure();
       task.run(task.deadline);
-    } catch (const std::exception& e) {
+    } catch (const std::exception&) {
       // The ranks' phase counters no longer agree: every later collective fails the same way.
-      if (broken_.empty()) broken_ = e.what();
+      if (!broken_) broken_ = std::current_exception();
       error = std::current_exception();
     }
     static_cast<ShmWork*>(task.work.get())->complete(error);
@@ -173,31 +178,36 @@ void ShmProcessGroup::finish_phase() {
   segment_.control(rank_).phase.fetch_add(1, std::memory_order_acq_rel);
 }
 
-std::string ShmProcessGroup::peer_gone(int rank) const {
+std::optional<TransportFailure> ShmProcessGroup::peer_gone(int rank) const {
   const RankControl& peer = segment_.control(rank);
   const std::string who =
       "shm: rank " + std::to_string(rank) + " (pid " + std::to_string(peer.pid) + ") ";
   const int32_t state = peer.state.load(std::memory_order_acquire);
   // Leaving is what a rank's group does when the rank ends, whether its process then exits or
   // not (a daemon's rank that failed or was cancelled): "its process exited" misreported those.
-  if (state == kLeft)
-    return who + "left the group (its rank ended: it failed, was cancelled or exited)";
-  if (state != kJoined) return "";  // still creating its group: the timeout covers it
+  if (state == kLeft) {
+    return TransportFailure(
+        CollectiveFailure::kPeerExited, rank,
+        who + "left the group (its rank ended: it failed, was cancelled or exited)");
+  }
+  if (state != kJoined) return std::nullopt;  // still creating its group: the timeout covers it
   if (peer.pid > 0 && peer.pid_namespace == pid_namespace() && ::kill(peer.pid, 0) != 0 &&
       errno == ESRCH) {
-    return who + "is gone (its process exited)";
+    return TransportFailure(CollectiveFailure::kPeerExited, rank,
+                            who + "is gone (its process exited)");
   }
   const int64_t silent_ns = monotonic_ns() - peer.heartbeat_ns.load(std::memory_order_acquire);
   if (silent_ns > kHeartbeatStaleNs) {
-    return who + "stopped its heartbeat " + std::to_string(silent_ns / 1000000) +
-           " ms ago (its process is stopped, hung in the kernel, or exited)";
+    return TransportFailure(CollectiveFailure::kPeerSilent, rank,
+                            who + "stopped its heartbeat " + std::to_string(silent_ns / 1000000) +
+                                " ms ago (its process is stopped, hung in the kernel, or exited)");
   }
-  return "";
+  return std::nullopt;
 }
 
 std::vector<bool> ShmProcessGroup::gone_ranks() const {
   std::vector<bool> gone(size_, false);
-  for (int r = 0; r < size_; ++r) gone[r] = r != rank_ && !peer_gone(r).empty();
+  for (int r = 0; r < size_; ++r) gone[r] = r != rank_ && peer_gone(r).has_value();
   return gone;
 }
 
@@ -224,16 +234,17 @@ void ShmProcessGroup::wait_for_phase(uint64_t phase, Deadline deadline, int only
     const int64_t now_ns = monotonic_ns();
     if (now_ns >= next_check_ns) {  // every 10 ms: deadline, stop, peers' liveness
       next_check_ns = now_ns + 10'000'000;
-      if (stop_requested_.load()) throw std::runtime_error("shm: the process group is shut down");
+      if (stop_requested_.load()) throw group_shut_down_failure();
       // Only a peer still short of the phase can hold this wait: one that got there and then
       // left (the job's last collective) is not a failure.
       for (int r = 0; r < size_; ++r) {
         if (r == rank_ || !holds_the_wait(r)) continue;
-        if (std::string gone = peer_gone(r); !gone.empty()) throw std::runtime_error(gone);
+        if (auto gone = peer_gone(r)) throw *gone;
       }
       if (std::chrono::steady_clock::now() >= deadline) {
-        throw std::runtime_error("shm: timed out after " + std::to_string(timeout_.count()) +
-                                 " ms waiting for rank " + std::to_string(behind));
+        throw TransportFailure(CollectiveFailure::kTimedOut, behind,
+                               "shm: timed out after " + std::to_string(timeout_.count()) +
+                                   " ms waiting for rank " + std::to_string(behind));
       }
     }
     if (spin < 16 * spin_limit_) {

@@ -36,6 +36,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -44,6 +45,7 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include "ddpd/common/shared_buffer_fallback.h"
+#include "ddpd/core/collective_error.h"
 #include "shm/segment.h"
 #include "shm/shared_buffers.h"
 
@@ -106,11 +108,12 @@ class ShmProcessGroup final : public c10d::Backend {
 
   // Phase bookkeeping (executor thread only).
   void finish_phase();
-  // Waits until `ranks` (all when empty) have completed `phase`; throws on timeout or a dead
-  // peer, naming it.
+  // Waits until `ranks` (all when empty) have completed `phase`; throws a TransportFailure on
+  // timeout or a dead peer, naming it.
   void wait_for_phase(uint64_t phase, Deadline deadline, int only_rank = -1);
-  // Why peer `rank` can no longer take part ("" while it can).
-  std::string peer_gone(int rank) const;
+  // Why peer `rank` can no longer take part (kPeerExited or kPeerSilent, naming it); none while
+  // it can.
+  std::optional<TransportFailure> peer_gone(int rank) const;
 
   // One chunk g's three phases around the caller's work (executor thread only).
   void chunk(const std::function<void(int buffer)>& write,
@@ -143,7 +146,7 @@ class ShmProcessGroup final : public c10d::Backend {
   const std::chrono::milliseconds timeout_;
   const uint64_t spin_limit_;  // pause-spins before a wait yields (16× that before it sleeps)
   uint64_t chunks_done_ = 0;   // chunks this rank has completed (executor thread only)
-  std::string broken_;         // set once a collective failed: later ones fail with it
+  std::exception_ptr broken_;  // set once a collective failed: later ones fail with it
   std::optional<SharedBufferFallback> last_shared_fallback_;  // allocate_shared's thread
 
   std::mutex mutex_;

@@ -57,16 +57,20 @@ RankPosition failed_position(const Communicator& comm, const std::string& phase,
   return mine;
 }
 
-std::string analyze_failure_across_ranks(Communicator& comm, const RankPosition& mine,
-                                         bool peer_exited) {
-  const auto wait = std::min(comm.timeout(), peer_exited ? kWaitAfterExit : kWaitAfterTimeout);
+StallFinding analyze_failure_across_ranks(Communicator& comm, const RankPosition& mine,
+                                          CollectiveFailure cause) {
+  const auto wait =
+      std::min(comm.timeout(), peer_ended(cause) ? kWaitAfterExit : kWaitAfterTimeout);
   std::vector<std::optional<std::string>> reports;
   try {
     reports = comm.exchange_failure_reports(position_json(mine).dump(), wait);
   } catch (const std::exception& e) {
-    return "cross-rank analysis unavailable: the rendezvous store is unreachable (rank 0, which "
-           "serves it, has exited?): " +
-           std::string(e.what());
+    StallFinding unavailable;
+    unavailable.message =
+        "cross-rank analysis unavailable: the rendezvous store is unreachable (rank 0, which "
+        "serves it, has exited?): " +
+        std::string(e.what());
+    return unavailable;
   }
   std::vector<RankReport> ranks;
   for (int r = 0; r < static_cast<int>(reports.size()); ++r) {
@@ -80,14 +84,15 @@ std::string analyze_failure_across_ranks(Communicator& comm, const RankPosition&
     ranks.push_back(std::move(report));
   }
   const double stalled = mine.oldest_pending ? mine.oldest_pending->age_seconds : 0;
-  const StallFinding finding =
+  StallFinding finding =
       analyze_stall(ranks, stalled,
                     "did not report within " + std::to_string(wait.count() / 1000) +
                         " s (stuck outside collectives, or exited)");
   std::fprintf(stderr, "ddpd: rank %d cross-rank analysis: %s\n", comm.rank(),
                finding.message.c_str());
   std::fflush(stderr);
-  return "cross-rank analysis: " + finding.message;
+  finding.message = "cross-rank analysis: " + finding.message;
+  return finding;
 }
 
 }  // namespace ddpd::detail

@@ -21,11 +21,12 @@ CollectiveRecord to_record(const JournalEntry& entry, double now_s);
 // collective as ended, but it is the one the ranks did not finish together).
 RankPosition failed_position(const Communicator& comm, const std::string& phase, int64_t step);
 
-// Exchanges positions and returns "cross-rank analysis: …" (also printed to stderr as
-// "ddpd: rank R cross-rank analysis: …"), or why it could not run. After a peer's exit the
-// survivors learn it at about the same time, so they wait 2 s for each other's reports; after a
-// timeout, up to the collective timeout, at most 5 s.
-std::string analyze_failure_across_ranks(Communicator& comm, const RankPosition& mine,
-                                         bool peer_exited);
+// Exchanges positions and returns the finding: the rank it names (-1: none), and its message
+// "cross-rank analysis: …" (also printed to stderr as "ddpd: rank R cross-rank analysis: …"), or
+// why it could not run. After a peer's end (`cause`) the survivors learn it at about the same
+// time, so they wait 2 s for each other's reports; after a timeout, up to the collective
+// timeout, at most 5 s.
+StallFinding analyze_failure_across_ranks(Communicator& comm, const RankPosition& mine,
+                                          CollectiveFailure cause);
 
 }  // namespace ddpd::detail

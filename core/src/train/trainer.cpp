@@ -126,10 +126,10 @@ struct Trainer::Impl {
   }
 
   // The cross-rank analysis after a failed collective (train/failure_analysis.h).
-  std::string analyze_failure_across_ranks(bool peer_exited) const {
+  StallFinding analyze_failure_across_ranks(CollectiveFailure cause) const {
     const RankPosition mine =
         detail::failed_position(*comm, kPhaseNames[phase.load()], step.load());
-    return detail::analyze_failure_across_ranks(*comm, mine, peer_exited);
+    return detail::analyze_failure_across_ranks(*comm, mine, cause);
   }
 
   // Checkpoints (train/training_checkpoint.h). The model's unique parameters' names and shapes,
@@ -535,9 +535,11 @@ TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_st
       // An aborted rank was cancelled: its peers are being ended too, and no analysis is owed.
       if (impl_->comm->aborted())
         throw JobCancelled("job cancelled at step " + std::to_string(step) + " (" + e.what() + ")");
-      throw CollectiveError(
-          std::string(e.what()) + "; " + impl_->analyze_failure_across_ranks(e.peer_exited()),
-          e.peer_exited());
+      // The rank to name: the peer the transport saw end, else the one the analysis found.
+      const StallFinding finding = impl_->analyze_failure_across_ranks(e.cause());
+      const bool transport_named = peer_ended(e.cause()) && e.peer_rank() >= 0;
+      throw CollectiveError(std::string(e.what()) + "; " + finding.message, e.cause(),
+                            transport_named ? e.peer_rank() : finding.rank);
     } catch (const c10::Error& e) {
       throw std::runtime_error(one_line(e) + " (step " + std::to_string(step) + ")");
     } catch (const std::bad_alloc&) {

@@ -6,6 +6,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include "ddpd/common/job_options.h"
 #include "ddpd/common/shared_buffer_fallback.h"
+#include "ddpd/core/collective_error.h"
 #include "ddpd/core/collective_journal.h"
 
 #include <atomic>
@@ -32,43 +33,6 @@ struct CommSpan {
   double launch_s = 0;
   double complete_s = 0;
   int64_t bytes = 0;
-};
-
-// The error message of a failed collective, naming its cause: "timed out after N ms: a rank
-// did not join it in time", "failed: a peer rank closed its connection (its rank ended: …)",
-// or the backend's own words. Exposed for tests.
-std::string describe_collective_failure(const std::string& collective,
-                                        std::chrono::milliseconds timeout,
-                                        const std::string& backend_message);
-
-// A collective that failed or timed out (its message names the collective and the cause), or a
-// desync --check-collectives found. The trainer catches it to run the cross-rank analysis.
-class CollectiveError : public std::runtime_error {
- public:
-  explicit CollectiveError(const std::string& message, bool peer_exited = false)
-      : std::runtime_error(message), peer_exited_(peer_exited) {}
-  // A peer closed its connection (its rank ended), rather than a timeout: the survivors
-  // learn it within moments of each other.
-  bool peer_exited() const { return peer_exited_; }
-
- private:
-  bool peer_exited_;
-};
-// --check-collectives found ranks launching different collectives under one sequence number;
-// the message names both sides, so no further analysis is needed.
-class CollectiveDesync : public CollectiveError {
- public:
-  // `finding`: "rank 1 launched … as #7 where ranks 0, 2 launched … as #7".
-  CollectiveDesync(const std::string& finding, int named_rank)
-      : CollectiveError("collective desync (--check-collectives): " + finding),
-        finding_(finding),
-        named_rank_(named_rank) {}
-  const std::string& finding() const { return finding_; }
-  int named_rank() const { return named_rank_; }  // the lowest rank outside the majority
-
- private:
-  std::string finding_;
-  int named_rank_;
 };
 
 // A collective's entry in its communicator's journal, marked failed when wait() throws.
