@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <c10/util/Exception.h>
+
 #include "comm/failure_cause.h"
 #include "comm/gloo_backend.h"
 
@@ -14,9 +16,8 @@ constexpr const char* kPeerEndedText =
     "a peer rank closed its connection (its rank ended: its process exited, or the rank failed "
     "or was cancelled)";
 
-// The backend's own words on one line: c10's errors append "Exception raised from … frame #0 …".
-std::string own_words(const std::string& message) {
-  std::string words = message.substr(0, message.find("Exception raised from"));
+// The backend's own words on one line.
+std::string one_line(std::string words) {
   std::replace(words.begin(), words.end(), '\n', ' ');
   while (!words.empty() && words.back() == ' ') words.pop_back();
   return words;
@@ -28,7 +29,7 @@ std::string describe_collective_failure(const std::string& collective, Collectiv
                                         std::chrono::milliseconds timeout,
                                         const std::string& backend_words) {
   const std::string head = "collective " + collective + " ";
-  const std::string words = own_words(backend_words);
+  const std::string words = one_line(backend_words);
   switch (cause) {
     case CollectiveFailure::kTimedOut:
       return head + "timed out after " + std::to_string(timeout.count()) +
@@ -48,9 +49,17 @@ std::string describe_collective_failure(const std::string& collective, Collectiv
 
 namespace detail {
 
+std::string words_of(const std::exception& error) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&error)) {
+    return c10_error->what_without_backtrace();
+  }
+  return error.what();
+}
+
 TransportFailure failure_of(const std::exception& error) {
   if (const auto* typed = dynamic_cast<const TransportFailure*>(&error)) return *typed;
-  return {gloo_failure_cause(error.what()), -1, error.what()};
+  const std::string words = words_of(error);
+  return {gloo_failure_cause(words), -1, words};
 }
 
 }  // namespace detail

@@ -88,7 +88,9 @@ void PendingCollective::wait_on_host(c10d::Work& work) {
         work.wait(timeout_);
         return;
       }
-      if (slice >= remaining) throw TransportFailure(CollectiveFailure::kTimedOut, -1, e.what());
+      if (slice >= remaining) {
+        throw TransportFailure(CollectiveFailure::kTimedOut, -1, detail::words_of(e));
+      }
     }
     remaining -= slice;
     if (ticket_.aborted && ticket_.aborted->load()) {
@@ -115,7 +117,7 @@ void PendingCollective::wait() {
     if (ticket_.journal) ticket_.journal->fail(ticket_.seq, seconds_since(ticket_.epoch));
     // An aborted communicator's collectives fail however the backend words it.
     const TransportFailure failure =
-        aborted() ? TransportFailure(CollectiveFailure::kAborted, -1, e.what())
+        aborted() ? TransportFailure(CollectiveFailure::kAborted, -1, detail::words_of(e))
                   : detail::failure_of(e);
     throw CollectiveError(
         describe_collective_failure(name_, failure.cause(), timeout_, failure.what()),

@@ -5,6 +5,9 @@
 namespace ddpd::detail {
 namespace {
 
+constexpr const char* kCpuAllocatorFailure = "DefaultCPUAllocator: can't allocate memory";
+constexpr const char* kNcclCauseMarker = "Last error:";
+
 // The text after `marker` up to the end of its first non-empty line, trimmed ("" if absent).
 std::string first_line_after(const std::string& message, const std::string& marker) {
   size_t at = message.find(marker);
@@ -19,16 +22,19 @@ std::string first_line_after(const std::string& message, const std::string& mark
 
 }  // namespace
 
-std::string error_line(const std::string& message) {
+bool allocation_failed(const c10::Error& error) {
+  return dynamic_cast<const c10::OutOfMemoryError*>(&error) != nullptr ||
+         error.msg().find(kCpuAllocatorFailure) != std::string::npos;
+}
+
+std::string error_line(const c10::Error& error) {
+  const std::string& message = error.msg();  // without the backtrace
   std::string line = message.substr(0, message.find('\n'));
-  const std::string nccl_cause = first_line_after(message, "Last error:");
+  const std::string nccl_cause = first_line_after(message, kNcclCauseMarker);
   if (!nccl_cause.empty() && line.find(nccl_cause) == std::string::npos) {
     line += " (last error: " + nccl_cause + ")";
   }
-  const bool allocation = message.find("can't allocate memory") != std::string::npos ||
-                          message.find("tried to allocate") != std::string::npos ||
-                          message.find("out of memory") != std::string::npos;
-  return allocation ? "out of memory: " + line : line;
+  return allocation_failed(error) ? "out of memory: " + line : line;
 }
 
 }  // namespace ddpd::detail

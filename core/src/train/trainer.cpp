@@ -57,9 +57,6 @@ enum PhaseIndex : int {
 constexpr const char* kPhaseNames[] = {"setup",     "forward", "backward",   "sync",
                                        "optimizer", "metrics", "checkpoint", "idle"};
 
-// LibTorch's error as one line (train/error_line.h): msg() leaves out the C++ backtrace.
-std::string one_line(const c10::Error& error) { return detail::error_line(error.msg()); }
-
 // The job against the communicator it runs on: validate() at this world size, and a device and
 // precision the communicator's device can run.
 void check_job(const DdpJobOptions& options, const Communicator& comm) {
@@ -311,7 +308,8 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
   }
   m.memory.after_init = m.measure();
 } catch (const c10::Error& e) {
-  throw std::runtime_error(one_line(e) + " (building the model, synchroniser and optimizer)");
+  throw std::runtime_error(detail::error_line(e) +
+                           " (building the model, synchroniser and optimizer)");
 } catch (const std::bad_alloc&) {
   throw std::runtime_error(
       "out of memory: an allocation failed building the model, synchroniser and optimizer");
@@ -541,7 +539,7 @@ TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_st
       throw CollectiveError(std::string(e.what()) + "; " + finding.message, e.cause(),
                             transport_named ? e.peer_rank() : finding.rank);
     } catch (const c10::Error& e) {
-      throw std::runtime_error(one_line(e) + " (step " + std::to_string(step) + ")");
+      throw std::runtime_error(detail::error_line(e) + " (step " + std::to_string(step) + ")");
     } catch (const std::bad_alloc&) {
       throw std::runtime_error("out of memory at step " + std::to_string(step) +
                                ": an allocation failed");

@@ -36,8 +36,7 @@ class TransportFailure : public std::runtime_error {
 // The error message of a failed collective, from its cause: "collective NAME timed out after N
 // ms: a rank did not join it in time [words]", "collective NAME failed: a peer rank closed its
 // connection (its rank ended: …) [words]", "collective NAME abandoned: the job was cancelled …",
-// or "collective NAME failed: words". `backend_words`: the backend's message (c10's backtrace,
-// after "Exception raised from", is dropped).
+// or "collective NAME failed: words". `backend_words`: the backend's message, put on one line.
 std::string describe_collective_failure(const std::string& collective, CollectiveFailure cause,
                                         std::chrono::milliseconds timeout,
                                         const std::string& backend_words);
