@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ddpd/common/overlap_model.h"
+
 namespace ddpd::plan {
 
 std::vector<GradientTensor> transformer_gradients(const ModelConfig& c) {
@@ -43,35 +45,24 @@ AllReduceTime interpolated_all_reduce_time(std::vector<std::pair<double, double>
 }
 
 double simulated_exposed_s(const std::vector<GradientTensor>& tensors, double backward_s,
-                           double bucket_bytes, double first_bucket_bytes,
-                           const AllReduceTime& all_reduce_time, double speed_during_backward) {
+                           double bucket_mb, const AllReduceTime& all_reduce_time,
+                           double speed_during_backward) {
   double total_compute = 0;
   for (const auto& t : tensors) total_compute += t.compute;
-  double done_compute = 0, filled = 0, ready_s = 0, comm_end_s = 0;
-  int buckets = 0;
-  auto close_bucket = [&] {
-    if (filled <= 0) return;
-    const double start = std::max(comm_end_s, ready_s);
-    double work = all_reduce_time(filled);  // seconds at full speed
-    if (start < backward_s && speed_during_backward > 0) {
-      const double during = (backward_s - start) * speed_during_backward;
-      comm_end_s =
-          work <= during ? start + work / speed_during_backward : backward_s + (work - during);
-    } else {
-      comm_end_s = std::max(start, backward_s) + work;
-    }
-    ++buckets;
-    filled = 0;
-  };
+  std::vector<double> ready_s;
+  std::vector<int64_t> bytes;
+  double done_compute = 0;
   for (const auto& t : tensors) {
-    const double cap = buckets == 0 ? first_bucket_bytes : bucket_bytes;
-    if (filled > 0 && filled + t.bytes > cap) close_bucket();
-    filled += t.bytes;
     done_compute += t.compute;
-    ready_s = total_compute > 0 ? backward_s * done_compute / total_compute : backward_s;
+    ready_s.push_back(total_compute > 0 ? backward_s * done_compute / total_compute : backward_s);
+    bytes.push_back(static_cast<int64_t>(t.bytes));
   }
-  close_bucket();
-  return std::max(0.0, comm_end_s - backward_s);
+  LinkQueue link(all_reduce_time, speed_during_backward);
+  link.computing(0, backward_s);
+  for (const auto& [launch_s, bucket_bytes] : bucket_launches(ready_s, bytes, bucket_mb)) {
+    link.run(launch_s, bucket_bytes);
+  }
+  return std::max(0.0, link.free_at() - backward_s);
 }
 
 }  // namespace ddpd::plan

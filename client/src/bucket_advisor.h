@@ -31,16 +31,16 @@ using AllReduceTime = std::function<double(double bytes)>;
 AllReduceTime interpolated_all_reduce_time(std::vector<std::pair<double, double>> points,
                                            double beta);
 
-// Bucketed DDP, simulated: tensors are packed in ready order into buckets of at most
-// bucket_bytes (the first at most first_bucket_bytes; a tensor over its cap alone); tensor i's
-// gradient is ready at backward_s × (compute of tensors 0..i) / (all compute); a bucket's
-// all-reduce starts when its last gradient is ready and the previous all-reduce has ended (one
-// at a time, in order), and takes all_reduce_time(its bytes) once backward is over; while
-// backward runs it progresses at `speed_during_backward` of that rate (compute and the
-// transport's threads share the cores). Returns the seconds from the end of backward to the end
-// of the last all-reduce (0 if it ended earlier).
+// Bucketed DDP, simulated by the shared overlap model (ddpd/common/overlap_model.h, which
+// whatif's replay runs too): tensor i's gradient is ready at backward_s × (compute of tensors
+// 0..i) / (all compute); the tensors are packed into buckets as the core packs them
+// (bucket_mb, the first bucket at most 1 MiB); a bucket's all-reduce starts when its last
+// gradient is ready and the previous all-reduce has ended, and takes all_reduce_time(its bytes)
+// once backward is over; while backward runs it progresses at `speed_during_backward` of that
+// rate (compute and the transport's threads share the cores). Returns the seconds from the end
+// of backward to the end of the last all-reduce (0 if it ended earlier).
 double simulated_exposed_s(const std::vector<GradientTensor>& tensors, double backward_s,
-                           double bucket_bytes, double first_bucket_bytes,
-                           const AllReduceTime& all_reduce_time, double speed_during_backward);
+                           double bucket_mb, const AllReduceTime& all_reduce_time,
+                           double speed_during_backward);
 
 }  // namespace ddpd::plan

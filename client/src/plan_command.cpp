@@ -8,7 +8,6 @@
 #include <iostream>
 
 #include "bucket_advisor.h"
-#include "ddpd/common/bucket_assignment.h"
 #include "ddpd/common/comm_options.h"
 #include "ddpd/common/hf_config.h"
 #include "ddpd/common/job_options.h"
@@ -286,7 +285,6 @@ nlohmann::json bucket_curve(const BucketFlags& f, const AllReduceMeasurements& m
   const plan::AllReduceTime all_reduce_time =
       m.back_to_back.empty() ? plan::AllReduceTime([=](double b) { return alpha + b / beta; })
                              : plan::interpolated_all_reduce_time(m.back_to_back, beta);
-  constexpr double kFirstBucketBytes = kFirstBucketMiB * (1 << 20);
   nlohmann::json curve = nlohmann::json::array();
   for (double mb : {1.0, 10.0, 100.0, 1000.0}) {
     const double bucket = mb * (1 << 20);
@@ -294,9 +292,9 @@ nlohmann::json bucket_curve(const BucketFlags& f, const AllReduceMeasurements& m
         {"bucket_mb", mb},
         {"overhead_seconds", plan::predicted_overhead_s(gradient_bytes, beta, alpha, bucket)}};
     if (f.backward_ms > 0) {
-      point["simulated_exposed_seconds"] = plan::simulated_exposed_s(
-          plan::transformer_gradients(config), f.backward_ms / 1e3, bucket,
-          std::min(bucket, kFirstBucketBytes), all_reduce_time, f.comm_speed_during_backward);
+      point["simulated_exposed_seconds"] =
+          plan::simulated_exposed_s(plan::transformer_gradients(config), f.backward_ms / 1e3, mb,
+                                    all_reduce_time, f.comm_speed_during_backward);
     }
     curve.push_back(point);
   }

@@ -6,16 +6,14 @@
 #include <limits>
 #include <numeric>
 
-#include "ddpd/common/bucket_assignment.h"
 #include "ddpd/common/intervals.h"
 #include "ddpd/common/median.h"
+#include "ddpd/common/overlap_model.h"
 #include "ddpd/common/shard_owners.h"
 #include "step_replay_internal.h"
 
 namespace ddpd {
 namespace {
-
-constexpr double kMiB = 1024.0 * 1024.0;
 
 // The comm fraction and tokens/s of figures whose times are set.
 void derive_rates(StepFigures& f) {
@@ -135,53 +133,10 @@ LinkModel scaled_link(LinkModel link, int n) {
   return link;
 }
 
-// The link as a queue: one collective at a time, in launch order (the communicator's), at full
-// speed while the rank waits and at the link's speed_while_computing while it computes.
-class LinkQueue {
- public:
-  explicit LinkQueue(const LinkModel& link) : link_(link) {}
-  // The rank computes during [begin, end) (added in time order).
-  void computing(double begin, double end) {
-    if (end > begin) busy_.push_back({begin, end});
-  }
-  // Completion of a collective launched at `launch_s` moving `bytes` per rank at the all-reduce's
-  // cost per byte times `per_byte` (a broadcast or all-gather moves half an all-reduce's).
-  double run(double launch_s, double bytes, double per_byte = 1.0) {
-    const double start = std::max(launch_s, free_at_);
-    double work = link_.alpha_s + bytes * per_byte * link_.seconds_per_byte;
-    const double sigma = std::max(link_.speed_while_computing, 1e-3);
-    double t = start;
-    for (const auto& b : busy_) {
-      if (b.end <= t) continue;
-      if (t < b.begin) {  // waiting: full speed
-        const double idle = std::min(work, b.begin - t);
-        t += idle;
-        work -= idle;
-        if (work <= 0) break;
-      }
-      const double from = std::max(t, b.begin);
-      if ((b.end - from) * sigma >= work) {
-        t = from + work / sigma;
-        work = 0;
-        break;
-      }
-      work -= (b.end - from) * sigma;
-      t = b.end;
-    }
-    t += std::max(0.0, work);
-    busy_s_ += t - start;
-    free_at_ = t;
-    return t;
-  }
-  double free_at() const { return free_at_; }
-  double busy_s() const { return busy_s_; }
-
- private:
-  LinkModel link_;
-  std::vector<Interval> busy_;
-  double free_at_ = 0;
-  double busy_s_ = 0;
-};
+// The link model's cost of a collective at full speed: alpha plus the bytes at its rate.
+CollectiveCost link_cost(const LinkModel& link) {
+  return [link](double bytes) { return link.alpha_s + bytes * link.seconds_per_byte; };
+}
 
 struct Target {
   Strategy strategy = Strategy::kBucketed;
@@ -208,31 +163,17 @@ struct SyncReplay {
 // flat, which launch after backward.
 std::vector<std::pair<double, double>> launches_of(const Base& b, const Target& t,
                                                    const std::vector<double>& ready) {
+  if (t.strategy == Strategy::kBucketed) return bucket_launches(ready, b.bytes, t.bucket_mb);
+  std::vector<std::pair<double, double>> launches;
+  if (t.strategy != Strategy::kOverlap) return launches;
   std::vector<size_t> order(ready.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t x, size_t y) { return ready[x] < ready[y]; });
-  std::vector<std::pair<double, double>> launches;
   double launch = 0;
-  if (t.strategy == Strategy::kOverlap) {
-    for (size_t i : order) {
-      launch = std::max(launch, ready[i]);
-      launches.push_back({launch, static_cast<double>(b.bytes[i])});
-    }
-  } else if (t.strategy == Strategy::kBucketed) {
-    std::vector<int64_t> numels;
-    for (auto bytes : b.bytes) numels.push_back(bytes / 4);  // fp32 gradients
-    const auto cap = std::max<int64_t>(1, static_cast<int64_t>(t.bucket_mb * kMiB));
-    const auto first =
-        std::max<int64_t>(1, static_cast<int64_t>(std::min(kFirstBucketMiB, t.bucket_mb) * kMiB));
-    for (const auto& bucket : assign_buckets(order, numels, 4, cap, first)) {
-      double bytes = 0;
-      for (size_t i : bucket) {
-        launch = std::max(launch, ready[i]);
-        bytes += static_cast<double>(b.bytes[i]);
-      }
-      launches.push_back({launch, bytes});
-    }
+  for (size_t i : order) {
+    launch = std::max(launch, ready[i]);
+    launches.push_back({launch, static_cast<double>(b.bytes[i])});
   }
   return launches;
 }
@@ -401,7 +342,7 @@ StepFigures replay_with(const MeasuredJob& job, const Base& b, const DdpJobOptio
     t.own = t.sharded ? rank0_owned_fraction(b.bytes, n) : 1.0;
     std::vector<double> ready;
     for (double fraction : b.ready_fraction) ready.push_back(fraction * last_backward);
-    LinkQueue queue(link);
+    LinkQueue queue(link_cost(link), link.speed_while_computing);
     queue.computing(0, last_backward);
     const SyncReplay r = replay_sync(b, t, ready, last_backward, queue);
     tail = r.end_s - last_backward;

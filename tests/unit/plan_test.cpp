@@ -79,19 +79,22 @@ TEST(BucketSimulation, TransformerTensorsInBackwardOrderCoverEveryParameterOnce)
 }
 
 TEST(BucketSimulation, ByHand) {
-  // Three 100-byte tensors, compute 1, 1, 0, over a 1 s backward: ready at 0.5, 1.0, 1.0 s. An
-  // all-reduce costs 0.1 s + 1 ms per byte.
-  const std::vector<GradientTensor> tensors{{100, 1}, {100, 1}, {100, 0}};
-  const AllReduceTime cost = [](double bytes) { return 0.1 + bytes * 1e-3; };
-  // One bucket each, full speed during backward: the first ends at 0.7, the second starts at
-  // 1.0 and ends at 1.2, the third at 1.4: 0.4 s after backward.
-  EXPECT_NEAR(simulated_exposed_s(tensors, 1.0, 100, 100, cost, 1.0), 0.4, 1e-12);
+  // Three 1 MiB tensors, compute 1, 1, 0, over a 1 s backward: ready at 0.5, 1.0, 1.0 s. An
+  // all-reduce costs 0.1 s + 0.1 s per MiB.
+  constexpr double kMiB = 1 << 20;
+  const std::vector<GradientTensor> tensors{{kMiB, 1}, {kMiB, 1}, {kMiB, 0}};
+  const AllReduceTime cost = [](double bytes) { return 0.1 + 0.1 * bytes / kMiB; };
+  // 1 MB buckets, one tensor each, full speed during backward: the first ends at 0.7, the
+  // second starts at 1.0 and ends at 1.2, the third at 1.4: 0.4 s after backward.
+  EXPECT_NEAR(simulated_exposed_s(tensors, 1.0, 1, cost, 1.0), 0.4, 1e-12);
   // Half speed during backward: the first needs 0.4 s of backward (0.5 -> 0.9); the rest as before.
-  EXPECT_NEAR(simulated_exposed_s(tensors, 1.0, 100, 100, cost, 0.5), 0.4, 1e-12);
-  // One bucket of all three after backward: 0.1 + 0.3 = 0.4 s.
-  EXPECT_NEAR(simulated_exposed_s(tensors, 1.0, 1000, 1000, cost, 0.5), 0.4, 1e-12);
-  // A first bucket of one tensor, then two: 0.5 -> 0.7; then 1.0 -> 1.3.
-  EXPECT_NEAR(simulated_exposed_s(tensors, 1.0, 1000, 100, cost, 1.0), 0.3, 1e-12);
+  EXPECT_NEAR(simulated_exposed_s(tensors, 1.0, 1, cost, 0.5), 0.4, 1e-12);
+  // 10 MB buckets: the core's first bucket holds at most 1 MiB, so the first tensor alone
+  // (0.5 -> 0.7), then the other two at 1.0 (-> 1.3).
+  EXPECT_NEAR(simulated_exposed_s(tensors, 1.0, 10, cost, 1.0), 0.3, 1e-12);
+  // Quarter-MiB tensors all fit the first bucket: one all-reduce after backward, 0.175 s.
+  const std::vector<GradientTensor> small{{kMiB / 4, 1}, {kMiB / 4, 1}, {kMiB / 4, 0}};
+  EXPECT_NEAR(simulated_exposed_s(small, 1.0, 10, cost, 0.5), 0.175, 1e-12);
   // Interpolated measurements: halfway between (100, 1 s) and (300, 2 s); beyond, at beta.
   const auto measured = interpolated_all_reduce_time({{300, 2.0}, {100, 1.0}}, 100);
   EXPECT_DOUBLE_EQ(measured(200), 1.5);
