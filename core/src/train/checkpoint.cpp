@@ -1,8 +1,5 @@
 #include "train/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -37,49 +34,39 @@ struct Fnv1a {
   }
 };
 
-[[noreturn]] void io_error(const std::string& what, const std::string& path) {
-  throw std::runtime_error("checkpoint: " + what + " '" + path + "': " + std::strerror(errno));
+[[noreturn]] void io_error(const std::string& what, const std::string& path, int error) {
+  throw std::runtime_error("checkpoint: " + what + " '" + path + "': " + std::strerror(error));
 }
 
-// An open file that every path out of its scope closes, the throwing ones too: a write that
-// failed (ENOSPC) used to leave the rank's file open, deleted, its space still in use.
-class OpenFile {
- public:
-  OpenFile(const std::string& path, int flags, const char* what)
-      : fd_(::open(path.c_str(), flags, 0644)) {
-    if (fd_ < 0) io_error(what, path);
-  }
-  ~OpenFile() { ::close(fd_); }
-  OpenFile(const OpenFile&) = delete;
-  OpenFile& operator=(const OpenFile&) = delete;
-  int fd() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-void fsync_path(const std::string& path, bool directory) {
-  OpenFile file(path, directory ? O_RDONLY | O_DIRECTORY : O_RDONLY, "cannot open for fsync");
-  if (::fsync(file.fd()) != 0) io_error("fsync failed for", path);
+std::unique_ptr<WritableFile> create_file(FileEnv& env, const std::string& path) {
+  std::unique_ptr<WritableFile> file;
+  if (const int error = env.create(path, file)) io_error("cannot create", path, error);
+  return file;
 }
 
-void write_all(int fd, const char* data, size_t n, const std::string& path) {
+void sync_file(WritableFile& file, const std::string& path) {
+  if (const int error = file.sync()) io_error("fsync failed for", path, error);
+}
+
+void fsync_path(FileEnv& env, const std::string& path, bool directory) {
+  if (const int error = env.sync_path(path, directory)) io_error("fsync failed for", path, error);
+}
+
+// Writes all `n` bytes, whatever short writes the file makes on the way.
+void write_all(WritableFile& file, const char* data, size_t n, const std::string& path) {
   while (n > 0) {
-    const ssize_t w = ::write(fd, data, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      io_error("cannot write", path);
-    }
-    data += w;
-    n -= static_cast<size_t>(w);
+    size_t written = 0;
+    if (const int error = file.write(data, n, written)) io_error("cannot write", path, error);
+    data += written;
+    n -= written;
   }
 }
 
 // Writes `text` to `path` and fsyncs it.
-void write_text_durably(const std::string& path, const std::string& text) {
-  OpenFile file(path, O_WRONLY | O_CREAT | O_TRUNC, "cannot create");
-  write_all(file.fd(), text.data(), text.size(), path);
-  if (::fsync(file.fd()) != 0) io_error("fsync failed for", path);
+void write_text_durably(FileEnv& env, const std::string& path, const std::string& text) {
+  const auto file = create_file(env, path);
+  write_all(*file, text.data(), text.size(), path);
+  sync_file(*file, path);
 }
 
 std::string read_text(const std::string& path) {
@@ -127,8 +114,8 @@ std::string checkpoint_name(int64_t step) {
   return buf;
 }
 
-CheckpointShardWriter::CheckpointShardWriter(const std::string& dir, int rank)
-    : dir_(dir), file_("rank-" + std::to_string(rank) + ".bin") {
+CheckpointShardWriter::CheckpointShardWriter(const std::string& dir, int rank, FileEnv& env)
+    : env_(env), dir_(dir), file_("rank-" + std::to_string(rank) + ".bin") {
   index_["tensors"] = nlohmann::json::object();
 }
 
@@ -153,32 +140,32 @@ void CheckpointShardWriter::add(const std::string& name, const std::vector<int64
 
 void CheckpointShardWriter::finish(int64_t crash_after_bytes) {
   const std::string path = dir_ + "/" + file_;
-  OpenFile file(path, O_WRONLY | O_CREAT | O_TRUNC, "cannot create");
-  const int fd = file.fd();
+  const auto file = create_file(env_, path);
   Fnv1a checksum;
   int64_t written = 0;
   for (const auto& t : pending_) {
     const char* data = static_cast<const char*>(t.data_ptr());
     const size_t n = t.nbytes();
     if (crash_after_bytes > 0 && written + static_cast<int64_t>(n) >= crash_after_bytes) {
-      write_all(fd, data, static_cast<size_t>(crash_after_bytes - written), path);
+      write_all(*file, data, static_cast<size_t>(crash_after_bytes - written), path);
       std::fprintf(stderr, "ddpd: inject crash-during-checkpoint: exiting after %lld bytes of %s\n",
                    static_cast<long long>(crash_after_bytes), path.c_str());
       std::fflush(stderr);
       std::_Exit(3);
     }
-    write_all(fd, data, n, path);
+    write_all(*file, data, n, path);
     checksum.add(data, n);
     written += static_cast<int64_t>(n);
   }
-  if (::fsync(fd) != 0) io_error("fsync failed for", path);
+  sync_file(*file, path);
   index_["file"] = {{"name", file_}, {"bytes", bytes_}, {"fnv1a64", checksum.hex()}};
-  write_text_durably(dir_ + "/" + fs::path(file_).stem().string() + ".index.json", index_.dump());
+  write_text_durably(env_, dir_ + "/" + fs::path(file_).stem().string() + ".index.json",
+                     index_.dump());
   pending_.clear();
 }
 
 void commit_checkpoint(const std::string& tmp_dir, const std::string& final_dir,
-                       nlohmann::json header, int world_size, int keep) {
+                       nlohmann::json header, int world_size, int keep, FileEnv& env) {
   // Protocol: every rank has fsynced its file and index into tmp_dir (a barrier ensured it).
   // metadata.json goes in last, then the directory is renamed into place, then `latest` moves.
   // A crash before the rename leaves only a .tmp directory; one between the rename and the
@@ -204,17 +191,17 @@ void commit_checkpoint(const std::string& tmp_dir, const std::string& final_dir,
   const std::string metadata = header.dump(1);
   Fnv1a checksum;
   checksum.add(metadata.data(), metadata.size());
-  write_text_durably(tmp_dir + "/metadata.json", metadata);
-  write_text_durably(tmp_dir + "/" + kMetadataChecksumFile, checksum.hex() + "\n");
-  fsync_path(tmp_dir, true);
+  write_text_durably(env, tmp_dir + "/metadata.json", metadata);
+  write_text_durably(env, tmp_dir + "/" + kMetadataChecksumFile, checksum.hex() + "\n");
+  fsync_path(env, tmp_dir, true);
   const fs::path parent = fs::path(final_dir).parent_path();
   remove_tree(final_dir);  // a re-run of the same step
   fs::rename(tmp_dir, final_dir);
-  fsync_path(parent.string(), true);
+  fsync_path(env, parent.string(), true);
   const std::string pointer = (parent / "latest").string();
-  write_text_durably(pointer + ".tmp", fs::path(final_dir).filename().string() + "\n");
+  write_text_durably(env, pointer + ".tmp", fs::path(final_dir).filename().string() + "\n");
   fs::rename(pointer + ".tmp", pointer);
-  fsync_path(parent.string(), true);
+  fsync_path(env, parent.string(), true);
   if (keep > 0) {
     std::vector<std::string> steps;
     for (const auto& e : fs::directory_iterator(parent)) {

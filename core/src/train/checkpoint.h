@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "train/file_env.h"
+
 namespace ddpd::detail {
 
 constexpr int kCheckpointFormatVersion = 1;
@@ -22,7 +24,8 @@ constexpr int kCheckpointFormatVersion = 1;
 // Thread contract: one thread.
 class CheckpointShardWriter {
  public:
-  CheckpointShardWriter(const std::string& dir, int rank);
+  // Its file and index are written through `env` (the real file system unless a test's).
+  CheckpointShardWriter(const std::string& dir, int rank, FileEnv& env = posix_file_env());
   // Appends `values` (float32, any shape, read as flat) as elements [element_offset,
   // element_offset + numel) of tensor `name`, whose global shape is `shape`. `adam_step`
   // (optimizer state only) is the AdamW step count the tensor belongs to; -1: none.
@@ -33,6 +36,7 @@ class CheckpointShardWriter {
   void finish(int64_t crash_after_bytes = 0);
 
  private:
+  FileEnv& env_;
   std::string dir_;
   std::string file_;  // rank-R.bin
   std::vector<torch::Tensor> pending_;
@@ -44,7 +48,8 @@ class CheckpointShardWriter {
 // run's fields), fsyncs, renames the temporary directory to `final_dir`, points `latest` at it
 // and keeps the newest `keep` checkpoints (0: all).
 void commit_checkpoint(const std::string& tmp_dir, const std::string& final_dir,
-                       nlohmann::json header, int world_size, int keep);
+                       nlohmann::json header, int world_size, int keep,
+                       FileEnv& env = posix_file_env());
 
 // The checkpoint directory `--resume` names: DIR/step-N as is; DIR (holding `latest`) or
 // "latest" (under `checkpoint_dir`) through the pointer; "auto" as "latest", or "" (start afresh)
