@@ -15,10 +15,10 @@
 #include "comm/failure_cause.h"
 #include "comm/failure_exchange.h"
 #include "comm/gloo_fallbacks.h"
+#include "comm/shared_memory_capability.h"
 #include "ddpd/common/seconds_since.h"
 #include "ddpd/common/unix_time.h"
 #include "device/device.h"
-#include "shm/shm_process_group.h"
 
 namespace ddpd {
 
@@ -44,8 +44,9 @@ std::string tag_of(const std::string& name) {
 // the shared-memory group (which splits a reduce-scatter across the ranks). Gloo's flat forms
 // in LibTorch 2.11 stage copies, so its collectives take detail::list_all_gather and
 // detail::alltoall_reduce_scatter instead (comm/gloo_fallbacks.h).
-bool gathers_into_flat_buffers(const c10d::Backend* group, const at::Device& device) {
-  return device.is_cuda() || dynamic_cast<const shm::ShmProcessGroup*>(group) != nullptr;
+bool gathers_into_flat_buffers(const detail::SharedMemoryCapability* shared_memory,
+                               const at::Device& device) {
+  return device.is_cuda() || shared_memory != nullptr;
 }
 
 }  // namespace
@@ -138,7 +139,8 @@ Communicator::Communicator(c10::intrusive_ptr<c10d::Backend> group, int rank, in
                  : options.device.is_cuda() ? GroupTransport::kNccl
                                             : options.transport),
       transport_note_(options.transport_note),
-      flat_buffers_(gathers_into_flat_buffers(group_.get(), options.device)),
+      shared_memory_(dynamic_cast<detail::SharedMemoryCapability*>(group_.get())),
+      flat_buffers_(gathers_into_flat_buffers(shared_memory_, options.device)),
       store_(std::move(store)),
       server_(std::move(server)),
       epoch_(std::chrono::steady_clock::now()),
@@ -231,21 +233,18 @@ bool Communicator::skip_injected(const std::string& name) {
 
 at::Tensor Communicator::allocate_collective_buffer(int64_t numel,
                                                     const at::TensorOptions& options) {
-  if (auto* shm_group = dynamic_cast<shm::ShmProcessGroup*>(group_.get());
-      shm_group != nullptr && options.device().is_cpu()) {
-    return shm_group->allocate_shared(numel, options);
+  if (shared_memory_ != nullptr && options.device().is_cpu()) {
+    return shared_memory_->allocate_shared(numel, options);
   }
   return at::zeros({numel}, options);
 }
 
 std::optional<SharedBufferFallback> Communicator::shared_buffer_fallback() const {
-  const auto* shm_group = dynamic_cast<const shm::ShmProcessGroup*>(group_.get());
-  return shm_group != nullptr ? shm_group->last_shared_fallback() : std::nullopt;
+  return shared_memory_ != nullptr ? shared_memory_->last_shared_fallback() : std::nullopt;
 }
 
 bool Communicator::reads_in_place(const at::Tensor& tensor) const {
-  const auto* shm_group = dynamic_cast<const shm::ShmProcessGroup*>(group_.get());
-  return shm_group != nullptr && tensor.is_contiguous() && shm_group->is_shared(tensor);
+  return shared_memory_ != nullptr && tensor.is_contiguous() && shared_memory_->is_shared(tensor);
 }
 
 std::vector<std::optional<std::string>> Communicator::exchange_failure_reports(
@@ -255,9 +254,7 @@ std::vector<std::optional<std::string>> Communicator::exchange_failure_reports(
   if (!store_) return own;
   // Ranks the shared-memory segment shows gone will never report: no wait for them.
   std::vector<bool> gone(world_size_, false);
-  if (const auto* shm_group = dynamic_cast<const shm::ShmProcessGroup*>(group_.get())) {
-    gone = shm_group->gone_ranks();
-  }
+  if (shared_memory_ != nullptr) gone = shared_memory_->gone_ranks();
   // On its own thread, so that the rank never waits on it past its deadline: LibTorch 2.x's
   // TCPStore client reads check()'s answer with no socket timeout, and with the store's host
   // cut off (a partition) the read never returned, holding the rank past cancel and every

@@ -44,6 +44,7 @@
 #include <thread>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include "comm/shared_memory_capability.h"
 #include "ddpd/common/shared_buffer_fallback.h"
 #include "ddpd/core/collective_error.h"
 #include "shm/segment.h"
@@ -59,7 +60,7 @@ constexpr int64_t kDefaultSlotBytes = int64_t{2048} << 10;
 // launches); one executor thread runs them in launch order, and a heartbeat thread refreshes
 // this rank's heartbeat. Works complete on the executor thread. The destructor stops both,
 // failing what is still queued, and marks this rank as having left.
-class ShmProcessGroup final : public c10d::Backend {
+class ShmProcessGroup final : public c10d::Backend, public detail::SharedMemoryCapability {
  public:
   ShmProcessGroup(Segment segment, int rank, int world_size, std::chrono::milliseconds timeout);
   ~ShmProcessGroup() override;
@@ -67,7 +68,7 @@ class ShmProcessGroup final : public c10d::Backend {
   const std::string getBackendName() const override { return "shm"; }
   // By rank: whether the segment shows that rank's process gone (pid gone, heartbeat stopped,
   // or it left the group). Any thread.
-  std::vector<bool> gone_ranks() const;
+  std::vector<bool> gone_ranks() const override;
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& options) override;
@@ -88,13 +89,13 @@ class ShmProcessGroup final : public c10d::Backend {
   // create or map its buffer (a small /dev/shm): the result is then an ordinary tensor, and
   // last_shared_fallback() says which rank failed, at which step, with which errno. Any thread
   // that may launch collectives, one at a time.
-  at::Tensor allocate_shared(int64_t numel, const at::TensorOptions& options);
+  at::Tensor allocate_shared(int64_t numel, const at::TensorOptions& options) override;
   // Why the latest allocate_shared fell back (none when it did not). allocate_shared's thread.
-  const std::optional<SharedBufferFallback>& last_shared_fallback() const {
+  const std::optional<SharedBufferFallback>& last_shared_fallback() const override {
     return last_shared_fallback_;
   }
   // Whether `tensor` lies wholly in a buffer from allocate_shared. Any thread.
-  bool is_shared(const at::Tensor& tensor) const {
+  bool is_shared(const at::Tensor& tensor) const override {
     return !shared_buffers_->find(tensor.data_ptr(), tensor.nbytes()).empty();
   }
 

@@ -22,6 +22,7 @@
 namespace ddpd {
 
 namespace detail {
+class SharedMemoryCapability;
 class Timeline;
 struct TimePoint;
 }  // namespace detail
@@ -166,8 +167,9 @@ class Communicator {
   // In-place sum across ranks (fp32, bf16 and fp16 on every transport).
   PendingCollective all_reduce_sum(at::Tensor& tensor, const std::string& name);
   // A zeroed 1-D buffer that all_reduce_sum reads in place, without copying it into the
-  // transport first: over shm it lies in memory every rank maps (ShmProcessGroup::
-  // allocate_shared); elsewhere, or where /dev/shm cannot hold it, it is ordinary memory.
+  // transport first: over shm it lies in memory every rank maps (the backend's shared-memory
+  // capability, comm/shared_memory_capability.h); elsewhere, or where /dev/shm cannot hold it,
+  // it is ordinary memory.
   // Collective: every rank allocates the same sizes in the same order.
   at::Tensor allocate_collective_buffer(int64_t numel, const at::TensorOptions& options);
   // Whether an all-reduce of `tensor` reads the peers' data in place (it lies in a buffer from
@@ -256,6 +258,8 @@ class Communicator {
   bool check_collectives_;
   GroupTransport transport_;
   std::string transport_note_;
+  // The backend's shared memory (the shm backend's capability); null for Gloo and NCCL.
+  detail::SharedMemoryCapability* shared_memory_ = nullptr;
   // The backend gathers into and reduce-scatters out of flat buffers (NCCL, shm); else the
   // Gloo fallbacks (comm/gloo_fallbacks.h).
   bool flat_buffers_ = false;
