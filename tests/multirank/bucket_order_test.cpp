@@ -120,8 +120,7 @@ TEST_P(LaunchOrder, AnUnusedParameterIsAnErrorNamingIt) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(HookDrivenStrategies, LaunchOrder,
-                         ::testing::Values("overlap", "bucketed"));
+INSTANTIATE_TEST_SUITE_P(OnEachTransport, LaunchOrder, ::testing::Values("overlap", "bucketed"));
 
 }  // namespace
 }  // namespace ddpd::testing

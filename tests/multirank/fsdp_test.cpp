@@ -113,7 +113,7 @@ TEST_P(FsdpUnits, GatherOnlyTheUnitsAtWorkAndStillMatchOneProcess) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(EightBlocks, FsdpUnits,
+INSTANTIATE_TEST_SUITE_P(OnEachTransport, FsdpUnits,
                          ::testing::Values(UnitCase{2, 1, false}, UnitCase{4, 1, false},
                                            UnitCase{2, 0, true}, UnitCase{3, 2, false}),
                          unit_case_name);

@@ -83,7 +83,7 @@ TEST_P(ShardedOptimizerTest, StateOnlyForOwnedParametersAndBalancedBySize) {
   EXPECT_LE(*hi - *lo, report["largest_param_bytes"].get<int64_t>());
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, ShardedOptimizerTest, ::testing::Values(2, 3));
+INSTANTIATE_TEST_SUITE_P(OnEachTransport, ShardedOptimizerTest, ::testing::Values(2, 3));
 
 }  // namespace
 }  // namespace ddpd::testing

@@ -129,7 +129,7 @@ std::vector<Case> all_cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(AllStrategies, StrategyEquivalence, ::testing::ValuesIn(all_cases()),
+INSTANTIATE_TEST_SUITE_P(OnEachTransport, StrategyEquivalence, ::testing::ValuesIn(all_cases()),
                          case_name);
 
 // --clip-grad-norm and a warmed-up cosine schedule: every strategy's global pre-clip norm equals

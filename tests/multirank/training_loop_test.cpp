@@ -158,7 +158,7 @@ TEST_P(GradientCompression, HalvesTheBytesAndKeepsTheAverage) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    ReplicatedStrategies, GradientCompression,
+    OnEachTransport, GradientCompression,
     ::testing::Combine(::testing::Values("naive", "flat", "overlap", "bucketed"),
                        ::testing::Values("fp16", "bf16")),
     [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
