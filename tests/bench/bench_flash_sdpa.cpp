@@ -56,8 +56,7 @@ torch::Tensor sdpa(const torch::Tensor& q, const torch::Tensor& k, const torch::
 
 // max |x - ref| / max |ref|.
 double relative_error(const torch::Tensor& x, const torch::Tensor& ref) {
-  return (x.to(torch::kDouble) - ref).abs().max().item<double>() /
-         ref.abs().max().item<double>();
+  return (x.to(torch::kDouble) - ref).abs().max().item<double>() / ref.abs().max().item<double>();
 }
 
 // Largest relative error of `fn`'s out, dq, dk, dv against float64 naive attention.
@@ -73,11 +72,10 @@ double error_against_float64(const AttentionFn& fn, int64_t t, int64_t d, torch:
     out.backward(exact[3].to(type));
     return std::vector<torch::Tensor>{out.detach(), in[0].grad(), in[1].grad(), in[2].grad()};
   };
-  const auto ref = reference(
-      [](const auto& q, const auto& k, const auto& v) {
-        return ddpd::kernels::naive_attention(q, k, v, true);
-      },
-      torch::kDouble);
+  const auto ref =
+      reference([](const auto& q, const auto& k,
+                   const auto& v) { return ddpd::kernels::naive_attention(q, k, v, true); },
+                torch::kDouble);
   const auto got = reference(fn, dtype);
   double worst = 0;
   for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, relative_error(got[i], ref[i]));
@@ -87,8 +85,7 @@ double error_against_float64(const AttentionFn& fn, int64_t t, int64_t d, torch:
 // Milliseconds per call of `fn` on batch x heads: forward+backward, or forward alone.
 double milliseconds(const AttentionFn& fn, const Settings& s, int64_t t, int64_t d,
                     torch::ScalarType dtype, bool backward, ddpd::detail::Timeline& timeline) {
-  const auto options =
-      torch::TensorOptions().device(at::kCUDA).dtype(dtype).requires_grad(true);
+  const auto options = torch::TensorOptions().device(at::kCUDA).dtype(dtype).requires_grad(true);
   torch::manual_seed(0);
   auto q = torch::randn({s.batch, s.heads, t, d}, options);
   auto k = torch::randn({s.batch, s.heads, t, d}, options);
@@ -123,7 +120,8 @@ Row measure(const Settings& s, const std::string& dtype_name, int64_t t, int64_t
             ddpd::detail::Timeline& timeline) {
   Row row{dtype_name, "", t, d};
   const auto dtype = scalar_type(dtype_name);
-  const auto probe = torch::zeros({1, 1, 1, d}, torch::TensorOptions().device(at::kCUDA).dtype(dtype));
+  const auto probe =
+      torch::zeros({1, 1, 1, d}, torch::TensorOptions().device(at::kCUDA).dtype(dtype));
   row.path = ddpd::kernels::cuda_kernels_take(probe, probe, probe) ? "cuda-kernels" : "tiled";
   try {
     row.flash_error = error_against_float64(flash, t, d, dtype);
@@ -140,9 +138,12 @@ Row measure(const Settings& s, const std::string& dtype_name, int64_t t, int64_t
 
 void print(const Row& r, bool json) {
   if (json) {
-    std::cout << nlohmann::json{{"dtype", r.dtype},       {"seq", r.t},
-                                {"head_dim", r.d},        {"flash_path", r.path},
-                                {"flash_ms", r.flash_ms}, {"sdpa_ms", r.sdpa_ms},
+    std::cout << nlohmann::json{{"dtype", r.dtype},
+                                {"seq", r.t},
+                                {"head_dim", r.d},
+                                {"flash_path", r.path},
+                                {"flash_ms", r.flash_ms},
+                                {"sdpa_ms", r.sdpa_ms},
                                 {"flash_forward_ms", r.flash_forward_ms},
                                 {"sdpa_forward_ms", r.sdpa_forward_ms},
                                 {"flash_max_rel_error", r.flash_error},

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cuda/gpu_presence.h"
 #include "ddpd/core/comm_bench.h"
 #include "ddpd/core/communicator.h"
 #include "ddpd/core/model.h"
@@ -18,13 +19,11 @@
 #include "ddpd/core/trainer.h"
 #include "ddpd/kernels/flash_attention.h"
 #include "device/device.h"
-#include "cuda/gpu_presence.h"
 #include "flash_attention_cuda_op.h"
 #include "support/process.h"
 
 namespace ddpd::testing {
 namespace {
-
 
 std::shared_ptr<Communicator> single(at::Device device) {
   CommunicatorOptions options;
@@ -132,8 +131,8 @@ TEST(CudaTrainer, FlashAndSdpaFollowNaiveAtHeadDim64) {
   job.d_model = 128;
   job.num_heads = 2;
   job.precision = Precision::kBf16;
-  const auto q = torch::zeros({1, 2, 8, 64}, torch::TensorOptions().device(at::kCUDA).dtype(
-                                                 torch::kBFloat16));
+  const auto q =
+      torch::zeros({1, 2, 8, 64}, torch::TensorOptions().device(at::kCUDA).dtype(torch::kBFloat16));
   ASSERT_TRUE(kernels::cuda_kernels_take(q, q, q)) << "the CUDA kernels must run in this test";
   job.attention = Attention::kNaive;
   const auto naive = Trainer(job, single(at::Device(at::kCUDA, 0))).run();

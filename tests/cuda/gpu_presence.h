@@ -32,9 +32,9 @@ inline int visible_gpus(std::string& problem) {
   if (status != cudaSuccess) count = 0;
   if (count == 0 && gpu_device_node_present()) {
     problem = std::string("a GPU is present (/dev/nvidiaN) but CUDA sees none: ") +
-              (status == cudaSuccess ? "0 devices (CUDA_VISIBLE_DEVICES?)"
-                                     : cudaGetErrorName(status) + std::string(": ") +
-                                           cudaGetErrorString(status));
+              (status == cudaSuccess
+                   ? "0 devices (CUDA_VISIBLE_DEVICES?)"
+                   : cudaGetErrorName(status) + std::string(": ") + cudaGetErrorString(status));
   }
   return count;
 }
@@ -43,12 +43,12 @@ inline int visible_gpus(std::string& problem) {
 
 // Skips without a GPU; fails where one is present but unusable; skips a test that needs more
 // GPUs than the host has, saying how many it needs.
-#define REQUIRE_GPUS(n)                                                                   \
-  do {                                                                                    \
-    std::string gpu_problem;                                                              \
-    const int gpus = ::ddpd::testing::visible_gpus(gpu_problem);                          \
-    if (!gpu_problem.empty()) FAIL() << gpu_problem;                                      \
-    if (gpus < (n)) {                                                                     \
-      GTEST_SKIP() << "needs " << (n) << " CUDA device(s); this host has " << gpus;       \
-    }                                                                                     \
+#define REQUIRE_GPUS(n)                                                             \
+  do {                                                                              \
+    std::string gpu_problem;                                                        \
+    const int gpus = ::ddpd::testing::visible_gpus(gpu_problem);                    \
+    if (!gpu_problem.empty()) FAIL() << gpu_problem;                                \
+    if (gpus < (n)) {                                                               \
+      GTEST_SKIP() << "needs " << (n) << " CUDA device(s); this host has " << gpus; \
+    }                                                                               \
   } while (0)

@@ -2,13 +2,13 @@
 // short-circuits at world size 1, so only this reaches NCCL on a 1-GPU machine), and two ranks
 // wrongly placed on one GPU, which must end in a clear error, not a hang.
 #include <gtest/gtest.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <chrono>
 #include <cstdio>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cuda/gpu_presence.h"
@@ -30,8 +30,7 @@ at::Tensor on_gpu(std::vector<float> values) {
 TEST(CudaNcclGroup, WorldOneRunsEveryCollectiveThroughNccl) {
   REQUIRE_GPUS(1);
   detail::bind_cuda_device(0);
-  auto group =
-      detail::make_nccl_group(c10::make_intrusive<c10d::HashStore>(), 0, 1, kTimeout);
+  auto group = detail::make_nccl_group(c10::make_intrusive<c10d::HashStore>(), 0, 1, kTimeout);
   std::vector<at::Tensor> sum{on_gpu({1, 2, 3})};
   c10d::AllreduceOptions all_reduce;
   all_reduce.timeout = kTimeout;
@@ -69,9 +68,19 @@ TEST(CudaNcclGroup, CommCeilingsRunOnACudaCommunicator) {
 // says so, by the collective timeout (30 s) at the latest, not hang.
 TEST(CudaNcclGroup, TwoRanksOnOneGpuEndInAClearError) {
   REQUIRE_GPUS(1);
-  const std::vector<std::string> argv{binary_dir() + "/ddpd-train", "--model", "tiny",
-                                      "--batch", "4", "--context", "64", "--steps", "2",
-                                      "--device", "cuda", "--timeout", "30"};
+  const std::vector<std::string> argv{binary_dir() + "/ddpd-train",
+                                      "--model",
+                                      "tiny",
+                                      "--batch",
+                                      "4",
+                                      "--context",
+                                      "64",
+                                      "--steps",
+                                      "2",
+                                      "--device",
+                                      "cuda",
+                                      "--timeout",
+                                      "30"};
   const int port = free_port();
   std::vector<ProcessOutcome> outcomes(2);
   std::vector<std::thread> ranks;

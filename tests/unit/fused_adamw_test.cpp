@@ -1,4 +1,5 @@
-// The fused AdamW loop against torch::optim::AdamW: the same parameters after several steps, with and without weight decay, contiguous (fused) and strided (the tensor-op fallback).
+// The fused AdamW loop against torch::optim::AdamW: the same parameters after several steps, with
+// and without weight decay, contiguous (fused) and strided (the tensor-op fallback).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -13,10 +14,9 @@ void expect_matches_torch(double weight_decay, bool strided) {
   torch::manual_seed(3);
   const auto start = strided ? torch::randn({64, 40}).t() : torch::randn({2561});
   auto reference = start.clone().set_requires_grad(true);
-  torch::optim::AdamW torch_adamw({reference}, torch::optim::AdamWOptions(0.01)
-                                                   .betas({0.8, 0.95})
-                                                   .eps(1e-6)
-                                                   .weight_decay(weight_decay));
+  torch::optim::AdamW torch_adamw(
+      {reference},
+      torch::optim::AdamWOptions(0.01).betas({0.8, 0.95}).eps(1e-6).weight_decay(weight_decay));
   auto param = start.clone();
   if (strided) param = torch::randn({64, 40}).t().copy_(start);  // same values, strided
   auto exp_avg = torch::zeros_like(param), exp_avg_sq = torch::zeros_like(param);

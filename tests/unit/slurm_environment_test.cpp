@@ -41,9 +41,11 @@ TEST(SlurmEnvironment, SrunTaskMapsToTorchrunVariables) {
 
 TEST(SlurmEnvironment, TorchrunVariablesWin) {
   auto variables = srun_task_3();
-  variables.insert(
-      {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "10.0.0.9"},
-       {"MASTER_PORT", "29500"}});
+  variables.insert({{"RANK", "1"},
+                    {"WORLD_SIZE", "2"},
+                    {"LOCAL_RANK", "0"},
+                    {"MASTER_ADDR", "10.0.0.9"},
+                    {"MASTER_PORT", "29500"}});
   ddpd::RendezvousOptions options = ddpd::rendezvous_from_environment(environment(variables));
   EXPECT_EQ(options.rank, 1);
   EXPECT_EQ(options.world_size, 2);

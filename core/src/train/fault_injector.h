@@ -1,5 +1,5 @@
-// --inject (ddpd/common/fault_injection.h) on this rank: the one injector, handed to the Trainer, which
-// fires it at the start of a step, stretches compute with it, and asks it how much of a
+// --inject (ddpd/common/fault_injection.h) on this rank: the one injector, handed to the Trainer,
+// which fires it at the start of a step, stretches compute with it, and asks it how much of a
 // checkpoint file to write before the process dies. The tests inject with it too (ddpd-test-rank
 // takes the job flags).
 #pragma once

@@ -55,8 +55,8 @@ class JobCancelled : public std::runtime_error {
 // step; a cancellation check can be passed to run() and is polled between steps (and by an
 // injected hang). progress() may be read from any thread.
 //
-// The job's --inject (ddpd/common/fault_injection.h) fires on its rank: exit ends the process at the
-// start of the step, hang stops there (for its seconds, or until cancelled: then run() throws
+// The job's --inject (ddpd/common/fault_injection.h) fires on its rank: exit ends the process at
+// the start of the step, hang stops there (for its seconds, or until cancelled: then run() throws
 // "job cancelled"), slow sleeps factor - 1 times the step's forward and backward time after
 // backward, skip-collective makes the communicator drop the step's first collective. Each prints
 // "ddpd: inject KIND rank R step S at unix T" to stderr when it fires.
