@@ -98,8 +98,8 @@ int train(const ddpd::DdpJobOptions& options, const std::string& out, bool tie_e
   const auto result = trainer.run();
   torch::save(clones(trainer.full_parameters()), prefix + ".final.pt");
   report["result"] = ddpd::to_json(result);
-  report["journal"] = ddpd::journal_json(comm->journal());
-  for (const auto& [op, count] : comm->traffic()) {
+  report["journal"] = ddpd::journal_json(comm->recorder().journal());
+  for (const auto& [op, count] : comm->recorder().traffic()) {
     report["traffic"][op] = {{"calls", count.calls}, {"bytes", count.bytes}};
   }
   std::ofstream(prefix + ".json") << report.dump();
@@ -231,14 +231,15 @@ int readiness(const ddpd::DdpJobOptions& options, const std::string& out, bool w
     const auto targets = torch::randn({options.batch_size, 8});
     const int64_t rows = options.batch_size / world;
     sync->zero_grad();
-    const int64_t before = comm->journal().progress().last_enqueued;
+    const int64_t before = comm->recorder().journal().progress().last_enqueued;
     // Collectives launched by the time early's first gradient is computed (a tensor hook runs
     // before the gradient is accumulated): late's are ready by then, early's not yet.
     int64_t before_early = -1;
     std::vector<std::pair<torch::Tensor, unsigned>> hooks;
     for (auto* p : {&net.early->weight, &net.early->bias}) {
       hooks.emplace_back(*p, p->register_hook([&](const torch::Tensor& grad) {
-        if (before_early < 0) before_early = comm->journal().progress().last_enqueued - before;
+        if (before_early < 0)
+          before_early = comm->recorder().journal().progress().last_enqueued - before;
         return grad;
       }));
     }
@@ -265,7 +266,7 @@ int readiness(const ddpd::DdpJobOptions& options, const std::string& out, bool w
     }
     sync->after_optimizer_step();
     nlohmann::json launches = nlohmann::json::array();
-    for (const auto& e : comm->journal().entries()) {
+    for (const auto& e : comm->recorder().journal().entries()) {
       if (e.seq > before && e.op == "all_reduce") launches.push_back(e.numel);
     }
     report["steps"].push_back(

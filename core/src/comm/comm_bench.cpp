@@ -164,11 +164,11 @@ CommRow back_to_back_row(int64_t bytes, int calls, int warmup, int iters, at::Sc
         at::empty({elements}, at::TensorOptions().dtype(dtype).device(comm.device())));
   }
   std::vector<double> times;
-  detail::Timeline& timeline = comm.timeline();
+  detail::Timeline& timeline = comm.recorder().timeline();
   for (int i = 0; i < warmup + iters; ++i) {
     for (auto& b : buffers) b.fill_(comm.rank() + 1);
     comm.barrier();
-    comm.take_spans();
+    comm.recorder().take_spans();
     timeline.anchor();
     const auto start = timeline.mark();
     std::vector<PendingCollective> pending;
@@ -332,11 +332,11 @@ CommBenchResult run_comm_benchmark(const CommBenchOptions& options, Communicator
         trial.run();
       }
       std::vector<double> times;
-      detail::Timeline& timeline = comm.timeline();
+      detail::Timeline& timeline = comm.recorder().timeline();
       for (int i = 0; i < options.iters; ++i) {
         trial.refill();
-        comm.barrier();     // every rank starts the iteration together
-        comm.take_spans();  // the benchmark times iterations itself; drop the spans
+        comm.barrier();                // every rank starts the iteration together
+        comm.recorder().take_spans();  // the benchmark times iterations itself; drop the spans
         timeline.anchor();
         // Host clock on CPU; on CUDA, events around the collective in stream order (the
         // collective's completion is waited for on the stream, as nccl-tests times it).

@@ -22,23 +22,7 @@
 
 namespace ddpd {
 
-// A collective's launch and completion points, resolved to seconds in take_spans (on CUDA
-// they are events the device has to pass first).
-struct PendingSpan {
-  std::string name;
-  Collective op = Collective::kAllReduce;
-  detail::TimePoint launch, complete;
-  int64_t bytes = 0;
-  int64_t seq = 0;  // the collective's journal entry
-};
-
 namespace {
-
-// The journal's tag: the part of a span name after "op/" ("all_reduce/bucket3" → "bucket3").
-std::string tag_of(const std::string& name) {
-  const auto slash = name.find('/');
-  return slash == std::string::npos ? name : name.substr(slash + 1);
-}
 
 // Whether the backend gathers into and reduce-scatters out of flat buffers itself: NCCL, and
 // the shared-memory group (which splits a reduce-scatter across the ranks). Gloo's flat forms
@@ -50,12 +34,6 @@ bool gathers_into_flat_buffers(const detail::SharedMemoryCapability* shared_memo
 }
 
 }  // namespace
-
-// Recorded spans; shared with completion callbacks, which run on backend threads.
-struct Communicator::SpanLog {
-  std::mutex mutex;
-  std::vector<PendingSpan> spans;
-};
 
 PendingCollective::PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string name,
                                      std::chrono::milliseconds timeout, bool on_device,
@@ -143,13 +121,9 @@ Communicator::Communicator(c10::intrusive_ptr<c10d::Backend> group, int rank, in
       flat_buffers_(gathers_into_flat_buffers(shared_memory_, options.device)),
       store_(std::move(store)),
       server_(std::move(server)),
-      epoch_(std::chrono::steady_clock::now()),
-      unix_epoch_s_(unix_now()),
-      spans_(std::make_shared<SpanLog>()),
-      journal_(std::make_shared<CollectiveJournal>(options.journal_size)) {
+      recorder_(std::make_unique<CollectiveRecorder>(device_, options.journal_size)) {
   TORCH_CHECK(world_size_ == 1 || group_, "a process group is required for world size ",
               world_size_);
-  timeline_ = detail::make_timeline(device_, [this] { return now(); });
 }
 
 Communicator::~Communicator() {
@@ -176,57 +150,21 @@ Communicator::~Communicator() {
 
 void Communicator::abort() { aborted_->store(true); }
 
-double Communicator::unix_seconds(double clock_s) const { return unix_epoch_s_ + clock_s; }
-
-double Communicator::now() const {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_).count();
-}
-
-std::vector<CommSpan> Communicator::take_spans() {
-  std::vector<PendingSpan> pending;
-  {
-    std::lock_guard<std::mutex> lock(spans_->mutex);
-    pending.swap(spans_->spans);
-  }
-  std::vector<CommSpan> out;
-  out.reserve(pending.size());
-  for (const auto& p : pending) {
-    out.push_back(
-        {p.name, p.op, timeline_->seconds(p.launch), timeline_->seconds(p.complete), p.bytes});
-    // On CUDA the end is known only once the device has passed the completion event.
-    if (device_.is_cuda()) journal_->complete(p.seq, out.back().complete_s);
-  }
-  std::sort(out.begin(), out.end(),
-            [](const CommSpan& a, const CommSpan& b) { return a.launch_s < b.launch_s; });
-  return out;
-}
-
 int64_t Communicator::journal_launch(const std::string& op, const std::string& name,
                                      const at::Tensor& data) {
   if (check_collectives_) {
     detail::check_fingerprint(
         *group_, world_size_, device_, timeout_,
-        {journal_->progress().last_enqueued + 1, op, data.numel(), data.scalar_type()});
+        {recorder_->journal().progress().last_enqueued + 1, op, data.numel(), data.scalar_type()});
   }
-  {
-    std::lock_guard<std::mutex> lock(traffic_mutex_);
-    TrafficCount& count = traffic_[op];
-    ++count.calls;
-    count.bytes += static_cast<int64_t>(data.nbytes());
-  }
-  return journal_->enqueue(op, tag_of(name), data.numel(), detail::dtype_name(data.scalar_type()),
-                           now());
-}
-
-std::map<std::string, TrafficCount> Communicator::traffic() const {
-  std::lock_guard<std::mutex> lock(traffic_mutex_);
-  return traffic_;
+  return recorder_->on_launch(op, name, data);
 }
 
 bool Communicator::skip_injected(const std::string& name) {
   if (!skip_next_.exchange(false)) return false;
   std::fprintf(stderr, "ddpd: inject skip-collective rank %d skips %s (would be #%lld)\n", rank_,
-               name.c_str(), static_cast<long long>(journal_->progress().last_enqueued + 1));
+               name.c_str(),
+               static_cast<long long>(recorder_->journal().progress().last_enqueued + 1));
   std::fflush(stderr);
   return true;
 }
@@ -298,29 +236,7 @@ PendingCollective Communicator::track(c10::intrusive_ptr<c10d::Work> work, Colle
                                       const std::string& name, int64_t seq, int64_t bytes,
                                       const detail::TimePoint& launch,
                                       std::vector<at::Tensor> keep_alive) {
-  PendingSpan span{name, op, launch, {}, bytes, seq};
-  auto log = spans_;
-  if (device_.is_cuda()) {
-    // NCCL completes the work's future at launch; the device says when it really finished.
-    span.complete = timeline_->mark_completion(*work);
-    std::lock_guard<std::mutex> lock(log->mutex);
-    log->spans.push_back(std::move(span));
-  } else {
-    // Completion time comes from the work's future, set by the backend thread that finishes it.
-    auto epoch = epoch_;
-    auto journal = journal_;
-    work->getFuture()->addCallback(
-        [log, journal, epoch, span](c10::ivalue::Future& future) mutable {
-          span.complete.host_s = seconds_since(epoch);
-          if (future.hasError()) {
-            journal->fail(span.seq, span.complete.host_s);
-            return;
-          }
-          journal->complete(span.seq, span.complete.host_s);
-          std::lock_guard<std::mutex> lock(log->mutex);
-          log->spans.push_back(std::move(span));
-        });
-  }
+  recorder_->on_work(*work, op, name, seq, bytes, launch);
   return PendingCollective(std::move(work), name, timeout_, device_.is_cuda(),
                            std::move(keep_alive), ticket(seq));
 }
@@ -331,7 +247,7 @@ PendingCollective Communicator::launch(Collective op, const std::string& name,
                                        std::vector<at::Tensor> keep_alive) {
   std::lock_guard<std::mutex> lock(launch_mutex_);
   if (skip_injected(name)) return {};
-  const auto launched = timeline_->mark();
+  const auto launched = recorder_->timeline().mark();
   const int64_t seq = journal_launch(enum_name(op), name, journaled);
   return track(call(), op, name, seq, bytes, launched, std::move(keep_alive));
 }
@@ -467,14 +383,16 @@ void Communicator::barrier() {
   options.timeout = timeout_;
   if (device_.is_cuda()) options.device_ids = {device_.index()};  // else NCCL guesses one
   if (check_collectives_) {
-    detail::check_fingerprint(*group_, world_size_, device_, timeout_,
-                              {journal_->progress().last_enqueued + 1, "barrier", 0, at::kByte});
+    detail::check_fingerprint(
+        *group_, world_size_, device_, timeout_,
+        {recorder_->journal().progress().last_enqueued + 1, "barrier", 0, at::kByte});
   }
-  const int64_t seq = journal_->enqueue("barrier", "barrier", 0, "none", now());
+  CollectiveJournal& journal = *recorder_->shared_journal();
+  const int64_t seq = journal.enqueue("barrier", "barrier", 0, "none", recorder_->now());
   PendingCollective(group_->barrier(options), "barrier", timeout_, device_.is_cuda(), {},
                     ticket(seq))
       .wait();
-  journal_->complete(seq, now());
+  journal.complete(seq, recorder_->now());
 }
 
 }  // namespace ddpd

@@ -45,10 +45,10 @@ CollectiveRecord to_record(const JournalEntry& e, double now_s) {
 }
 
 RankPosition failed_position(const Communicator& comm, const std::string& phase, int64_t step) {
-  const auto journal = comm.journal().progress();
+  const auto journal = comm.recorder().journal().progress();
   RankPosition mine{phase, step, journal.last_enqueued, journal.last_completed, std::nullopt};
-  const double now_s = comm.now();
-  for (const auto& e : comm.journal().entries()) {
+  const double now_s = comm.recorder().now();
+  for (const auto& e : comm.recorder().journal().entries()) {
     if (e.state != CollectiveState::kCompleted) {
       mine.oldest_pending = to_record(e, now_s);
       break;

@@ -37,7 +37,7 @@ void finish_local_run(const LocalRunOptions& options, const Communicator* comm, 
     nlohmann::json dump{{"rank", comm->rank()},
                         {"world_size", comm->world_size()},
                         {"succeeded", succeeded},
-                        {"journal", journal_json(comm->journal())}};
+                        {"journal", journal_json(comm->recorder().journal())}};
     std::ofstream out(path);
     out << dump.dump(1) << "\n";
     if (!out) throw std::runtime_error("--journal-dump: cannot write " + path);

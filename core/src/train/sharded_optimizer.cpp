@@ -128,7 +128,7 @@ ShardedOptimizer::~ShardedOptimizer() = default;
 void ShardedOptimizer::step() {
   state_->local->step();
   // On the device's timeline: on CUDA the broadcasts queue behind the local step's kernels.
-  detail::Timeline& timeline = state_->comm->timeline();
+  detail::Timeline& timeline = state_->comm->recorder().timeline();
   const auto start = timeline.mark();
   if (state_->comm->world_size() > 1) {
     std::vector<size_t> all(state_->params.size());
@@ -154,7 +154,7 @@ void ShardedOptimizer::step_part(const std::vector<torch::Tensor>& params) {
 }
 
 void ShardedOptimizer::finish_step() {
-  detail::Timeline& timeline = state_->comm->timeline();
+  detail::Timeline& timeline = state_->comm->recorder().timeline();
   const auto start = timeline.mark();
   state_->wait_broadcasts();
   const auto end = timeline.mark();

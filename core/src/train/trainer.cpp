@@ -297,7 +297,7 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
   // Gradients are whole per parameter, and timed on the host clock, for the replicated
   // strategies on CPU only.
   m.recorder = std::make_unique<detail::StepRecorder>(
-      *m.model, [c = m.comm.get()] { return c->now(); },
+      *m.model, [c = m.comm.get()] { return c->recorder().now(); },
       options.strategy != Strategy::kFsdp && !m.comm->device().is_cuda(), static_cast<int>(cores));
   m.build_optimizer();
   m.build_data();
@@ -376,13 +376,13 @@ double Trainer::Impl::finish_synchronization() {
   double overlapped_optimizer_s = 0;
   if (optimizer_steps_per_bucket) {
     sync->finish_gradient_synchronization_in_parts([&](const std::vector<torch::Tensor>& params) {
-      const double start = comm->now();
+      const double start = comm->recorder().now();
       if (sharded) {
         sharded->step_part(params);  // ZeRO-1: the owners step, their broadcasts start
       } else {
         detail::fused_adamw_step(*optimizer, params);
       }
-      overlapped_optimizer_s += comm->now() - start;
+      overlapped_optimizer_s += comm->recorder().now() - start;
     });
   } else {
     sync->finish_gradient_synchronization();
@@ -447,11 +447,11 @@ StepMetrics Trainer::train_step(int64_t step) {
   m.injector->at_step_start(step, comm, m.cancelled);
   const bool last = step == m.options.steps - 1;
   const std::vector<torch::Tensor> micro = m.micro_batches_of(step);  // before the timed step
-  comm.take_spans();  // drop spans of collectives outside the timed step
+  comm.recorder().take_spans();  // drop spans of collectives outside the timed step
 
   // Phase boundaries are points on the device's timeline: the host clock on CPU, CUDA events on
   // the compute stream on GPU, read back once the step's work is done.
-  detail::Timeline& timeline = comm.timeline();
+  detail::Timeline& timeline = comm.recorder().timeline();
   timeline.anchor();
   StepMetrics metrics;
   metrics.step = step;
@@ -475,10 +475,10 @@ StepMetrics Trainer::train_step(int64_t step) {
   marks.overlapped_optimizer_seconds = m.finish_synchronization();
   const auto p_synced = timeline.mark();
   if (m.hooks.after_gradient_sync) m.hooks.after_gradient_sync(step, *m.sync);
-  const double t_synced_host = comm.now();
+  const double t_synced_host = comm.recorder().now();
   if (last) m.memory.before_step = m.measure();
   const auto p_optimizer = timeline.mark();
-  const double measure_seconds_host = comm.now() - t_synced_host;
+  const double measure_seconds_host = comm.recorder().now() - t_synced_host;
   marks.broadcast_seconds = m.optimizer_step(metrics);
   const auto p_end = timeline.mark();
 
@@ -494,12 +494,12 @@ StepMetrics Trainer::train_step(int64_t step) {
   marks.measure_seconds = comm.device().is_cuda()
                               ? std::min(measure_seconds_host, marks.optimizer_start - marks.synced)
                               : marks.optimizer_start - marks.synced;
-  const auto collectives = comm.take_spans();
+  const auto collectives = comm.recorder().take_spans();
   const detail::StepTiming timing = detail::step_timing(marks, collectives);
   m.recorder->record(step, marks, timing, collectives);
   detail::apply_step_timing(
       timing, collectives, static_cast<double>(m.options.batch_size) * m.options.context_length,
-      [&comm](double s) { return comm.unix_seconds(s); }, metrics);
+      [&comm](double s) { return comm.recorder().unix_seconds(s); }, metrics);
   if (last) m.record_last_step_memory();
   m.step_bookkeeping(step, loss_sum, metrics);  // collectives outside the timed step
   return metrics;
@@ -523,9 +523,10 @@ TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_st
         const double stall = impl_->save_checkpoint(step + 1);
         StepMetrics& metrics = result.steps.back();
         metrics.checkpoint_seconds = stall;
-        const double end_s = impl_->comm->now();
-        metrics.spans.push_back({"checkpoint", false, impl_->comm->unix_seconds(end_s - stall),
-                                 impl_->comm->unix_seconds(end_s)});
+        const double end_s = impl_->comm->recorder().now();
+        metrics.spans.push_back({"checkpoint", false,
+                                 impl_->comm->recorder().unix_seconds(end_s - stall),
+                                 impl_->comm->recorder().unix_seconds(end_s)});
       }
     } catch (const CollectiveDesync&) {
       throw;
@@ -572,11 +573,12 @@ std::string Trainer::synchronization() const { return impl_->sync->name(); }
 
 RankPosition Trainer::position() const {
   const TrainerProgress trainer = progress();
-  const JournalProgress journal = impl_->comm->journal().progress();
+  const JournalProgress journal = impl_->comm->recorder().journal().progress();
   RankPosition position{trainer.phase, trainer.step, journal.last_enqueued, journal.last_completed,
                         std::nullopt};
   if (journal.oldest_pending) {
-    position.oldest_pending = detail::to_record(*journal.oldest_pending, impl_->comm->now());
+    position.oldest_pending =
+        detail::to_record(*journal.oldest_pending, impl_->comm->recorder().now());
   }
   return position;
 }

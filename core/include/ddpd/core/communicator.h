@@ -8,6 +8,7 @@
 #include "ddpd/common/shared_buffer_fallback.h"
 #include "ddpd/core/collective_error.h"
 #include "ddpd/core/collective_journal.h"
+#include "ddpd/core/collective_recorder.h"
 
 #include <atomic>
 #include <chrono>
@@ -26,15 +27,6 @@ class SharedMemoryCapability;
 class Timeline;
 struct TimePoint;
 }  // namespace detail
-
-// One collective from launch to completion, in seconds on the communicator's clock.
-struct CommSpan {
-  std::string name;
-  Collective op = Collective::kAllReduce;
-  double launch_s = 0;
-  double complete_s = 0;
-  int64_t bytes = 0;
-};
 
 // A collective's entry in its communicator's journal, marked failed when wait() throws.
 struct JournalTicket {
@@ -92,13 +84,6 @@ class PendingReduceScatter {
   at::Tensor output_;
 };
 
-// Collectives of one op launched by a communicator, and the bytes of their payloads (what this
-// rank handed the backend: a gradient all-reduce in fp16 counts half the fp32 one).
-struct TrafficCount {
-  int64_t calls = 0;
-  int64_t bytes = 0;
-};
-
 // How a communicator runs its collectives. Defaults suit a CPU rank.
 struct CommunicatorOptions {
   std::chrono::milliseconds timeout{// every collective (--timeout)
@@ -151,9 +136,9 @@ class Communicator {
   GroupTransport transport() const { return transport_; }
   // Why --transport auto chose Gloo ("" otherwise).
   const std::string& transport_note() const { return transport_note_; }
-  // The clock of the device's work queue (host clock on CPU, CUDA events on CUDA), on the
-  // same axis as now(). Shared by the trainer and the benchmarks.
-  detail::Timeline& timeline() { return *timeline_; }
+  // The journal, traffic and spans of this communicator's collectives, and its clock.
+  CollectiveRecorder& recorder() { return *recorder_; }
+  const CollectiveRecorder& recorder() const { return *recorder_; }
 
   // The collectives. Naming rule: a collective that returns a Pending… is asynchronous (launched
   // in order on every rank; wait() before reading its result), as c10d's return a Work; one that
@@ -202,12 +187,6 @@ class Communicator {
   }
   void barrier();
 
-  // Every collective launched, with its sequence number and state (thread-safe to read).
-  const CollectiveJournal& journal() const { return *journal_; }
-  // Collectives launched so far and their payload bytes, by op (all_reduce, broadcast,
-  // all_gather, reduce_scatter). Thread-safe.
-  std::map<std::string, TrafficCount> traffic() const;
-
   // Fault injection (--inject skip-collective): this rank does not launch its next collective
   // (and does not journal it), so its later collectives pair with its peers' earlier ones.
   void skip_next_collective() { skip_next_.store(true); }
@@ -221,14 +200,6 @@ class Communicator {
   std::vector<std::optional<std::string>> exchange_failure_reports(const std::string& report,
                                                                    std::chrono::milliseconds wait);
 
-  // Spans completed since the last call, oldest first.
-  std::vector<CommSpan> take_spans();
-  // Seconds since this communicator was created (the clock of CommSpan).
-  double now() const;
-  // A time on that clock as unix seconds (the wall clock read once at creation), so spans of
-  // ranks on different hosts line up on one timeline (to within their clocks' offset).
-  double unix_seconds(double clock_s) const;
-
  private:
   // A blocking all-reduce with `op` (the param spread's max and min).
   void blocking_all_reduce(at::Tensor& tensor, c10d::ReduceOp op, const std::string& name);
@@ -239,7 +210,9 @@ class Communicator {
   bool skip_injected(const std::string& name);
   // Throws std::invalid_argument unless `tensor` is on device_ (see the collectives' contract).
   void require_on_device(const at::Tensor& tensor, const std::string& name) const;
-  JournalTicket ticket(int64_t seq) const { return {journal_, seq, epoch_, aborted_}; }
+  JournalTicket ticket(int64_t seq) const {
+    return {recorder_->shared_journal(), seq, recorder_->epoch(), aborted_};
+  }
   // The one launch path of the asynchronous collectives: under launch_mutex_, an injected skip,
   // the launch mark, the journal (and --check-collectives), `call` (the backend's collective),
   // and the span's tracking.
@@ -267,15 +240,8 @@ class Communicator {
   c10::intrusive_ptr<c10d::Store> server_;  // rank 0's; freed even when abort() leaves group_
   std::atomic<bool> skip_next_{false};
   std::shared_ptr<std::atomic<bool>> aborted_ = std::make_shared<std::atomic<bool>>(false);
-  std::chrono::steady_clock::time_point epoch_;
-  double unix_epoch_s_;  // system clock at epoch_
   std::mutex launch_mutex_;
-  std::unique_ptr<detail::Timeline> timeline_;
-  struct SpanLog;
-  std::shared_ptr<SpanLog> spans_;  // shared with completion callbacks that may outlive a call
-  std::shared_ptr<CollectiveJournal> journal_;  // shared with completion callbacks
-  mutable std::mutex traffic_mutex_;
-  std::map<std::string, TrafficCount> traffic_;  // by op; guarded by traffic_mutex_
+  std::unique_ptr<CollectiveRecorder> recorder_;
 };
 
 }  // namespace ddpd
