@@ -87,69 +87,18 @@ SyncOptions sync_options_of(const DdpJobOptions& options) {
 }  // namespace
 
 struct Trainer::Impl {
+  // The job. Set by the constructor; read-only after it, but `cancelled` (run()'s, while it runs).
   DdpJobOptions options;
   TrainerHooks hooks;
   std::unique_ptr<detail::FaultInjector> injector;  // --inject, this rank's
-  std::function<bool()> cancelled;                  // run()'s, while it runs
+  std::function<bool()> cancelled;
+
+  // Where the rank is: written by the training thread, read by any (position(), the analysis).
   std::atomic<int> phase{kSetup};
   std::atomic<int64_t> step{0};
-
-  void enter(PhaseIndex p) { phase.store(p, std::memory_order_relaxed); }
-
-  // --clip-grad-norm: the global norm of the synchronised gradients (each rank's fsdp shards
-  // summed over ranks by one all-reduce; replicated gradients are whole on every rank, tied
-  // parameters appear once), and every gradient scaled by max_norm / (norm + 1e-6) when that is
-  // below 1, as torch.nn.utils.clip_grad_norm_ does. Returns the norm before clipping.
-  // The arithmetic stays on the gradients' device (float64, as before): one read of the norm
-  // at the end, where copying every gradient to the host made the step wait on each copy.
-  double clip_gradients() {
-    std::vector<torch::Tensor> grads;
-    for (auto& p : sync->optimizer_parameters()) {
-      if (p.grad().defined()) grads.push_back(p.grad());
-    }
-    const auto on_device = torch::TensorOptions().dtype(torch::kDouble).device(comm->device());
-    torch::Tensor sum_of_squares = torch::zeros({1}, on_device);
-    for (const auto& g : grads) sum_of_squares += g.detach().to(torch::kDouble).pow(2).sum();
-    if (options.strategy == Strategy::kFsdp && comm->world_size() > 1) {
-      comm->all_reduce_sum(sum_of_squares, "all_reduce/grad_norm").wait();
-    }
-    const double norm = std::sqrt(sum_of_squares.item<double>());
-    const double coefficient = options.clip_grad_norm / (norm + 1e-6);
-    if (coefficient < 1) {
-      torch::NoGradGuard no_grad;
-      for (auto& g : grads) g.mul_(coefficient);
-    }
-    return norm;
-  }
-
-  // The cross-rank analysis after a failed collective (train/failure_analysis.h).
-  StallFinding analyze_failure_across_ranks(CollectiveFailure cause) const {
-    const RankPosition mine =
-        detail::failed_position(*comm, kPhaseNames[phase.load()], step.load());
-    return detail::analyze_failure_across_ranks(*comm, mine, cause);
-  }
-
-  // Checkpoints (train/training_checkpoint.h). The model's unique parameters' names and shapes,
-  // taken before the synchroniser exists (fsdp frees the full parameters between steps).
-  std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_shapes;
-  detail::TrainingState training_state() {
-    return {options, *comm, *model, *sync, local_optimizer(), sharded.get(), parameter_shapes};
-  }
-  // Saves the checkpoint of `steps_done` steps; returns its seconds (the step's stall).
-  double save_checkpoint(int64_t steps_done) {
-    return detail::save_checkpoint(training_state(), steps_done,
-                                   injector->checkpoint_crash_bytes(steps_done));
-  }
-  torch::optim::Optimizer& local_optimizer() {
-    return sharded ? sharded->local_optimizer() : *optimizer;
-  }
   int64_t start_step = 0;  // steps already done (a resumed checkpoint's)
-  // The constructor's parts, in their order: the model (seeded per rank, on the device), then
-  // after the synchroniser the optimizer, then the data.
-  void build_model(TrainerHooks& job_hooks);
-  void build_optimizer();
-  void build_data();
 
+  // What trains. The training thread's alone once constructed.
   std::shared_ptr<Communicator> comm;
   TransformerLM model{nullptr};
   std::unique_ptr<GradientSynchronizer> sync;
@@ -161,54 +110,125 @@ struct Trainer::Impl {
   // AdamW is per parameter, so the result is the same as one step after the synchronisation.
   // With ZeRO-1 each bucket's owners step and their broadcasts start at once.
   bool optimizer_steps_per_bucket = false;
+  // Checkpoints (train/training_checkpoint.h). The model's unique parameters' names and shapes,
+  // taken before the synchroniser exists (fsdp frees the full parameters between steps).
+  std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_shapes;
+
+  // What it trains on. The training thread's.
   std::unique_ptr<detail::TokenSamples> data;
   std::unique_ptr<detail::TokenSamples> eval_data;  // --eval-data
-  std::unique_ptr<detail::StepRecorder> recorder;   // what `ddpctl whatif` replays
-  MemoryProfile memory;
-  int64_t local_batch = 0;  // this rank's rows of each global batch
+  int64_t local_batch = 0;                          // this rank's rows of each global batch
   int64_t micro_batch = 0;  // rows per forward/backward (local_batch / --grad-accum)
 
-  // [rows, context + 1] tokens: this rank's rows [first_row, first_row + rows) of global batch
-  // `batch` of `samples`, on the device.
-  torch::Tensor rows_of(const detail::TokenSamples& samples, int64_t batch, int64_t first_row,
-                        int64_t rows) const {
-    return samples
-        .samples(batch * options.batch_size + comm->rank() * local_batch + first_row, rows)
-        .to(comm->device());
-  }
-  // The mean held-out loss over --eval-batches global batches (the same ones every time),
-  // across ranks. A collective.
-  double evaluate();
-  // --export-hf: the full parameters as a Hugging Face model directory. A collective.
-  void export_model();
+  // What it records. The training thread's.
+  std::unique_ptr<detail::StepRecorder> recorder;  // what `ddpctl whatif` replays
+  MemoryProfile memory;
+
+  void enter(PhaseIndex p) { phase.store(p, std::memory_order_relaxed); }
+
+  // The constructor's parts, in their order: the model (seeded per rank, on the device), then
+  // after the synchroniser the optimizer, then the data.
+  void build_model(TrainerHooks& job_hooks);
+  void build_optimizer();
+  void build_data();
 
   // The parts of a step (Trainer::train_step), in order.
   std::vector<torch::Tensor> micro_batches_of(int64_t step_index) const;
+  // [rows, context + 1] tokens: this rank's rows [first_row, first_row + rows) of global batch
+  // `batch` of `samples`, on the device.
+  torch::Tensor rows_of(const detail::TokenSamples& samples, int64_t batch, int64_t first_row,
+                        int64_t rows) const;
   // Forward and backward of each micro-batch, marking the end of each on `timeline`; returns the
   // sum of their losses.
   torch::Tensor forward_backward(const std::vector<torch::Tensor>& micro,
                                  detail::Timeline& timeline, std::vector<detail::TimePoint>& marks);
   // Returns the seconds of AdamW run bucket by bucket inside it.
   double finish_synchronization();
+  // --clip-grad-norm: the global norm of the synchronised gradients (each rank's fsdp shards
+  // summed over ranks by one all-reduce; replicated gradients are whole on every rank, tied
+  // parameters appear once), and every gradient scaled by max_norm / (norm + 1e-6) when that is
+  // below 1, as torch.nn.utils.clip_grad_norm_ does. Returns the norm before clipping.
+  double clip_gradients();
   // Clipping, the optimizer step; returns ZeRO-1's broadcast seconds.
   double optimizer_step(StepMetrics& metrics);
   void record_last_step_memory();
   // The loss across ranks, held-out loss and param spread: collectives outside the timed step.
   void step_bookkeeping(int64_t step_index, const torch::Tensor& loss_sum, StepMetrics& metrics);
+  // The mean held-out loss over --eval-batches global batches (the same ones every time),
+  // across ranks. A collective.
+  double evaluate();
 
-  int64_t optimizer_state() {
-    return optimizer_state_bytes(sharded ? sharded->local_optimizer() : *optimizer);
-  }
-  MemoryBytes measure() {
-    auto tensors = sync->optimizer_parameters();
-    for (auto& p : model->parameters()) tensors.push_back(p);
-    auto bytes = detail::measure_memory(tensors, optimizer_state());
-    if (comm->device().is_cuda()) {
-      bytes.peak_bytes = detail::cuda_allocator_stats(comm->device()).peak_allocated;
-    }
-    return bytes;
-  }
+  // Between steps.
+  detail::TrainingState training_state();
+  // Saves the checkpoint of `steps_done` steps; returns its seconds (the step's stall).
+  double save_checkpoint(int64_t steps_done);
+  // --export-hf: the full parameters as a Hugging Face model directory. A collective.
+  void export_model();
+  // The cross-rank analysis after a failed collective (train/failure_analysis.h).
+  StallFinding analyze_failure_across_ranks(CollectiveFailure cause) const;
+
+  torch::optim::Optimizer& local_optimizer();
+  int64_t optimizer_state();
+  MemoryBytes measure();
 };
+
+// The arithmetic stays on the gradients' device (float64): one read of the norm at the end,
+// where copying every gradient to the host made the step wait on each copy.
+double Trainer::Impl::clip_gradients() {
+  std::vector<torch::Tensor> grads;
+  for (auto& p : sync->optimizer_parameters()) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  const auto on_device = torch::TensorOptions().dtype(torch::kDouble).device(comm->device());
+  torch::Tensor sum_of_squares = torch::zeros({1}, on_device);
+  for (const auto& g : grads) sum_of_squares += g.detach().to(torch::kDouble).pow(2).sum();
+  if (options.strategy == Strategy::kFsdp && comm->world_size() > 1) {
+    comm->all_reduce_sum(sum_of_squares, "all_reduce/grad_norm").wait();
+  }
+  const double norm = std::sqrt(sum_of_squares.item<double>());
+  const double coefficient = options.clip_grad_norm / (norm + 1e-6);
+  if (coefficient < 1) {
+    torch::NoGradGuard no_grad;
+    for (auto& g : grads) g.mul_(coefficient);
+  }
+  return norm;
+}
+
+StallFinding Trainer::Impl::analyze_failure_across_ranks(CollectiveFailure cause) const {
+  const RankPosition mine = detail::failed_position(*comm, kPhaseNames[phase.load()], step.load());
+  return detail::analyze_failure_across_ranks(*comm, mine, cause);
+}
+
+detail::TrainingState Trainer::Impl::training_state() {
+  return {options, *comm, *model, *sync, local_optimizer(), sharded.get(), parameter_shapes};
+}
+
+double Trainer::Impl::save_checkpoint(int64_t steps_done) {
+  return detail::save_checkpoint(training_state(), steps_done,
+                                 injector->checkpoint_crash_bytes(steps_done));
+}
+
+torch::optim::Optimizer& Trainer::Impl::local_optimizer() {
+  return sharded ? sharded->local_optimizer() : *optimizer;
+}
+
+torch::Tensor Trainer::Impl::rows_of(const detail::TokenSamples& samples, int64_t batch,
+                                     int64_t first_row, int64_t rows) const {
+  return samples.samples(batch * options.batch_size + comm->rank() * local_batch + first_row, rows)
+      .to(comm->device());
+}
+
+int64_t Trainer::Impl::optimizer_state() { return optimizer_state_bytes(local_optimizer()); }
+
+MemoryBytes Trainer::Impl::measure() {
+  auto tensors = sync->optimizer_parameters();
+  for (auto& p : model->parameters()) tensors.push_back(p);
+  auto bytes = detail::measure_memory(tensors, optimizer_state());
+  if (comm->device().is_cuda()) {
+    bytes.peak_bytes = detail::cuda_allocator_stats(comm->device()).peak_allocated;
+  }
+  return bytes;
+}
 
 void Trainer::Impl::build_model(TrainerHooks& job_hooks) {
   const at::Device device = comm->device();
