@@ -336,20 +336,21 @@ int collectives(const ddpd::DdpJobOptions& options, const std::string& out) {
       check("all_gather " + tag, gathered, torch::cat(expected));
 
       auto mine = torch::empty({n}, dtype);
-      comm->reduce_scatter_sum(mine, pattern(n * world, rank, dtype), "check/reduce_scatter");
+      const auto input = pattern(n * world, rank, dtype);
+      comm->reduce_scatter_sum_async(mine, input, "check/reduce_scatter").wait();
       check("reduce_scatter " + tag, mine,
             pattern(n * world, 0, torch::kFloat).narrow(0, rank * n, n) * world + ranks_sum);
     }
     auto high = torch::full({n}, static_cast<float>(rank));
-    comm->all_reduce_max(high);
+    comm->all_reduce(high, c10d::ReduceOp::MAX, "check/max");
     check("all_reduce max " + std::to_string(n), high, torch::full({n}, world - 1.0f));
     auto shared_high = comm->allocate_collective_buffer(n, torch::TensorOptions());
     shared_high.fill_(static_cast<float>(rank));
-    comm->all_reduce_max(shared_high);
+    comm->all_reduce(shared_high, c10d::ReduceOp::MAX, "check/max_shared");
     check("all_reduce max shared " + std::to_string(n), shared_high,
           torch::full({n}, world - 1.0f));
     auto low = torch::full({n}, static_cast<float>(rank));
-    comm->all_reduce_min(low);
+    comm->all_reduce(low, c10d::ReduceOp::MIN, "check/min");
     check("all_reduce min " + std::to_string(n), low, torch::zeros({n}));
     comm->barrier();
   }

@@ -40,8 +40,8 @@ TEST(CollectiveDevice, EveryCollectiveRefusesAHostTensorOnAnotherDevice) {
   const std::string all_reduce = refusal([&] { comm->all_reduce_sum(host, "grads"); });
   EXPECT_NE(all_reduce.find("collective 'grads': tensor on cpu"), std::string::npos) << all_reduce;
   EXPECT_NE(all_reduce.find("device is meta"), std::string::npos) << all_reduce;
-  EXPECT_NE(refusal([&] { comm->all_reduce_min(host); }), "");
-  EXPECT_NE(refusal([&] { comm->all_reduce_max(host); }), "");
+  EXPECT_NE(refusal([&] { comm->all_reduce(host, c10d::ReduceOp::MIN, "min"); }), "");
+  EXPECT_NE(refusal([&] { comm->all_reduce(host, c10d::ReduceOp::MAX, "max"); }), "");
   EXPECT_NE(refusal([&] { comm->broadcast(host, 0, "state"); }), "");
   EXPECT_NE(refusal([&] { comm->all_gather(gathered, host, "shards"); }), "");
   EXPECT_NE(refusal([&] { comm->reduce_scatter_sum_async(gathered, host, "shards"); }), "");

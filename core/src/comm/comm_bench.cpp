@@ -87,7 +87,7 @@ class Trial {
         comm_.all_gather(output_, input_, "bench/all_gather").wait();
         break;
       case Collective::kReduceScatter:
-        comm_.reduce_scatter_sum(output_, input_, "bench/reduce_scatter");
+        comm_.reduce_scatter_sum_async(output_, input_, "bench/reduce_scatter").wait();
         break;
     }
   }
@@ -204,7 +204,7 @@ namespace {
 // nothing travels and they are read as they are.
 Ceiling slowest_over_ranks(Communicator& comm, std::vector<double> rates) {
   at::Tensor t = at::tensor(rates, at::TensorOptions().dtype(at::kDouble)).to(comm.device());
-  comm.all_reduce_min(t);
+  comm.all_reduce(t, c10d::ReduceOp::MIN, "all_reduce/slowest_rates");
   std::vector<double> slowest = rates;
   if (comm.world_size() > 1) {
     t = t.cpu();

@@ -273,8 +273,7 @@ PendingCollective Communicator::all_reduce_sum(at::Tensor& tensor, const std::st
   });
 }
 
-void Communicator::blocking_all_reduce(at::Tensor& tensor, c10d::ReduceOp op,
-                                       const std::string& name) {
+void Communicator::all_reduce(at::Tensor& tensor, c10d::ReduceOp op, const std::string& name) {
   require_on_device(tensor, name);
   if (world_size_ == 1) return;
   launch(Collective::kAllReduce, name, tensor, tensor.nbytes(), [&] {
@@ -284,14 +283,6 @@ void Communicator::blocking_all_reduce(at::Tensor& tensor, c10d::ReduceOp op,
     options.timeout = timeout_;
     return group_->allreduce(tensors, options);
   }).wait();
-}
-
-void Communicator::all_reduce_max(at::Tensor& tensor) {
-  blocking_all_reduce(tensor, c10d::ReduceOp::MAX, "all_reduce/spread_max");
-}
-
-void Communicator::all_reduce_min(at::Tensor& tensor) {
-  blocking_all_reduce(tensor, c10d::ReduceOp::MIN, "all_reduce/spread_min");
 }
 
 PendingCollective Communicator::broadcast(at::Tensor& tensor, int root, const std::string& name) {

@@ -165,8 +165,8 @@ double parameter_spread(const std::vector<torch::Tensor>& parameters, Communicat
     if (pieces.empty()) return;
     auto high = detail::flatten(pieces).to(torch::kFloat32);
     auto low = high.clone();
-    comm.all_reduce_max(high);
-    comm.all_reduce_min(low);
+    comm.all_reduce(high, c10d::ReduceOp::MAX, "all_reduce/spread_max");
+    comm.all_reduce(low, c10d::ReduceOp::MIN, "all_reduce/spread_min");
     spread = std::max(spread, (high - low).max().item<double>());
     pieces.clear();
     filled = 0;

@@ -131,7 +131,6 @@ class Communicator {
   int world_size() const { return world_size_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   at::Device device() const { return device_; }
-  bool checks_collectives() const { return check_collectives_; }
   // gloo, shm or nccl; with world size 1, none.
   GroupTransport transport() const { return transport_; }
   // Why --transport auto chose Gloo ("" otherwise).
@@ -164,9 +163,9 @@ class Communicator {
   // rank: the rank, the step and the errno (none when none fell back, and off shm). The thread
   // that allocates.
   std::optional<SharedBufferFallback> shared_buffer_fallback() const;
-  // In-place element-wise max / min (used for the param spread).
-  void all_reduce_max(at::Tensor& tensor);
-  void all_reduce_min(at::Tensor& tensor);
+  // In-place element-wise `op` (MAX and MIN: the param spread, the benchmark's slowest rank),
+  // waited for.
+  void all_reduce(at::Tensor& tensor, c10d::ReduceOp op, const std::string& name);
   // Rank `root`'s tensor is copied into every rank's.
   PendingCollective broadcast(at::Tensor& tensor, int root, const std::string& name);
   // output (world_size * input.numel(), contiguous 1-D) gets every rank's input in rank order.
@@ -181,10 +180,6 @@ class Communicator {
   // full size as our receive buffer. `input` and `output` must stay alive until then.
   PendingReduceScatter reduce_scatter_sum_async(at::Tensor& output, const at::Tensor& input,
                                                 const std::string& name);
-  // The same, waited for.
-  void reduce_scatter_sum(at::Tensor& output, const at::Tensor& input, const std::string& name) {
-    reduce_scatter_sum_async(output, input, name).wait();
-  }
   void barrier();
 
   // Fault injection (--inject skip-collective): this rank does not launch its next collective
@@ -201,8 +196,6 @@ class Communicator {
                                                                    std::chrono::milliseconds wait);
 
  private:
-  // A blocking all-reduce with `op` (the param spread's max and min).
-  void blocking_all_reduce(at::Tensor& tensor, c10d::ReduceOp op, const std::string& name);
   // Journals a launch (call with launch_mutex_ held, so sequence numbers follow launch order).
   // With --check-collectives it first compares the collective's fingerprint across ranks.
   int64_t journal_launch(const std::string& op, const std::string& name, const at::Tensor& data);
