@@ -111,6 +111,22 @@ class JobManagerTest : public ::testing::Test {
     if (rank == 0) r->set_result_json("{\"rank\":0}");
     manager_->on_message(worker, message);
   }
+  // Rank `rank` of attempt 0 reports its failure: the cause, the rank it names and its error.
+  void report_failure(
+      const std::string& worker, const std::string& job_id, int rank, v1::RankFailureCause cause,
+      int named_rank, const std::string& error,
+      v1::CollectiveFailureCause collective_cause = v1::COLLECTIVE_FAILURE_UNSPECIFIED) {
+    v1::WorkerMessage message;
+    message.set_job_id(job_id);
+    auto* r = message.mutable_result();
+    r->set_job_id(job_id);
+    r->set_rank(rank);
+    r->set_cause(cause);
+    r->set_collective_cause(collective_cause);
+    r->set_named_rank(named_rank);
+    r->set_error(error);
+    manager_->on_message(worker, message);
+  }
   void step(const std::string& worker, const std::string& job_id, int rank, int64_t step_index,
             double compute_seconds, int attempt = 0) {
     v1::WorkerMessage message;
@@ -384,15 +400,8 @@ TEST_F(JobManagerTest, ADesyncIsRecordedAsAnIncidentNamingTheRankTheRanksReport)
   add_worker("w0");
   add_worker("w1");
   const std::string id = submit(ddp_spec(2));
-  v1::WorkerMessage message;
-  message.set_job_id(id);
-  auto* r = message.mutable_result();
-  r->set_job_id(id);
-  r->set_rank(0);
-  r->set_cause(v1::RANK_FAILURE_DESYNC);
-  r->set_named_rank(1);
-  r->set_error("collective #12: rank 1 launched broadcast, rank 0 all_reduce");
-  manager_->on_message("w0", message);
+  report_failure("w0", id, 0, v1::RANK_FAILURE_DESYNC, 1,
+                 "collective #12: rank 1 launched broadcast, rank 0 all_reduce");
   const auto desyncs = incidents(id, "desync");
   ASSERT_EQ(desyncs.size(), 1u);
   EXPECT_EQ(desyncs[0].rank(), 1);
@@ -408,16 +417,9 @@ TEST_F(JobManagerTest, AFailedRanksCauseAndNamedRankAreKeptAsData) {
   add_worker("w0");
   add_worker("w1");
   const std::string id = submit(ddp_spec(2));
-  v1::WorkerMessage message;
-  message.set_job_id(id);
-  auto* r = message.mutable_result();
-  r->set_job_id(id);
-  r->set_rank(0);
-  r->set_cause(v1::RANK_FAILURE_COLLECTIVE);
-  r->set_collective_cause(v1::COLLECTIVE_FAILURE_PEER_EXITED);
-  r->set_named_rank(1);
-  r->set_error("collective all_reduce/bucket0 failed: a peer rank closed its connection");
-  manager_->on_message("w0", message);
+  report_failure("w0", id, 0, v1::RANK_FAILURE_COLLECTIVE, 1,
+                 "collective all_reduce/bucket0 failed: a peer rank closed its connection",
+                 v1::COLLECTIVE_FAILURE_PEER_EXITED);
   ASSERT_EQ(job(id).state(), v1::FAILED);
   const v1::RankStatus& rank0 = job(id).ranks(0);
   EXPECT_EQ(rank0.state(), v1::RANK_FAILED);
