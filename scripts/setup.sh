@@ -81,7 +81,10 @@ demo=demo-$(sha256sum requirements-demo.txt | cut -d' ' -f1)
 have=$(cat "$stamp" 2>/dev/null || true)
 # PyPI's uv installs the requirements: it downloads the wheels in parallel and links them from
 # its cache (~/.cache/uv). requirements.txt from empty caches on a 2-core host: 19 s, where pip
-# took 100 s for the same 2,858 MB. pip installs only uv itself.
+# took 100 s for the same 2,858 MB. pip installs only uv itself. The full install compiles the
+# bytecode as pip does (22 s more): without it the tests' first Python processes each compiled
+# torch and transformers as they imported them (an HF parity test took 32 s instead of 11). The
+# demo runs no Python, so it skips that.
 uv_version=0.13.9
 pypi_install() {
   if [ "$(.venv/bin/uv --version 2>/dev/null | cut -d' ' -f2)" != "$uv_version" ]; then
@@ -102,7 +105,7 @@ else
     echo "$demo" >"$stamp"
   else
     echo "setup: installing requirements.txt into .venv (torch 2.11.0 with its CUDA wheels)"
-    pypi_install -r requirements.txt
+    pypi_install --compile-bytecode -r requirements.txt
     echo "$full" >"$stamp"
   fi
 fi
