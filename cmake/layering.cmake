@@ -70,7 +70,8 @@ endfunction()
 
 function(ddpd_check_layering)
   set(torch_targets torch torch_library torch_cpu c10)
-  set(core_targets ddpd_core ddpd_kernels ${torch_targets})
+  set(core_targets ddpd_core ddpd_core_objects ddpd_core_cuda ddpd_kernels ddpd_kernels_objects
+                   ddpd_kernels_cuda ${torch_targets})
   ddpd_forbid(ddpd_common FORBID_TARGETS ddpd_proto ddpd_api ddpd_service ${core_targets}
               gRPC::grpc++ protobuf::libprotobuf FORBID_DIRS proto service core worker
               kernels coordinator client)
@@ -80,8 +81,12 @@ function(ddpd_check_layering)
   endforeach()
   ddpd_forbid(ddpd_service FORBID_TARGETS ddpd_proto ddpd_api ${core_targets}
               FORBID_DIRS proto core worker kernels coordinator client)
-  ddpd_forbid(ddpd_core FORBID_TARGETS ddpd_proto ddpd_api ddpd_service gRPC::grpc++
-              FORBID_DIRS proto service worker coordinator client)
+  foreach(target ddpd_core ddpd_core_cuda)
+    if(TARGET ${target})
+      ddpd_forbid(${target} FORBID_TARGETS ddpd_proto ddpd_api ddpd_service gRPC::grpc++
+                  FORBID_DIRS proto service worker coordinator client)
+    endif()
+  endforeach()
   foreach(target ddpd_coordinator_core ddpd-coordinator ddpctl ddpd_plan ddpd_tune)
     ddpd_forbid(${target} FORBID_TARGETS ${core_targets} FORBID_DIRS core worker kernels)
   endforeach()

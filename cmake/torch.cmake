@@ -7,11 +7,11 @@
 # DDPD_PYTHON names another interpreter to ask.
 #
 # What it links:
-#  - CPU build (DDPD_WITH_CUDA OFF: build/, the demo, the tests, the images): c10 and torch_cpu
-#    only, so no CUDA library, NCCL or libcuda is NEEDED by our binaries (PyPI's torch_cpu itself
+#  - the CPU binaries (build/bin: the demo, the tests, the images): c10 and torch_cpu only, so no CUDA library, NCCL or libcuda is NEEDED by our binaries (PyPI's torch_cpu itself
 #    needs the wheel's libcudart and libcupti, for its profiler; neither needs a driver or GPU).
-#  - CUDA build (DDPD_WITH_CUDA ON: build-cuda/): torch, torch_cuda and c10_cuda, which bring
-#    NCCL, cuBLAS and cuDNN from the same wheel.
+#  - CUDA build (DDPD_WITH_CUDA ON): the CPU binaries as above, and beside them (build/cuda/bin)
+#    their CUDA variants, which add torch, torch_cuda and c10_cuda, bringing NCCL, cuBLAS and
+#    cuDNN from the same wheel.
 set(DDPD_PYTHON "${PROJECT_SOURCE_DIR}/.venv/bin/python" CACHE FILEPATH
     "The Python whose torch package provides LibTorch when CMAKE_PREFIX_PATH does not")
 
@@ -40,13 +40,17 @@ message(STATUS "LibTorch ${Torch_VERSION} at ${TORCH_INSTALL_PREFIX}")
 # with Debian's libprotobuf: tests/linkage), so nothing of ours needs to link it for torch.
 set_property(TARGET torch_cpu PROPERTY INTERFACE_LINK_LIBRARIES c10)
 
+# ddpd_torch: LibTorch's headers and its CPU libraries, what the device-agnostic code (nearly all
+# of it) compiles and links against; the CPU binaries link only this. ddpd_torch_cuda (CUDA build)
+# adds the CUDA libraries and defines for the few files that are CUDA's: the CPU and CUDA binaries
+# then share every other object, compiled once (issue 38: 200 s of the test command's builds).
 add_library(ddpd_torch INTERFACE)
 target_include_directories(ddpd_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+target_link_libraries(ddpd_torch INTERFACE torch_cpu c10)
 if(DDPD_WITH_CUDA)
   # torch_library: libtorch and libtorch_cuda kept NEEDED (--no-as-needed), as their operator
   # registrations run from static initialisers.
-  target_link_libraries(ddpd_torch INTERFACE torch_library c10_cuda torch_cpu c10)
-  target_compile_definitions(ddpd_torch INTERFACE DDPD_WITH_CUDA USE_C10D_NCCL)
-else()
-  target_link_libraries(ddpd_torch INTERFACE torch_cpu c10)
+  add_library(ddpd_torch_cuda INTERFACE)
+  target_link_libraries(ddpd_torch_cuda INTERFACE torch_library c10_cuda ddpd_torch)
+  target_compile_definitions(ddpd_torch_cuda INTERFACE DDPD_WITH_CUDA USE_C10D_NCCL)
 endif()

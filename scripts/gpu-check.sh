@@ -64,7 +64,7 @@ section_build() {
     cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDPD_CORE_ONLY=ON \
     -DDDPD_WITH_CUDA=ON -DDDPD_PYTHON="$(command -v "$PYTHON")" \
     -DDDPD_CUDA_ARCHITECTURES="$arch" -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON >/dev/null &&
-    cmake --build "$BUILD_DIR" -j "$(nproc)" --target ddpd-train ddpd_cuda_core_tests \
+    cmake --build "$BUILD_DIR" -j "$(nproc)" --target ddpd-train-cuda ddpd_cuda_core_tests \
       ddpd_cuda_kernel_tests ddpd-bench-flash-sdpa
 }
 
@@ -74,13 +74,13 @@ section_build() {
 section_tests() {
   local rc=0 binary suite status log=$OUT_DIR/.suite.log
   for binary in ddpd_cuda_kernel_tests ddpd_cuda_core_tests; do
-    for suite in $("$BUILD_DIR/bin/$binary" --gtest_list_tests | sed -n 's/^\([^ #][^ ]*\)\.$/\1/p'); do
+    for suite in $("$BUILD_DIR/cuda/bin/$binary" --gtest_list_tests | sed -n 's/^\([^ #][^ ]*\)\.$/\1/p'); do
       echo "== $binary $suite"
-      "$BUILD_DIR/bin/$binary" --gtest_color=no --gtest_filter="$suite.*" 2>&1 |
+      "$BUILD_DIR/cuda/bin/$binary" --gtest_color=no --gtest_filter="$suite.*" 2>&1 |
         tee "$log"
       status=${PIPESTATUS[0]}
       [ "$status" = 0 ] || { echo "FAIL: $binary $suite exited $status"; rc=1; }
-      [ "$status" -lt 128 ] || name_the_crash "$BUILD_DIR/bin/$binary" "$suite"
+      [ "$status" -lt 128 ] || name_the_crash "$BUILD_DIR/cuda/bin/$binary" "$suite"
       if grep -q '^\[  SKIPPED \] [A-Za-z]' "$log"; then
         case $suite in
           */CudaNccl | CudaNccl | CudaNcclComm) echo "skipped (needs 2 GPUs): $suite" ;;
@@ -110,7 +110,7 @@ name_the_crash() {
 }
 
 section_attention() {
-  "$BUILD_DIR/bin/ddpd-bench-flash-sdpa" --dtypes bf16,fp32 --head-dims 128,64 \
+  "$BUILD_DIR/cuda/bin/ddpd-bench-flash-sdpa" --dtypes bf16,fp32 --head-dims 128,64 \
     --seqs 4096,2048,1024 --batch 4 --heads 16 --reps 5
 }
 
@@ -126,10 +126,10 @@ section_step() {
   printf "%-6s %12s %12s %10s %10s %10s %10s %10s\n" precision "ddpd loss" "peer loss" "rel diff" \
     "ddpd ms" "peer ms" "ddpd/peer" "ddpd MB"
   for precision in fp32 bf16; do
-    "$BUILD_DIR/bin/ddpd-train" "${common[@]}" --precision $precision --steps 3 \
+    "$BUILD_DIR/cuda/bin/ddpd-train" "${common[@]}" --precision $precision --steps 3 \
       --checkpoint-dir "$work/ckpt-$precision" --checkpoint-every 2 >"$work/parity-$precision.json" ||
       { echo "FAIL: ddpd-train ($precision, parity run)"; rc=1; continue; }
-    json=$("$BUILD_DIR/bin/ddpd-train" "${common[@]}" --precision $precision --steps 20 \
+    json=$("$BUILD_DIR/cuda/bin/ddpd-train" "${common[@]}" --precision $precision --steps 20 \
       --warmup-steps 5 --spread-every 0 | tail -n 1) ||
       { echo "FAIL: ddpd-train ($precision, timed run)"; rc=1; continue; }
     peer=$("$PYTHON" tests/bench/step_ref_cuda.py "$work/ckpt-$precision/step-000002" \
@@ -182,7 +182,7 @@ if ! run env 20 >/dev/null; then
   exit 2
 fi
 cat "$OUT_DIR/env.txt"
-if wanted build || [ ! -x "$BUILD_DIR/bin/ddpd_cuda_core_tests" ]; then
+if wanted build || [ ! -x "$BUILD_DIR/cuda/bin/ddpd_cuda_core_tests" ]; then
   run build 170 || { cat "$summary"; exit 1; }
 fi
 ! wanted tests || run tests 120

@@ -111,7 +111,7 @@ else
 fi
 
 if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
-  echo "setup: no nvcc (the CUDA 13.0 toolkit at /usr/local/cuda): build-cuda/ will not build"
+  echo "setup: no nvcc (the CUDA 13.0 toolkit at /usr/local/cuda): the CUDA build will not build"
 fi
 downloaded=$(($(received_bytes) - start_bytes))
 echo "setup: done in $((SECONDS - start_seconds)) s, downloaded $((downloaded / 1000000)) MB"

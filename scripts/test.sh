@@ -1,20 +1,18 @@
 #!/usr/bin/env bash
-# Quick start, command 2: install dependencies, build, and run every test (CTest):
-#  - build/, the CPU build: every test;
-#  - build-cuda/, the CUDA build (linked, not run: no GPU needed): the tests labelled cuda, which
-#    check what it links and run what needs no GPU (the others skip without one).
+# Quick start, command 2: install dependencies, build, and run every test (CTest) in build/:
+#  - the CPU binaries' tests;
+#  - with nvcc, the CUDA build's too (linked, not run: no GPU needed): the tests labelled cuda,
+#    which check what it links and run what needs no GPU (the others skip without one).
 # Fails too when a ddpd process started by the tests outlives them (listed, then killed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
 bash scripts/setup.sh
-bash scripts/build.sh
-cuda=0
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
   bash scripts/build.sh cuda
-  cuda=1
 else
-  echo "test: no nvcc (the CUDA toolkit): build-cuda/ not built, its tests not run" >&2
+  echo "test: no nvcc (the CUDA toolkit): the CUDA build not built, its tests not run" >&2
+  bash scripts/build.sh
 fi
 echo "test: set-up and builds took $((SECONDS - start)) s"
 cd build
@@ -55,10 +53,6 @@ before=$(ddpd_processes | sort)
 segments_before=$(shm_segments)
 status=0
 DDPD_TEST_RUN=$mark ctest --output-on-failure -j "${TEST_JOBS:-2}" || status=$?
-if [ "$cuda" = 1 ]; then
-  DDPD_TEST_RUN=$mark ctest --test-dir ../build-cuda -L cuda --output-on-failure \
-    -j "${TEST_JOBS:-2}" || status=$?
-fi
 
 # Daemons stopped by the tests' own cleanup may take a moment to exit.
 leaked=""

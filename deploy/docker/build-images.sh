@@ -6,7 +6,7 @@
 #   overrides) — seconds.
 # --from-source: make the bookworm base image (debootstrap) if missing and build
 #   deploy/docker/Dockerfile (toolchain stage, then the scratch runtime stage) — minutes.
-# --cuda: ddpd:cuda, FROM scratch: the CUDA build's ddpd-worker and ddpd-train (build-cuda/bin,
+# --cuda: ddpd:cuda, FROM scratch: the CUDA build's ddpd-worker and ddpd-train (build/cuda/bin,
 #   scripts/build.sh cuda; DDPD_CUDA_BIN_DIR overrides) with every library they load, the
 #   wheel's torch_cuda, NCCL, cuDNN and cuBLAS included; the driver comes from the host at run
 #   time. Dockerfile.cuda builds the same from source where an nvidia/cuda image can be pulled.
@@ -20,7 +20,7 @@ printf 'FROM scratch\nCOPY rootfs/ /\nENV PATH=/usr/local/bin\nWORKDIR /var/lib/
   >"$context/Dockerfile"
 
 if [ "$mode" = --cuda ]; then
-  bin=${DDPD_CUDA_BIN_DIR:-build-cuda/bin}
+  bin=${DDPD_CUDA_BIN_DIR:-build/cuda/bin}
   for b in ddpd-worker ddpd-train; do
     [ -x "$bin/$b" ] || { echo "$bin/$b missing: bash scripts/build.sh cuda first" >&2; exit 1; }
   done

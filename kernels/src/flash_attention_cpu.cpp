@@ -4,9 +4,7 @@
 #include <limits>
 #include <stdexcept>
 
-#if defined(DDPD_WITH_CUDA)
 #include "flash_attention_cuda_op.h"
-#endif
 
 namespace ddpd::kernels {
 namespace {
@@ -147,11 +145,9 @@ torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k,
   if (options.block_q <= 0 || options.block_k <= 0) {
     throw std::invalid_argument("flash_attention: block sizes must be > 0");
   }
-#if defined(DDPD_WITH_CUDA)
   // CUDA tensors of a shape and dtype the CUDA kernels take go to them; anything else (other
   // head dims, fp16, CPU) runs the tiled algorithm below in LibTorch ops on q's device.
   if (cuda_kernels_take(q, k, v)) return flash_attention_cuda(q, k, v, options.causal);
-#endif
   return FlashAttentionFunction::apply(q, k, v, options.causal, options.block_q, options.block_k);
 }
 

@@ -1,5 +1,7 @@
-// The CUDA FlashAttention-2 kernels (kernels/cuda) as a LibTorch autograd function. Built only
-// with a CUDA LibTorch (DDPD_WITH_CUDA); flash_attention() routes CUDA inputs here.
+// The CUDA FlashAttention-2 kernels (kernels/cuda) as a LibTorch autograd function;
+// flash_attention() routes CUDA inputs here. Exactly one implementation is linked, as for
+// core/src/device/device.h: flash_attention_cuda_op.cpp in the CUDA binaries (ddpd_kernels_cuda),
+// flash_attention_no_cuda.cpp in the CPU ones (ddpd_kernels), where no CUDA tensor can exist.
 #pragma once
 
 #include <torch/torch.h>

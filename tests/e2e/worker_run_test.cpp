@@ -135,7 +135,6 @@ TEST(WorkerRun, DeviceFlagIsCheckedAgainstTheBuild) {
   const auto cpu = result_of(run_process(job({"--device", "cpu"}), {}, std::chrono::seconds(60)));
   EXPECT_NEAR(cpu["summary"]["final_loss"].get<double>(),
               single_process()["summary"]["final_loss"].get<double>(), 1e-9);
-#if !defined(DDPD_WITH_CUDA)
   const auto cuda = run_process(job({"--device", "cuda"}), {}, std::chrono::seconds(60));
   EXPECT_EQ(cuda.exit_code, 2);
   EXPECT_NE(cuda.err.find("error: backend: nccl needs a CUDA build of ddpd"), std::string::npos)
@@ -145,7 +144,6 @@ TEST(WorkerRun, DeviceFlagIsCheckedAgainstTheBuild) {
   EXPECT_EQ(comm.exit_code, 2);
   EXPECT_NE(comm.err.find("error: backend: nccl needs a CUDA build of ddpd"), std::string::npos)
       << comm.err;
-#endif
 }
 
 // ddpd-train (the core without the daemons, for GPU machines) trains exactly as

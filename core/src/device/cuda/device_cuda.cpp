@@ -1,6 +1,6 @@
 // The CUDA build's side of device.h: one GPU per local rank, ProcessGroupNCCL, CUDA-event
 // timelines and the caching allocator's statistics. Compiled only with a CUDA LibTorch
-// (DDPD_WITH_CUDA); CI compiles and links it in build-cuda/ (no GPU needed).
+// (DDPD_WITH_CUDA); CI compiles and links it into build/cuda/bin (no GPU needed).
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
