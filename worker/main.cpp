@@ -111,9 +111,9 @@ int run_ddp(const ddpd::DdpJobOptions& options, const ddpd::LocalRunOptions& loc
     rank = r.rank;
     if (metrics_options.port > 0) metrics_options.port += r.local_rank;
     metrics = std::make_unique<ddpd::WorkerMetrics>(metrics_options);
-    if (!comm.transport_note().empty()) spdlog::warn("{}", comm.transport_note());
+    if (!comm.info().transport_note.empty()) spdlog::warn("{}", comm.info().transport_note);
     metrics->ddp_job_started(job_id, r.rank, enum_name(options.strategy),
-                             enum_name(comm.transport()));
+                             enum_name(comm.info().transport));
   };
   hooks.trainer_ready = [&](const ddpd::Trainer& trainer) {
     metrics->record_memory(trainer.memory(), /*final_points=*/false);

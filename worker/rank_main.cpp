@@ -200,15 +200,15 @@ class RankRun {
   }
 
   void started(const Communicator& comm) {
-    if (!comm.transport_note().empty()) {
-      spdlog::warn("job={} rank={} {}", a_.job_id(), a_.rank(), comm.transport_note());
+    if (!comm.info().transport_note.empty()) {
+      spdlog::warn("job={} rank={} {}", a_.job_id(), a_.rank(), comm.info().transport_note);
     } else {
       spdlog::info("job={} rank={} transport {}", a_.job_id(), a_.rank(),
-                   enum_name(comm.transport()));
+                   enum_name(comm.info().transport));
     }
     rank_pipe::RankEvent e;
-    e.mutable_started()->set_transport(enum_name(comm.transport()));
-    e.mutable_started()->set_transport_note(comm.transport_note());
+    e.mutable_started()->set_transport(enum_name(comm.info().transport));
+    e.mutable_started()->set_transport_note(comm.info().transport_note);
     write(e);
   }
 

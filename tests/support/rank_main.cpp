@@ -45,6 +45,7 @@
 #include "ddpd/common/ddp_flags.h"
 #include "ddpd/common/result_json.h"
 #include "ddpd/common/unix_time.h"
+#include "ddpd/core/collective_buffers.h"
 #include "ddpd/core/collective_journal.h"
 #include "ddpd/core/communicator.h"
 #include "ddpd/core/grad_sync.h"
@@ -116,7 +117,7 @@ int zero1(const ddpd::DdpJobOptions& options, const std::string& out, int64_t ad
           bool step_in_parts) {
   const auto rendezvous = ddpd::rendezvous_for_job(options);
   auto comm = ddpd::connect(rendezvous);
-  const int rank = comm->rank();
+  const int rank = comm->info().rank;
   torch::manual_seed(options.seed);  // the same parameters on every rank
   ddpd::TransformerLM model(options.resolved_model());
   const auto params = ddpd::unique_trainable_parameters(*model);
@@ -215,7 +216,7 @@ int readiness(const ddpd::DdpJobOptions& options, const std::string& out, bool w
               bool use_unused_on_odd_steps) {
   const auto rendezvous = ddpd::rendezvous_for_job(options);
   auto comm = ddpd::connect(rendezvous);
-  const int rank = comm->rank(), world = comm->world_size();
+  const int rank = comm->info().rank, world = comm->info().world_size;
   torch::manual_seed(options.seed + rank);  // the synchroniser broadcasts rank 0's
   OutOfOrderNet net(with_unused);
   ddpd::SyncOptions sync_options;
@@ -282,9 +283,9 @@ int readiness(const ddpd::DdpJobOptions& options, const std::string& out, bool w
 int collectives(const ddpd::DdpJobOptions& options, const std::string& out) {
   const auto rendezvous = ddpd::rendezvous_for_job(options);
   auto comm = ddpd::connect(rendezvous);
-  const int rank = comm->rank(), world = comm->world_size();
+  const int rank = comm->info().rank, world = comm->info().world_size;
   nlohmann::json report;
-  report["transport"] = ddpd::enum_name(comm->transport());
+  report["transport"] = ddpd::enum_name(comm->info().transport);
   std::vector<std::string> failures;
   int64_t checks = 0;
   auto check = [&](const std::string& what, const torch::Tensor& got, const torch::Tensor& want) {
@@ -313,8 +314,8 @@ int collectives(const ddpd::DdpJobOptions& options, const std::string& out) {
       check("all_reduce " + tag, x, pattern(n, 0, torch::kFloat) * world + ranks_sum);
 
       // In a buffer the peers map (over shm): the whole of it, then a range at an odd offset.
-      auto shared = comm->allocate_collective_buffer(n + 5, torch::TensorOptions().dtype(dtype));
-      shared_in_place = shared_in_place && comm->reads_in_place(shared);
+      auto shared = allocate_collective_buffer(*comm, n + 5, torch::TensorOptions().dtype(dtype));
+      shared_in_place = shared_in_place && reads_in_place(*comm, shared);
       shared.narrow(0, 0, n).copy_(pattern(n, rank, dtype));
       auto whole = shared.narrow(0, 0, n);
       comm->all_reduce_sum(whole, "check/all_reduce_shared").wait();
@@ -344,7 +345,7 @@ int collectives(const ddpd::DdpJobOptions& options, const std::string& out) {
     auto high = torch::full({n}, static_cast<float>(rank));
     comm->all_reduce(high, c10d::ReduceOp::MAX, "check/max");
     check("all_reduce max " + std::to_string(n), high, torch::full({n}, world - 1.0f));
-    auto shared_high = comm->allocate_collective_buffer(n, torch::TensorOptions());
+    auto shared_high = allocate_collective_buffer(*comm, n, torch::TensorOptions());
     shared_high.fill_(static_cast<float>(rank));
     comm->all_reduce(shared_high, c10d::ReduceOp::MAX, "check/max_shared");
     check("all_reduce max shared " + std::to_string(n), shared_high,
@@ -368,7 +369,7 @@ int collectives(const ddpd::DdpJobOptions& options, const std::string& out) {
 int shared_fallback(const ddpd::DdpJobOptions& options, const std::string& out, int failing_rank) {
   const auto rendezvous = ddpd::rendezvous_for_job(options);
   auto comm = ddpd::connect(rendezvous);
-  const int rank = comm->rank(), world = comm->world_size();
+  const int rank = comm->info().rank, world = comm->info().world_size;
   rlimit saved{};
   getrlimit(RLIMIT_FSIZE, &saved);
   if (rank == failing_rank) {
@@ -377,11 +378,11 @@ int shared_fallback(const ddpd::DdpJobOptions& options, const std::string& out, 
     none.rlim_cur = 0;
     setrlimit(RLIMIT_FSIZE, &none);
   }
-  auto refused = comm->allocate_collective_buffer(1001, torch::TensorOptions());
+  auto refused = allocate_collective_buffer(*comm, 1001, torch::TensorOptions());
   setrlimit(RLIMIT_FSIZE, &saved);
   nlohmann::json report;
-  report["in_place"] = comm->reads_in_place(refused);
-  if (const auto fallback = comm->shared_buffer_fallback()) {
+  report["in_place"] = reads_in_place(*comm, refused);
+  if (const auto fallback = shared_buffer_fallback(*comm)) {
     report["fallback"] = {{"rank", fallback->rank},
                           {"step", ddpd::to_string(fallback->step)},
                           {"peer", fallback->peer},
@@ -390,9 +391,9 @@ int shared_fallback(const ddpd::DdpJobOptions& options, const std::string& out, 
   refused.fill_(static_cast<float>(rank + 1));
   comm->all_reduce_sum(refused, "check/all_reduce_fallback").wait();
   report["sum_exact"] = torch::equal(refused, torch::full({1001}, world * (world + 1) / 2.0f));
-  auto shared = comm->allocate_collective_buffer(1001, torch::TensorOptions());
-  report["next_in_place"] = comm->reads_in_place(shared);
-  if (comm->shared_buffer_fallback()) report["next_fallback"] = true;
+  auto shared = allocate_collective_buffer(*comm, 1001, torch::TensorOptions());
+  report["next_in_place"] = reads_in_place(*comm, shared);
+  if (shared_buffer_fallback(*comm)) report["next_fallback"] = true;
   std::ofstream(rank_prefix(out, rank) + ".json") << report.dump();
   return 0;
 }

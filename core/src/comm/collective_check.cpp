@@ -12,8 +12,8 @@ namespace {
 
 // Ops as the fingerprint encodes them.
 constexpr const char* kFingerprintOps[] = {"all_reduce", "broadcast", "all_gather",
-                                           "reduce_scatter", "barrier"};
-constexpr int64_t kFields = 4;  // seq, op, numel, dtype
+                                           "reduce_scatter", "barrier"};  // LaunchedCollective::op
+constexpr int64_t kFields = 4;                                            // seq, op, numel, dtype
 
 int64_t op_code(const std::string& op) {
   for (int64_t i = 0; i < static_cast<int64_t>(std::size(kFingerprintOps)); ++i) {
@@ -114,6 +114,16 @@ void check_fingerprint(c10d::Backend& group, int world_size, const at::Device& d
              fingerprint_text(majority->first.data()) + " as #" +
              std::to_string(majority->first[0]);
   throw CollectiveDesync(message, named_rank);
+}
+
+DesyncCheckBackend::DesyncCheckBackend(c10::intrusive_ptr<c10d::Backend> inner, at::Device device,
+                                       std::chrono::milliseconds timeout)
+    : DecoratingBackend(std::move(inner)), device_(device), timeout_(timeout) {}
+
+c10::intrusive_ptr<c10d::Work> DesyncCheckBackend::intercept(const LaunchedCollective& collective) {
+  check_fingerprint(inner(), getSize(), device_, timeout_,
+                    {++launched_, collective.op, collective.numel, collective.dtype});
+  return {};
 }
 
 }  // namespace ddpd::detail

@@ -1,8 +1,8 @@
 // --check-collectives (docs/diagnosis.md): before each collective every rank's fingerprint
 // (sequence number, op, element count, dtype) is all-gathered and compared, and the ranks that
 // launched something other than the majority are named, as c10d's TORCH_DISTRIBUTED_DEBUG=DETAIL
-// does. One small all-gather per collective: bucketed +20 % a step, naive +38 %, measured in
-// docs/diagnosis.md; for finding a desync, not for training.
+// does with its ProcessGroupWrapper. One small all-gather per collective: bucketed +20 % a step,
+// naive +38 %, measured in docs/diagnosis.md; for finding a desync, not for training.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -11,7 +11,26 @@
 #include <cstdint>
 #include <string>
 
+#include "comm/decorating_backend.h"
+
 namespace ddpd::detail {
+
+// The check as a wrapper around the group (comm/decorating_backend.h). Its sequence numbers
+// count the collectives that reach it from 1, as the journal's do (a skipped collective,
+// comm/skip_injection.h, reaches neither the check nor the peers).
+class DesyncCheckBackend final : public DecoratingBackend {
+ public:
+  DesyncCheckBackend(c10::intrusive_ptr<c10d::Backend> inner, at::Device device,
+                     std::chrono::milliseconds timeout);
+
+ protected:
+  c10::intrusive_ptr<c10d::Work> intercept(const LaunchedCollective& collective) override;
+
+ private:
+  at::Device device_;
+  std::chrono::milliseconds timeout_;
+  int64_t launched_ = 0;
+};
 
 // The journal's dtype, as users write it: float32, bfloat16, int64.
 std::string dtype_name(at::ScalarType type);

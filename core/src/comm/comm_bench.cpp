@@ -15,6 +15,7 @@
 #include "ddpd/common/comm_options.h"
 #include "ddpd/common/job_options.h"
 #include "ddpd/common/seconds_since.h"
+#include "ddpd/core/collective_buffers.h"
 #include "device/device.h"
 
 namespace ddpd {
@@ -40,11 +41,11 @@ class Trial {
   Trial(Collective collective, int64_t bytes, at::ScalarType dtype, bool shared_buffers,
         Communicator& comm)
       : collective_(collective), comm_(comm) {
-    const int n = comm.world_size();
+    const int n = comm.info().world_size;
     const int64_t element = at::elementSize(dtype);
     // Whole elements, divisible by N where the collective splits the buffer.
     elements_ = std::max<int64_t>(bytes / element / n, 1) * n;
-    auto options = at::TensorOptions().dtype(dtype).device(comm.device());
+    auto options = at::TensorOptions().dtype(dtype).device(comm.info().device);
     if (collective == Collective::kAllGather) {
       input_ = at::empty({elements_ / n}, options);
       output_ = at::empty({elements_}, options);
@@ -52,7 +53,7 @@ class Trial {
       input_ = at::empty({elements_}, options);
       output_ = at::empty({elements_ / n}, options);
     } else if (collective == Collective::kAllReduce && shared_buffers) {
-      input_ = comm.allocate_collective_buffer(elements_, options);
+      input_ = allocate_collective_buffer(comm, elements_, options);
     } else {
       input_ = at::empty({elements_}, options);
     }
@@ -60,14 +61,14 @@ class Trial {
 
   // Whether the all-reduce reads the peers' buffers in place.
   bool reads_in_place() const {
-    return collective_ == Collective::kAllReduce && comm_.reads_in_place(input_);
+    return collective_ == Collective::kAllReduce && ddpd::reads_in_place(comm_, input_);
   }
 
   int64_t bytes() const { return elements_ * input_.element_size(); }
 
   // Known values: rank r contributes r + 1 (broadcast: the root's 7, others 0).
   void refill() {
-    const int rank = comm_.rank();
+    const int rank = comm_.info().rank;
     if (collective_ == Collective::kBroadcast) {
       input_.fill_(rank == 0 ? 7 : 0);
     } else {
@@ -94,7 +95,7 @@ class Trial {
 
   // After one refill() + run(): every element must hold the expected value.
   bool check() const {
-    const int n = comm_.world_size();
+    const int n = comm_.info().world_size;
     const double sum = n * (n + 1) / 2.0;
     if (collective_ == Collective::kAllReduce) return values_equal(input_, sum);
     if (collective_ == Collective::kBroadcast) return values_equal(input_, 7);
@@ -118,11 +119,11 @@ class Trial {
 // rank's data was wrong.
 CommRow gathered_row(CommSeries series, Collective bus_collective, int64_t size_bytes,
                      const std::vector<double>& times, bool ok, Communicator& comm) {
-  const int n = comm.world_size();
+  const int n = comm.info().world_size;
   const Stats mine = stats_of(times);
   auto local = at::tensor({mine.mean, mine.std, mine.min, mine.max, ok ? 1.0 : 0.0},
                           at::TensorOptions().dtype(at::kDouble))
-                   .to(comm.device());
+                   .to(comm.info().device);
   auto gathered = at::empty({5 * n}, local.options());
   comm.all_gather(gathered, local, "bench/gather_stats").wait();
   const auto all = gathered.cpu();
@@ -155,18 +156,18 @@ CommRow gathered_row(CommSeries series, Collective bus_collective, int64_t size_
 // buffer does not hold the sum afterwards.
 CommRow back_to_back_row(int64_t bytes, int calls, int warmup, int iters, at::ScalarType dtype,
                          Communicator& comm) {
-  const int n = comm.world_size();
+  const int n = comm.info().world_size;
   // Whole elements divisible by N, as the other rows (the sizes stay comparable).
   const int64_t elements = std::max<int64_t>(bytes / at::elementSize(dtype) / n, 1) * n;
   std::vector<at::Tensor> buffers;
   for (int c = 0; c < calls; ++c) {
     buffers.push_back(
-        at::empty({elements}, at::TensorOptions().dtype(dtype).device(comm.device())));
+        at::empty({elements}, at::TensorOptions().dtype(dtype).device(comm.info().device)));
   }
   std::vector<double> times;
   detail::Timeline& timeline = comm.recorder().timeline();
   for (int i = 0; i < warmup + iters; ++i) {
-    for (auto& b : buffers) b.fill_(comm.rank() + 1);
+    for (auto& b : buffers) b.fill_(comm.info().rank + 1);
     comm.barrier();
     comm.recorder().take_spans();
     timeline.anchor();
@@ -203,10 +204,10 @@ namespace {
 // The rates travel on the communicator's device (NCCL takes no host tensor); at world size 1
 // nothing travels and they are read as they are.
 Ceiling slowest_over_ranks(Communicator& comm, std::vector<double> rates) {
-  at::Tensor t = at::tensor(rates, at::TensorOptions().dtype(at::kDouble)).to(comm.device());
+  at::Tensor t = at::tensor(rates, at::TensorOptions().dtype(at::kDouble)).to(comm.info().device);
   comm.all_reduce(t, c10d::ReduceOp::MIN, "all_reduce/slowest_rates");
   std::vector<double> slowest = rates;
-  if (comm.world_size() > 1) {
+  if (comm.info().world_size > 1) {
     t = t.cpu();
     slowest.assign(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
   }
@@ -315,7 +316,7 @@ MemoryCeilings measure_memory_ceilings(Communicator& comm, int64_t bytes, int tr
 CommBenchResult run_comm_benchmark(const CommBenchOptions& options, Communicator& comm) {
   validate(options);
   const at::ScalarType dtype = options.dtype == CommDtype::kBFloat16 ? at::kBFloat16 : at::kFloat;
-  const int n = comm.world_size();
+  const int n = comm.info().world_size;
   CommBenchResult result;
   result.world_size = n;
   for (const auto& collective : options.collectives) {
@@ -325,7 +326,7 @@ CommBenchResult run_comm_benchmark(const CommBenchOptions& options, Communicator
       Trial trial(collective, size, dtype, options.shared_buffers, comm);
       if (trial.reads_in_place()) result.shared_buffers = true;
       if (options.shared_buffers && !result.shared_buffers_fallback) {
-        result.shared_buffers_fallback = comm.shared_buffer_fallback();
+        result.shared_buffers_fallback = shared_buffer_fallback(comm);
       }
       for (int i = 0; i < options.warmup; ++i) {
         trial.refill();
@@ -375,8 +376,8 @@ CommBenchResult run_comm_benchmark(const CommBenchOptions& options, Communicator
     }
   }
   // The ceilings, under the same concurrency as the collectives: every rank at once.
-  result.transport = comm.transport();
-  result.transport_note = comm.transport_note();
+  result.transport = comm.info().transport;
+  result.transport_note = comm.info().transport_note;
   result.loopback = measure_loopback_ceiling(comm);
   std::vector<int64_t> sizes;
   for (const auto& row : result.rows) sizes.push_back(row.size_bytes);

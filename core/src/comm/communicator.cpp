@@ -1,24 +1,17 @@
 #include "ddpd/core/communicator.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <functional>
-#include <future>
-#include <map>
 #include <memory>
 #include <stdexcept>
-#include <thread>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "comm/collective_check.h"
 #include "comm/failure_cause.h"
-#include "comm/failure_exchange.h"
 #include "comm/gloo_fallbacks.h"
 #include "comm/shared_memory_capability.h"
+#include "comm/skip_injection.h"
 #include "ddpd/common/seconds_since.h"
-#include "ddpd/common/unix_time.h"
-#include "device/device.h"
 
 namespace ddpd {
 
@@ -31,6 +24,35 @@ namespace {
 bool gathers_into_flat_buffers(const detail::SharedMemoryCapability* shared_memory,
                                const at::Device& device) {
   return device.is_cuda() || shared_memory != nullptr;
+}
+
+CommunicatorInfo info_of(CommunicatorOptions options, int rank, int world_size) {
+  CommunicatorInfo info;
+  static_cast<CommunicatorOptions&>(info) = std::move(options);
+  info.rank = rank;
+  info.world_size = world_size;
+  if (world_size == 1) {
+    info.transport = GroupTransport::kNone;
+  } else if (info.device.is_cuda()) {
+    info.transport = GroupTransport::kNccl;
+  }
+  return info;
+}
+
+// The backend inside the debug wrappers the options ask for (comm/decorating_backend.h). The
+// skip is outermost: a dropped collective reaches neither the check nor the peers.
+c10::intrusive_ptr<c10d::Backend> wrapped(c10::intrusive_ptr<c10d::Backend> group,
+                                          const CommunicatorInfo& info) {
+  if (!group) return group;
+  if (info.check_collectives) {
+    group = c10::make_intrusive<detail::DesyncCheckBackend>(std::move(group), info.device,
+                                                            info.timeout);
+  }
+  if (info.skip_next_collective) {
+    group = c10::make_intrusive<detail::SkipInjectingBackend>(std::move(group),
+                                                              info.skip_next_collective);
+  }
+  return group;
 }
 
 }  // namespace
@@ -107,28 +129,19 @@ void PendingCollective::wait() {
 Communicator::Communicator(c10::intrusive_ptr<c10d::Backend> group, int rank, int world_size,
                            CommunicatorOptions options, c10::intrusive_ptr<c10d::Store> store,
                            c10::intrusive_ptr<c10d::Store> server)
-    : group_(std::move(group)),
-      rank_(rank),
-      world_size_(world_size),
-      timeout_(options.timeout),
-      device_(options.device),
-      check_collectives_(options.check_collectives),
-      transport_(world_size == 1            ? GroupTransport::kNone
-                 : options.device.is_cuda() ? GroupTransport::kNccl
-                                            : options.transport),
-      transport_note_(options.transport_note),
-      shared_memory_(dynamic_cast<detail::SharedMemoryCapability*>(group_.get())),
-      flat_buffers_(gathers_into_flat_buffers(shared_memory_, options.device)),
+    : info_(info_of(std::move(options), rank, world_size)),
+      shared_memory_(dynamic_cast<detail::SharedMemoryCapability*>(group.get())),
+      group_(wrapped(std::move(group), info_)),
+      flat_buffers_(gathers_into_flat_buffers(shared_memory_, info_.device)),
       store_(std::move(store)),
       server_(std::move(server)),
-      recorder_(std::make_unique<CollectiveRecorder>(device_, options.journal_size)) {
-  TORCH_CHECK(world_size_ == 1 || group_, "a process group is required for world size ",
-              world_size_);
+      recorder_(std::make_unique<CollectiveRecorder>(info_.device, info_.journal_size)) {
+  TORCH_CHECK(world_size == 1 || group_, "a process group is required for world size ", world_size);
 }
 
 Communicator::~Communicator() {
   if (!group_) return;
-  if (device_.is_cuda()) {
+  if (info_.device.is_cuda()) {
     // What destroy_process_group() does: ProcessGroupNCCL destroyed without it warns that it
     // leaks, and its watchdog outlives the group (a 1-GPU run of the CUDA tests crashed at exit).
     // An aborted group aborts its communicators instead of draining them. Never throws here.
@@ -150,94 +163,12 @@ Communicator::~Communicator() {
 
 void Communicator::abort() { aborted_->store(true); }
 
-int64_t Communicator::journal_launch(const std::string& op, const std::string& name,
-                                     const at::Tensor& data) {
-  if (check_collectives_) {
-    detail::check_fingerprint(
-        *group_, world_size_, device_, timeout_,
-        {recorder_->journal().progress().last_enqueued + 1, op, data.numel(), data.scalar_type()});
-  }
-  return recorder_->on_launch(op, name, data);
-}
-
-bool Communicator::skip_injected(const std::string& name) {
-  if (!skip_next_.exchange(false)) return false;
-  std::fprintf(stderr, "ddpd: inject skip-collective rank %d skips %s (would be #%lld)\n", rank_,
-               name.c_str(),
-               static_cast<long long>(recorder_->journal().progress().last_enqueued + 1));
-  std::fflush(stderr);
-  return true;
-}
-
-at::Tensor Communicator::allocate_collective_buffer(int64_t numel,
-                                                    const at::TensorOptions& options) {
-  if (shared_memory_ != nullptr && options.device().is_cpu()) {
-    return shared_memory_->allocate_shared(numel, options);
-  }
-  return at::zeros({numel}, options);
-}
-
-std::optional<SharedBufferFallback> Communicator::shared_buffer_fallback() const {
-  return shared_memory_ != nullptr ? shared_memory_->last_shared_fallback() : std::nullopt;
-}
-
-bool Communicator::reads_in_place(const at::Tensor& tensor) const {
-  return shared_memory_ != nullptr && tensor.is_contiguous() && shared_memory_->is_shared(tensor);
-}
-
-std::vector<std::optional<std::string>> Communicator::exchange_failure_reports(
-    const std::string& report, std::chrono::milliseconds wait) {
-  std::vector<std::optional<std::string>> own(world_size_);
-  own[rank_] = report;
-  if (!store_) return own;
-  // Ranks the shared-memory segment shows gone will never report: no wait for them.
-  std::vector<bool> gone(world_size_, false);
-  if (shared_memory_ != nullptr) gone = shared_memory_->gone_ranks();
-  // On its own thread, so that the rank never waits on it past its deadline: LibTorch 2.x's
-  // TCPStore client reads check()'s answer with no socket timeout, and with the store's host
-  // cut off (a partition) the read never returned, holding the rank past cancel and every
-  // deadline. The thread holds only copies (the store, the inputs, the result's state); a
-  // thread left blocked on a dead connection ends with the process.
-  struct Exchange {
-    std::promise<void> posted;
-    std::promise<std::vector<std::optional<std::string>>> result;
-  };
-  auto exchange = std::make_shared<Exchange>();
-  auto posted = exchange->posted.get_future();
-  auto future = exchange->result.get_future();
-  std::thread([exchange, store = store_, rank = rank_, world = world_size_, gone, report, wait] {
-    try {
-      exchange->result.set_value(detail::exchange_reports_on(
-          store, rank, world, gone, report, wait, [&] { exchange->posted.set_value(); }));
-    } catch (...) {
-      exchange->result.set_exception(std::current_exception());
-    }
-  }).detach();
-  // A reachable store takes this rank's report in a round trip; one cut off never answers (the
-  // partition test: 18 s more of waiting for nothing, past its timeout + 10 s budget).
-  constexpr auto kStoreAnswersWithin = std::chrono::seconds(2);
-  const auto answer_deadline = std::chrono::steady_clock::now() + kStoreAnswersWithin;
-  while (posted.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
-    if (future.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
-      return future.get();  // the store refused the report: its error
-    }
-    if (std::chrono::steady_clock::now() >= answer_deadline) {
-      throw std::runtime_error("it did not take this rank's report within 2 s");
-    }
-  }
-  // Rank 0 may wait up to twice `wait` (its step 4), the others once, plus the store's round
-  // trips.
-  const auto limit = (rank_ == 0 ? 2 : 1) * wait + kStoreAnswersWithin;
-  if (future.wait_for(limit) != std::future_status::ready) return own;
-  return future.get();
-}
-
 PendingCollective Communicator::track(c10::intrusive_ptr<c10d::Work> work, Collective op,
                                       const std::string& name, int64_t seq, int64_t bytes,
                                       const detail::TimePoint& launch,
                                       std::vector<at::Tensor> keep_alive) {
   recorder_->on_work(*work, op, name, seq, bytes, launch);
-  return PendingCollective(std::move(work), name, timeout_, device_.is_cuda(),
+  return PendingCollective(std::move(work), name, info_.timeout, info_.device.is_cuda(),
                            std::move(keep_alive), ticket(seq));
 }
 
@@ -246,65 +177,65 @@ PendingCollective Communicator::launch(Collective op, const std::string& name,
                                        const at::Tensor& journaled, int64_t bytes, Call&& call,
                                        std::vector<at::Tensor> keep_alive) {
   std::lock_guard<std::mutex> lock(launch_mutex_);
-  if (skip_injected(name)) return {};
   const auto launched = recorder_->timeline().mark();
-  const int64_t seq = journal_launch(enum_name(op), name, journaled);
+  const int64_t seq = recorder_->on_launch(enum_name(op), name, journaled);
   return track(call(), op, name, seq, bytes, launched, std::move(keep_alive));
 }
 
 void Communicator::require_on_device(const at::Tensor& tensor, const std::string& name) const {
   const at::Device on = tensor.device();
-  const bool same = on.type() == device_.type() &&
-                    (!on.has_index() || !device_.has_index() || on.index() == device_.index());
+  const bool same =
+      on.type() == info_.device.type() &&
+      (!on.has_index() || !info_.device.has_index() || on.index() == info_.device.index());
   if (same) return;
   throw std::invalid_argument("collective '" + name + "': tensor on " + on.str() +
-                              ", but the communicator's device is " + device_.str());
+                              ", but the communicator's device is " + info_.device.str());
 }
 
 PendingCollective Communicator::all_reduce_sum(at::Tensor& tensor, const std::string& name) {
   require_on_device(tensor, name);
-  if (world_size_ == 1) return {};
+  if (info_.world_size == 1) return {};
   return launch(Collective::kAllReduce, name, tensor, tensor.nbytes(), [&] {
     std::vector<at::Tensor> tensors{tensor};
     c10d::AllreduceOptions options;
     options.reduceOp = c10d::ReduceOp::SUM;
-    options.timeout = timeout_;
+    options.timeout = info_.timeout;
     return group_->allreduce(tensors, options);
   });
 }
 
 void Communicator::all_reduce(at::Tensor& tensor, c10d::ReduceOp op, const std::string& name) {
   require_on_device(tensor, name);
-  if (world_size_ == 1) return;
+  if (info_.world_size == 1) return;
   launch(Collective::kAllReduce, name, tensor, tensor.nbytes(), [&] {
     std::vector<at::Tensor> tensors{tensor};
     c10d::AllreduceOptions options;
     options.reduceOp = op;
-    options.timeout = timeout_;
+    options.timeout = info_.timeout;
     return group_->allreduce(tensors, options);
   }).wait();
 }
 
 PendingCollective Communicator::broadcast(at::Tensor& tensor, int root, const std::string& name) {
   require_on_device(tensor, name);
-  if (world_size_ == 1) return {};
+  if (info_.world_size == 1) return {};
   return launch(Collective::kBroadcast, name, tensor, tensor.nbytes(), [&] {
     std::vector<at::Tensor> tensors{tensor};
     c10d::BroadcastOptions options;
     options.rootRank = root;
-    options.timeout = timeout_;
+    options.timeout = info_.timeout;
     return group_->broadcast(tensors, options);
   });
 }
 
 PendingCollective Communicator::all_gather(at::Tensor& output, const at::Tensor& input,
                                            const std::string& name) {
-  TORCH_CHECK(
-      output.dim() == 1 && output.is_contiguous() && output.numel() == input.numel() * world_size_,
-      "all_gather: output must be contiguous 1-D with world_size * input.numel()");
+  TORCH_CHECK(output.dim() == 1 && output.is_contiguous() &&
+                  output.numel() == input.numel() * info_.world_size,
+              "all_gather: output must be contiguous 1-D with world_size * input.numel()");
   require_on_device(input, name);
   require_on_device(output, name);
-  if (world_size_ == 1) {
+  if (info_.world_size == 1) {
     output.copy_(input.reshape(-1));
     return {};
   }
@@ -312,11 +243,11 @@ PendingCollective Communicator::all_gather(at::Tensor& output, const at::Tensor&
   return launch(Collective::kAllGather, name, flat_input, output.nbytes(),
                 [&] {
                   if (!flat_buffers_) {
-                    return detail::list_all_gather(*group_, output, flat_input, world_size_,
-                                                   timeout_);
+                    return detail::list_all_gather(*group_, output, flat_input, info_.world_size,
+                                                   info_.timeout);
                   }
                   c10d::AllgatherOptions options;
-                  options.timeout = timeout_;
+                  options.timeout = info_.timeout;
                   return group_->_allgather_base(output, flat_input, options);
                 },
                 {flat_input});
@@ -338,12 +269,12 @@ PendingReduceScatter Communicator::reduce_scatter_sum_async(at::Tensor& output,
                                                             const at::Tensor& input,
                                                             const std::string& name) {
   const int64_t chunk = output.numel();
-  TORCH_CHECK(input.dim() == 1 && input.numel() == chunk * world_size_,
+  TORCH_CHECK(input.dim() == 1 && input.numel() == chunk * info_.world_size,
               "reduce_scatter: input must be 1-D with world_size * output.numel() elements");
   TORCH_CHECK(output.is_contiguous(), "reduce_scatter: output must be contiguous");
   require_on_device(input, name);
   require_on_device(output, name);
-  if (world_size_ == 1) {
+  if (info_.world_size == 1) {
     output.copy_(input);
     return {};
   }
@@ -353,14 +284,14 @@ PendingReduceScatter Communicator::reduce_scatter_sum_async(at::Tensor& output,
       Collective::kReduceScatter, name, flat_input, flat_input.nbytes(),
       [&] {
         if (!flat_buffers_) {
-          auto fallback =
-              detail::alltoall_reduce_scatter(*group_, flat_input, world_size_, chunk, timeout_);
+          auto fallback = detail::alltoall_reduce_scatter(*group_, flat_input, info_.world_size,
+                                                          chunk, info_.timeout);
           received = fallback.received;
           return fallback.work;
         }
         c10d::ReduceScatterOptions options;  // a real reduce-scatter (shm: split across ranks)
         options.reduceOp = c10d::ReduceOp::SUM;
-        options.timeout = timeout_;
+        options.timeout = info_.timeout;
         return group_->_reduce_scatter_base(output, flat_input, options);
       },
       {flat_input});
@@ -368,19 +299,14 @@ PendingReduceScatter Communicator::reduce_scatter_sum_async(at::Tensor& output,
 }
 
 void Communicator::barrier() {
-  if (world_size_ == 1) return;
+  if (info_.world_size == 1) return;
   std::lock_guard<std::mutex> lock(launch_mutex_);
   c10d::BarrierOptions options;
-  options.timeout = timeout_;
-  if (device_.is_cuda()) options.device_ids = {device_.index()};  // else NCCL guesses one
-  if (check_collectives_) {
-    detail::check_fingerprint(
-        *group_, world_size_, device_, timeout_,
-        {recorder_->journal().progress().last_enqueued + 1, "barrier", 0, at::kByte});
-  }
+  options.timeout = info_.timeout;
+  if (info_.device.is_cuda()) options.device_ids = {info_.device.index()};  // else NCCL guesses one
   CollectiveJournal& journal = *recorder_->shared_journal();
   const int64_t seq = journal.enqueue("barrier", "barrier", 0, "none", recorder_->now());
-  PendingCollective(group_->barrier(options), "barrier", timeout_, device_.is_cuda(), {},
+  PendingCollective(group_->barrier(options), "barrier", info_.timeout, info_.device.is_cuda(), {},
                     ticket(seq))
       .wait();
   journal.complete(seq, recorder_->now());

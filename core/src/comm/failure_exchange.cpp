@@ -1,6 +1,12 @@
 #include "comm/failure_exchange.h"
 
+#include <future>
+#include <memory>
+#include <stdexcept>
 #include <thread>
+
+#include "comm/shared_memory_capability.h"
+#include "ddpd/core/communicator.h"
 
 namespace ddpd::detail {
 
@@ -53,6 +59,55 @@ std::vector<std::optional<std::string>> exchange_reports_on(
     }
   }
   return reports;
+}
+
+std::vector<std::optional<std::string>> exchange_failure_reports(const Communicator& comm,
+                                                                 const std::string& report,
+                                                                 std::chrono::milliseconds wait) {
+  const int rank = comm.info().rank, world_size = comm.info().world_size;
+  std::vector<std::optional<std::string>> own(world_size);
+  own[rank] = report;
+  if (!comm.store()) return own;
+  // Ranks the shared-memory segment shows gone will never report: no wait for them.
+  std::vector<bool> gone(world_size, false);
+  if (comm.shared_memory() != nullptr) gone = comm.shared_memory()->gone_ranks();
+  // On its own thread, so that the rank never waits on it past its deadline: LibTorch 2.x's
+  // TCPStore client reads check()'s answer with no socket timeout, and with the store's host
+  // cut off (a partition) the read never returned, holding the rank past cancel and every
+  // deadline. The thread holds only copies (the store, the inputs, the result's state); a
+  // thread left blocked on a dead connection ends with the process.
+  struct Exchange {
+    std::promise<void> posted;
+    std::promise<std::vector<std::optional<std::string>>> result;
+  };
+  auto exchange = std::make_shared<Exchange>();
+  auto posted = exchange->posted.get_future();
+  auto future = exchange->result.get_future();
+  std::thread([exchange, store = comm.store(), rank, world = world_size, gone, report, wait] {
+    try {
+      exchange->result.set_value(exchange_reports_on(store, rank, world, gone, report, wait,
+                                                     [&] { exchange->posted.set_value(); }));
+    } catch (...) {
+      exchange->result.set_exception(std::current_exception());
+    }
+  }).detach();
+  // A reachable store takes this rank's report in a round trip; one cut off never answers (the
+  // partition test: 18 s more of waiting for nothing, past its timeout + 10 s budget).
+  constexpr auto kStoreAnswersWithin = std::chrono::seconds(2);
+  const auto answer_deadline = std::chrono::steady_clock::now() + kStoreAnswersWithin;
+  while (posted.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+    if (future.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      return future.get();  // the store refused the report: its error
+    }
+    if (std::chrono::steady_clock::now() >= answer_deadline) {
+      throw std::runtime_error("it did not take this rank's report within 2 s");
+    }
+  }
+  // Rank 0 may wait up to twice `wait` (its step 4), the others once, plus the store's round
+  // trips.
+  const auto limit = (rank == 0 ? 2 : 1) * wait + kStoreAnswersWithin;
+  if (future.wait_for(limit) != std::future_status::ready) return own;
+  return future.get();
 }
 
 }  // namespace ddpd::detail

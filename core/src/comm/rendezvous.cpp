@@ -12,6 +12,7 @@
 #include "comm/gloo_backend.h"
 #include "comm/slurm_environment.h"
 #include "comm/transport.h"
+#include "ddpd/common/fault_injection.h"
 #include "ddpd/common/net.h"
 #include "ddpd/core/communicator.h"
 #include "device/device.h"
@@ -135,6 +136,9 @@ void apply_job_options(RendezvousOptions& options, const DdpJobOptions& job) {
   options.journal_size = static_cast<size_t>(job.journal_size);
   options.check_collectives = job.check_collectives;
   options.transport = job.transport;
+  const auto injection = parse_fault_injection(job.inject, options.world_size);
+  options.inject_skip_collective =
+      injection && injection->kind == FaultKind::kSkipCollective && injection->rank == options.rank;
 }
 
 RendezvousOptions rendezvous_for_job(const DdpJobOptions& job) {
@@ -251,6 +255,9 @@ std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
   comm_options.device = device;
   comm_options.journal_size = options.journal_size;
   comm_options.check_collectives = options.check_collectives;
+  if (options.inject_skip_collective) {
+    comm_options.skip_next_collective = std::make_shared<std::atomic<bool>>(false);
+  }
   if (options.world_size == 1) {
     return std::make_shared<Communicator>(c10::intrusive_ptr<c10d::Backend>(), 0, 1, comm_options);
   }

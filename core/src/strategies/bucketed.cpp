@@ -19,6 +19,8 @@
 // readiness and launches.
 #include "strategies/synchronizer_base.h"
 
+#include "ddpd/core/collective_buffers.h"
+
 namespace ddpd::detail {
 namespace {
 
@@ -100,7 +102,7 @@ class BucketedSynchronizer final : public ReplicatedSynchronizer {
       int64_t total = 0;
       for (size_t i : indices) total += params_[i].numel();
       // Over shm, in memory the peers map: the all-reduce reads it in place (no copy in).
-      bucket.buffer = comm_->allocate_collective_buffer(total, params_[indices.front()].options());
+      bucket.buffer = allocate_collective_buffer(*comm_, total, params_[indices.front()].options());
       int64_t offset = 0;
       for (size_t i : indices) {
         auto& p = params_[i];

@@ -159,7 +159,7 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
     for (size_t u = units_.size(); u-- > 0;) {
       if (!units_[u].reducing && units_[u].full_grad.defined()) start_reduce_scatter(u);
     }
-    const double n = comm_->world_size();
+    const double n = comm_->info().world_size;
     for (size_t u = 0; u < units_.size(); ++u) {
       FlatUnit& unit = units_[u];
       if (unit.reducing) {
@@ -228,8 +228,8 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
       groups.push_back(unique_parameters(model_));
       forward_order_ = {0};
     }
-    const int n = comm_->world_size();
-    const int64_t rank = comm_->rank();
+    const int n = comm_->info().world_size;
+    const int64_t rank = comm_->info().rank;
     for (size_t g = 0; g < groups.size(); ++g) {
       FlatUnit unit;
       unit.name = names[g];

@@ -62,7 +62,7 @@ std::vector<size_t> ReplicatedSynchronizer::agree_on_ready_order(
   }
   // Every rank must launch in one order (c10d matches collectives by order); ranks whose
   // gradients became ready in another order take rank 0's.
-  torch::Tensor agreed = torch::tensor(order, torch::kLong).to(comm_->device());
+  torch::Tensor agreed = torch::tensor(order, torch::kLong).to(comm_->info().device);
   comm_->broadcast(agreed, /*root=*/0, "broadcast/ready_order").wait();
   agreed = agreed.cpu();
   std::vector<size_t> out(params_.size());
@@ -92,7 +92,7 @@ void PendingGradientAverage::wait() {
 
 PendingGradientAverage ReplicatedSynchronizer::average_async(torch::Tensor& gradient,
                                                              const std::string& name) {
-  const double n = comm_->world_size();
+  const double n = comm_->info().world_size;
   if (options_.gradient_wire == WireDtype::kFp32) {
     return {comm_->all_reduce_sum(gradient, name), gradient, {}, n};
   }
@@ -143,14 +143,14 @@ GradReadyHooks::~GradReadyHooks() {
 }  // namespace detail
 
 void broadcast_module_state(torch::nn::Module& module, Communicator& comm) {
-  if (comm.world_size() == 1) return;
+  if (comm.info().world_size == 1) return;
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> tensors = unique_parameters(module);
   for (const auto& b : module.buffers(/*recurse=*/true)) tensors.push_back(b);
   if (tensors.empty()) return;
-  auto flat = comm.rank() == 0 ? detail::flatten(tensors) : detail::empty_flat_like(tensors);
+  auto flat = comm.info().rank == 0 ? detail::flatten(tensors) : detail::empty_flat_like(tensors);
   comm.broadcast(flat, /*root=*/0, "broadcast_module_state").wait();
-  if (comm.rank() != 0) detail::unflatten_into(flat, tensors);
+  if (comm.info().rank != 0) detail::unflatten_into(flat, tensors);
 }
 
 double parameter_spread(const std::vector<torch::Tensor>& parameters, Communicator& comm) {
@@ -224,7 +224,7 @@ std::unique_ptr<GradientSynchronizer> make_synchronizer(torch::nn::Module& model
                                                         const SyncOptions& options) {
   // The one world-size-1 substitution: with no peer, no strategy runs, and the synchroniser's
   // name() says so ("none") wherever the result reports which synchronisation ran.
-  if (comm->world_size() == 1) {
+  if (comm->info().world_size == 1) {
     return std::make_unique<detail::LocalSynchronizer>(model, std::move(comm));
   }
   switch (options.strategy) {

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/failure_exchange.h"
+
 namespace ddpd::detail {
 namespace {
 
@@ -60,10 +62,10 @@ RankPosition failed_position(const Communicator& comm, const std::string& phase,
 StallFinding analyze_failure_across_ranks(Communicator& comm, const RankPosition& mine,
                                           CollectiveFailure cause) {
   const auto wait =
-      std::min(comm.timeout(), peer_ended(cause) ? kWaitAfterExit : kWaitAfterTimeout);
+      std::min(comm.info().timeout, peer_ended(cause) ? kWaitAfterExit : kWaitAfterTimeout);
   std::vector<std::optional<std::string>> reports;
   try {
-    reports = comm.exchange_failure_reports(position_json(mine).dump(), wait);
+    reports = detail::exchange_failure_reports(comm, position_json(mine).dump(), wait);
   } catch (const std::exception& e) {
     StallFinding unavailable;
     unavailable.message =
@@ -88,7 +90,7 @@ StallFinding analyze_failure_across_ranks(Communicator& comm, const RankPosition
       analyze_stall(ranks, stalled,
                     "did not report within " + std::to_string(wait.count() / 1000) +
                         " s (stuck outside collectives, or exited)");
-  std::fprintf(stderr, "ddpd: rank %d cross-rank analysis: %s\n", comm.rank(),
+  std::fprintf(stderr, "ddpd: rank %d cross-rank analysis: %s\n", comm.info().rank,
                finding.message.c_str());
   std::fflush(stderr);
   finding.message = "cross-rank analysis: " + finding.message;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <thread>
 
 #include "ddpd/common/fault_injection.h"
@@ -37,7 +38,13 @@ void FaultInjector::at_step_start(int64_t step, Communicator& comm,
   announce(*fault_, step);
   if (fault_->kind == FaultKind::kExit) std::_Exit(3);
   if (fault_->kind == FaultKind::kSkipCollective) {
-    comm.skip_next_collective();
+    // The switch exists when connect() saw this rank's skip-collective (apply_job_options).
+    const auto& skip = comm.info().skip_next_collective;
+    if (!skip) {
+      throw std::logic_error(
+          "--inject skip-collective: this rank's communicator has no switch to drop a collective");
+    }
+    skip->store(true);
     return;
   }
   const auto start = std::chrono::steady_clock::now();

@@ -26,16 +26,16 @@ void validate(const LocalRunOptions& options, const DdpJobOptions& job) {
 void finish_local_run(const LocalRunOptions& options, const Communicator* comm, bool succeeded) {
   if (comm == nullptr) return;
   if (succeeded && !options.cuda_memory_snapshot.empty()) {
-    detail::write_cuda_memory_snapshot(options.cuda_memory_snapshot, comm->rank(),
-                                       comm->world_size());
+    detail::write_cuda_memory_snapshot(options.cuda_memory_snapshot, comm->info().rank,
+                                       comm->info().world_size);
   }
   if (!options.journal_dump_dir.empty()) {
     std::error_code ignored;
     std::filesystem::create_directories(options.journal_dump_dir, ignored);
     const std::string path =
-        options.journal_dump_dir + "/journal-rank" + std::to_string(comm->rank()) + ".json";
-    nlohmann::json dump{{"rank", comm->rank()},
-                        {"world_size", comm->world_size()},
+        options.journal_dump_dir + "/journal-rank" + std::to_string(comm->info().rank) + ".json";
+    nlohmann::json dump{{"rank", comm->info().rank},
+                        {"world_size", comm->info().world_size},
                         {"succeeded", succeeded},
                         {"journal", journal_json(comm->recorder().journal())}};
     std::ofstream out(path);

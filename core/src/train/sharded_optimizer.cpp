@@ -52,7 +52,7 @@ struct ShardedOptimizer::State {
       index_by_impl[group_params[k].unsafeGetTensorImpl()] = params.size();
       params.push_back(group_params[k]);
       owners.push_back(group_owners[k]);
-      if (group_owners[k] == comm->rank()) owned.push_back(group_params[k]);
+      if (group_owners[k] == comm->info().rank) owned.push_back(group_params[k]);
     }
     if (group.has_options()) return OptimizerParamGroup(owned, group.options().clone());
     return OptimizerParamGroup(owned);
@@ -74,9 +74,9 @@ struct ShardedOptimizer::State {
     constexpr int64_t kInPlaceBytes = int64_t{1} << 20;
     constexpr int64_t kCoalescedBytes = int64_t{4} << 20;
     torch::NoGradGuard no_grad;
-    for (int r = 0; r < comm->world_size(); ++r) {
+    for (int r = 0; r < comm->info().world_size; ++r) {
       const std::string name = "broadcast/owner" + std::to_string(r);
-      const bool mine = r == comm->rank();
+      const bool mine = r == comm->info().rank;
       std::vector<torch::Tensor> small;
       int64_t small_bytes = 0;
       auto flush = [&] {
@@ -116,7 +116,7 @@ ShardedOptimizer::ShardedOptimizer(std::vector<OptimizerParamGroup> groups,
                                    OptimizerFactory factory, std::shared_ptr<Communicator> comm)
     : state_(std::make_unique<State>()) {
   state_->comm = std::move(comm);
-  state_->owned_bytes.assign(state_->comm->world_size(), 0);
+  state_->owned_bytes.assign(state_->comm->info().world_size, 0);
   std::vector<OptimizerParamGroup> local_groups;
   for (const auto& group : groups) local_groups.push_back(state_->assign(group));
   state_->local = factory(std::move(local_groups));
@@ -130,7 +130,7 @@ void ShardedOptimizer::step() {
   // On the device's timeline: on CUDA the broadcasts queue behind the local step's kernels.
   detail::Timeline& timeline = state_->comm->recorder().timeline();
   const auto start = timeline.mark();
-  if (state_->comm->world_size() > 1) {
+  if (state_->comm->info().world_size > 1) {
     std::vector<size_t> all(state_->params.size());
     std::iota(all.begin(), all.end(), 0);
     state_->launch_broadcasts(all);
@@ -147,10 +147,10 @@ void ShardedOptimizer::step_part(const std::vector<torch::Tensor>& params) {
   std::vector<torch::Tensor> owned;
   for (const auto& p : params) {
     indices.push_back(state_->index_of(p));
-    if (state_->owners[indices.back()] == state_->comm->rank()) owned.push_back(p);
+    if (state_->owners[indices.back()] == state_->comm->info().rank) owned.push_back(p);
   }
   if (!owned.empty()) detail::fused_adamw_step(*adamw, owned);  // empty would mean "all"
-  if (state_->comm->world_size() > 1) state_->launch_broadcasts(indices);
+  if (state_->comm->info().world_size > 1) state_->launch_broadcasts(indices);
 }
 
 void ShardedOptimizer::finish_step() {

@@ -14,6 +14,7 @@
 #include "ddpd/common/hf_config.h"
 #include "ddpd/common/intervals.h"
 #include "ddpd/common/unix_time.h"
+#include "ddpd/core/collective_buffers.h"
 #include "ddpd/core/grad_sync.h"
 #include "ddpd/core/model.h"
 #include "ddpd/core/sharded_optimizer.h"
@@ -60,8 +61,8 @@ constexpr const char* kPhaseNames[] = {"setup",     "forward", "backward",   "sy
 // The job against the communicator it runs on: validate() at this world size, and a device and
 // precision the communicator's device can run.
 void check_job(const DdpJobOptions& options, const Communicator& comm) {
-  validate(options, comm.world_size());
-  const at::Device device = comm.device();
+  validate(options, comm.info().world_size);
+  const at::Device device = comm.info().device;
   if (device.is_cuda() != (options.device == Device::kCuda)) {
     throw OptionError("--device",
                       enum_name(options.device) + " job on a " + device.str() + " communicator");
@@ -179,10 +180,10 @@ double Trainer::Impl::clip_gradients() {
   for (auto& p : sync->optimizer_parameters()) {
     if (p.grad().defined()) grads.push_back(p.grad());
   }
-  const auto on_device = torch::TensorOptions().dtype(torch::kDouble).device(comm->device());
+  const auto on_device = torch::TensorOptions().dtype(torch::kDouble).device(comm->info().device);
   torch::Tensor sum_of_squares = torch::zeros({1}, on_device);
   for (const auto& g : grads) sum_of_squares += g.detach().to(torch::kDouble).pow(2).sum();
-  if (options.strategy == Strategy::kFsdp && comm->world_size() > 1) {
+  if (options.strategy == Strategy::kFsdp && comm->info().world_size > 1) {
     comm->all_reduce_sum(sum_of_squares, "all_reduce/grad_norm").wait();
   }
   const double norm = std::sqrt(sum_of_squares.item<double>());
@@ -214,8 +215,9 @@ torch::optim::Optimizer& Trainer::Impl::local_optimizer() {
 
 torch::Tensor Trainer::Impl::rows_of(const detail::TokenSamples& samples, int64_t batch,
                                      int64_t first_row, int64_t rows) const {
-  return samples.samples(batch * options.batch_size + comm->rank() * local_batch + first_row, rows)
-      .to(comm->device());
+  return samples
+      .samples(batch * options.batch_size + comm->info().rank * local_batch + first_row, rows)
+      .to(comm->info().device);
 }
 
 int64_t Trainer::Impl::optimizer_state() { return optimizer_state_bytes(local_optimizer()); }
@@ -224,16 +226,16 @@ MemoryBytes Trainer::Impl::measure() {
   auto tensors = sync->optimizer_parameters();
   for (auto& p : model->parameters()) tensors.push_back(p);
   auto bytes = detail::measure_memory(tensors, optimizer_state());
-  if (comm->device().is_cuda()) {
-    bytes.peak_bytes = detail::cuda_allocator_stats(comm->device()).peak_allocated;
+  if (comm->info().device.is_cuda()) {
+    bytes.peak_bytes = detail::cuda_allocator_stats(comm->info().device).peak_allocated;
   }
   return bytes;
 }
 
 void Trainer::Impl::build_model(TrainerHooks& job_hooks) {
-  const at::Device device = comm->device();
+  const at::Device device = comm->info().device;
   // Each rank initialises differently; the synchroniser broadcasts rank 0's parameters.
-  torch::manual_seed(options.seed + comm->rank());
+  torch::manual_seed(options.seed + comm->info().rank);
   // The allocator's peak is process-wide; a daemon runs many jobs, so start this job's afresh.
   if (device.is_cuda()) detail::reset_cuda_peak_stats(device);
   ModelConfig model_config = options.resolved_model();
@@ -250,7 +252,7 @@ void Trainer::Impl::build_model(TrainerHooks& job_hooks) {
 void Trainer::Impl::export_model() {
   // Every rank takes part (fsdp gathers); rank 0 writes.
   const std::vector<torch::Tensor> full = sync->full_parameters();
-  if (comm->rank() != 0) return;
+  if (comm->info().rank != 0) return;
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (size_t i = 0; i < full.size(); ++i)
     named.emplace_back(parameter_shapes.at(i).first, full[i]);
@@ -271,8 +273,9 @@ void Trainer::Impl::build_optimizer() {
   } else {
     optimizer = std::make_unique<torch::optim::AdamW>(sync->optimizer_parameters(), adamw);
   }
-  optimizer_steps_per_bucket = options.strategy == Strategy::kBucketed && comm->world_size() > 1 &&
-                               options.clip_grad_norm == 0 && !comm->device().is_cuda();
+  optimizer_steps_per_bucket = options.strategy == Strategy::kBucketed &&
+                               comm->info().world_size > 1 && options.clip_grad_norm == 0 &&
+                               !comm->info().device.is_cuda();
 }
 
 void Trainer::Impl::build_data() {
@@ -283,7 +286,7 @@ void Trainer::Impl::build_data() {
     eval_data = std::make_unique<detail::TokenSamples>(
         detail::eval_source(options), options.context_length, vocab, options.seed + 2);
   }
-  local_batch = options.batch_size / comm->world_size();
+  local_batch = options.batch_size / comm->info().world_size;
   micro_batch = local_batch / options.grad_accum;
 }
 
@@ -295,16 +298,16 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
   m.options = options;
   m.hooks = std::move(hooks);
   m.injector = std::make_unique<detail::FaultInjector>(
-      parse_fault_injection(options.inject, comm->world_size()), comm->rank());
+      parse_fault_injection(options.inject, comm->info().world_size), comm->info().rank);
   m.comm = std::move(comm);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const int world = m.comm->world_size();
+  const int world = m.comm->info().world_size;
   // --threads is clamped to this host's cores: more only oversubscribes them (kMaxThreadsPerRank).
   set_compute_threads(options.threads > 0 ? std::min(options.threads, static_cast<int>(cores))
                                           : std::max(1, static_cast<int>(cores) / world));
   m.build_model(m.hooks);
   if (options.checkpoint_every > 0) {
-    detail::check_checkpoint_dir_writable(options, m.comm->rank());
+    detail::check_checkpoint_dir_writable(options, m.comm->info().rank);
   }
   std::optional<detail::CheckpointReader> resumed;
   const std::string resume_from =
@@ -318,7 +321,8 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
   // strategies on CPU only.
   m.recorder = std::make_unique<detail::StepRecorder>(
       *m.model, [c = m.comm.get()] { return c->recorder().now(); },
-      options.strategy != Strategy::kFsdp && !m.comm->device().is_cuda(), static_cast<int>(cores));
+      options.strategy != Strategy::kFsdp && !m.comm->info().device.is_cuda(),
+      static_cast<int>(cores));
   m.build_optimizer();
   m.build_data();
   if (resumed) {
@@ -341,19 +345,19 @@ double Trainer::Impl::evaluate() {
   torch::NoGradGuard no_grad;
   sync->prepare_forward();
   // Summed in float64: the float64 verification runs compare eval_loss with transformers'.
-  torch::Tensor total = torch::zeros({1}, torch::kFloat64).to(comm->device());
+  torch::Tensor total = torch::zeros({1}, torch::kFloat64).to(comm->info().device);
   const int64_t context = options.context_length;
   for (int64_t b = 0; b < options.eval_batches; ++b) {
     // The same held-out batches every time: batches 0 .. B-1 of the eval order.
     const torch::Tensor rows = rows_of(*eval_data, b, 0, local_batch);
-    detail::AutocastScope autocast(comm->device(), options.precision == Precision::kBf16);
+    detail::AutocastScope autocast(comm->info().device, options.precision == Precision::kBf16);
     total +=
         language_model_loss(model->forward(rows.narrow(1, 0, context)), rows.narrow(1, 1, context))
             .to(torch::kFloat64);
   }
   sync->end_forward_only();
   comm->all_reduce_sum(total, "all_reduce/eval_loss").wait();
-  return total.item<double>() / static_cast<double>(options.eval_batches * comm->world_size());
+  return total.item<double>() / static_cast<double>(options.eval_batches * comm->info().world_size);
 }
 
 std::vector<torch::Tensor> Trainer::Impl::micro_batches_of(int64_t step_index) const {
@@ -371,13 +375,13 @@ torch::Tensor Trainer::Impl::forward_backward(const std::vector<torch::Tensor>& 
   // is divided by K so the accumulated gradient is the mean over the rank's rows, as with K = 1.
   const int64_t k_total = static_cast<int64_t>(micro.size());
   const int64_t context = options.context_length;
-  torch::Tensor loss_sum = torch::zeros({}, torch::kFloat32).to(comm->device());
+  torch::Tensor loss_sum = torch::zeros({}, torch::kFloat32).to(comm->info().device);
   for (int64_t k = 0; k < k_total; ++k) {
     sync->set_sync_on_backward(k == k_total - 1);
     enter(kForward);
     torch::Tensor loss;
     {
-      detail::AutocastScope autocast(comm->device(), options.precision == Precision::kBf16);
+      detail::AutocastScope autocast(comm->info().device, options.precision == Precision::kBf16);
       loss = language_model_loss(model->forward(micro[k].narrow(1, 0, context)),
                                  micro[k].narrow(1, 1, context));
     }
@@ -443,7 +447,7 @@ void Trainer::Impl::step_bookkeeping(int64_t step_index, const torch::Tensor& lo
   const bool last = step_index == options.steps - 1;
   auto rank_loss = (loss_sum / static_cast<double>(options.grad_accum)).reshape({1}).clone();
   comm->all_reduce_sum(rank_loss, "all_reduce/loss").wait();
-  metrics.loss = rank_loss.item<double>() / comm->world_size();
+  metrics.loss = rank_loss.item<double>() / comm->info().world_size;
   const int64_t eval_every = options.eval_every;
   if (eval_every > 0 && ((step_index + 1) % eval_every == 0 || last))
     metrics.eval_loss = evaluate();
@@ -511,7 +515,7 @@ StepMetrics Trainer::train_step(int64_t step) {
   marks.end = timeline.seconds(p_end);
   // Memory accounting is not training; on CUDA it queues no device work, so its host time is the
   // figure to take out (the device timeline may have absorbed it as idle time).
-  marks.measure_seconds = comm.device().is_cuda()
+  marks.measure_seconds = comm.info().device.is_cuda()
                               ? std::min(measure_seconds_host, marks.optimizer_start - marks.synced)
                               : marks.optimizer_start - marks.synced;
   const auto collectives = comm.recorder().take_spans();
@@ -570,12 +574,12 @@ TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_st
   if (!impl_->options.export_hf.empty()) impl_->export_model();
   impl_->enter(kIdle);
   result.synchronization = synchronization();
-  result.transport = impl_->comm->transport();
-  result.transport_note = impl_->comm->transport_note();
-  result.shared_buffers_fallback = impl_->comm->shared_buffer_fallback();
-  result.optimizer_sharding = impl_->sharded && impl_->comm->world_size() > 1;
+  result.transport = impl_->comm->info().transport;
+  result.transport_note = impl_->comm->info().transport_note;
+  result.shared_buffers_fallback = shared_buffer_fallback(*impl_->comm);
+  result.optimizer_sharding = impl_->sharded && impl_->comm->info().world_size > 1;
   result.micro_batches = impl_->options.grad_accum;
-  result.gradient_wire_dtype = impl_->comm->world_size() == 1 ? "none"
+  result.gradient_wire_dtype = impl_->comm->info().world_size == 1 ? "none"
                                : impl_->options.grad_compression == GradCompression::kNone
                                    ? "fp32"
                                    : enum_name(impl_->options.grad_compression);

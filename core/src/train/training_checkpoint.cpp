@@ -13,7 +13,7 @@ namespace ddpd::detail {
 namespace {
 
 bool holds_state_of(const TrainingState& s, const torch::Tensor& optimizer_param) {
-  return !s.sharded || s.sharded->owner_of(optimizer_param) == s.comm.rank();
+  return !s.sharded || s.sharded->owner_of(optimizer_param) == s.comm.info().rank;
 }
 
 nlohmann::json checkpoint_fields(const TrainingState& s, int64_t steps_done) {
@@ -35,7 +35,7 @@ nlohmann::json checkpoint_fields(const TrainingState& s, int64_t steps_done) {
             {"tie_embeddings", c.tie_embeddings}}},
           {"strategy", enum_name(o.strategy)},
           {"shard_optimizer", o.shard_optimizer},
-          {"world_size", s.comm.world_size()},
+          {"world_size", s.comm.info().world_size},
           {"step", steps_done},
           {"tokens_seen", steps_done * o.batch_size * o.context_length},
           {"data_position", steps_done * o.batch_size},
@@ -60,7 +60,7 @@ nlohmann::json checkpoint_header(const TrainingState& s, int64_t steps_done) {
 // are written once: each parameter (with its plain-AdamW state) by the rank with the fewest bytes
 // assigned so far, the same greedy choice on every rank.
 void add_tensors(const TrainingState& s, CheckpointShardWriter& writer) {
-  const int rank = s.comm.rank(), world = s.comm.world_size();
+  const int rank = s.comm.info().rank, world = s.comm.info().world_size;
   const auto held = s.sync.optimizer_parameters();
   const auto held_ranges = s.sync.optimizer_parameter_ranges();
   auto& state = s.local_optimizer.state();
@@ -193,7 +193,7 @@ double save_checkpoint(const TrainingState& s, int64_t steps_done, int64_t crash
   const auto start = std::chrono::steady_clock::now();
   const std::string name = checkpoint_name(steps_done);
   const std::string tmp = s.options.checkpoint_dir + "/.tmp-" + name;
-  const int rank = s.comm.rank();
+  const int rank = s.comm.info().rank;
   if (rank == 0) {
     remove_tree(tmp);  // ddpd/common/remove_tree.h: why not fs::remove_all
     fs::create_directories(tmp);
@@ -205,7 +205,7 @@ double save_checkpoint(const TrainingState& s, int64_t steps_done, int64_t crash
   s.comm.barrier();
   if (rank == 0) {
     commit_checkpoint(tmp, s.options.checkpoint_dir + "/" + name, checkpoint_header(s, steps_done),
-                      s.comm.world_size(), static_cast<int>(s.options.keep_checkpoints));
+                      s.comm.info().world_size, static_cast<int>(s.options.keep_checkpoints));
   }
   s.comm.barrier();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -5,7 +5,6 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include "ddpd/common/job_options.h"
-#include "ddpd/common/shared_buffer_fallback.h"
 #include "ddpd/core/collective_error.h"
 #include "ddpd/core/collective_journal.h"
 #include "ddpd/core/collective_recorder.h"
@@ -98,8 +97,28 @@ struct CommunicatorOptions {
   // --transport auto fell back to Gloo, why. Reported in results and metrics.
   GroupTransport transport = GroupTransport::kGloo;
   std::string transport_note;
+  // --inject skip-collective on this rank: the fault injector sets it, and the next collective
+  // is dropped (comm/skip_injection.h). Null: no such fault.
+  std::shared_ptr<std::atomic<bool>> skip_next_collective;
 };
 
+// Who a communicator is: its rank and world size, and the options it runs with (transport:
+// gloo, shm or nccl; with world size 1, none).
+struct CommunicatorInfo : CommunicatorOptions {
+  int rank = 0;
+  int world_size = 1;
+};
+
+// The collectives of one rank over a c10d backend, in c10d's shape: launch, wait, timeout and
+// abort. What else a collective needs goes elsewhere:
+//   - its record (journal, traffic, spans): recorder(), fed at each launch, as PyTorch's flight
+//     recorder is;
+//   - the debug features: wrappers around the backend that the constructor stacks from the
+//     options (comm/decorating_backend.h: --check-collectives, --inject skip-collective);
+//   - the shm backend's shared buffers: ddpd/core/collective_buffers.h, through shared_memory();
+//   - the exchange of failure reports: comm/failure_exchange.h, through store().
+// A group that failed or was aborted is not reused: a new group, over a new store prefix, gets a
+// new Communicator (what healing a lost rank builds on).
 // Thread contract: collectives may be launched from the training thread and from autograd
 // hooks (on CUDA, autograd's device thread); launches are serialised by an internal mutex, and
 // every rank must launch the same collectives in the same order (c10d matches them by order).
@@ -127,17 +146,14 @@ class Communicator {
   void abort();
   bool aborted() const { return aborted_->load(); }
 
-  int rank() const { return rank_; }
-  int world_size() const { return world_size_; }
-  std::chrono::milliseconds timeout() const { return timeout_; }
-  at::Device device() const { return device_; }
-  // gloo, shm or nccl; with world size 1, none.
-  GroupTransport transport() const { return transport_; }
-  // Why --transport auto chose Gloo ("" otherwise).
-  const std::string& transport_note() const { return transport_note_; }
+  const CommunicatorInfo& info() const { return info_; }
   // The journal, traffic and spans of this communicator's collectives, and its clock.
   CollectiveRecorder& recorder() { return *recorder_; }
   const CollectiveRecorder& recorder() const { return *recorder_; }
+  // The backend's shared memory (the shm backend's capability); null for Gloo and NCCL.
+  detail::SharedMemoryCapability* shared_memory() const { return shared_memory_; }
+  // The rendezvous store the group was built over; null for world size 1.
+  const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
 
   // The collectives. Naming rule: a collective that returns a Pending… is asynchronous (launched
   // in order on every rank; wait() before reading its result), as c10d's return a Work; one that
@@ -150,19 +166,6 @@ class Communicator {
   //
   // In-place sum across ranks (fp32, bf16 and fp16 on every transport).
   PendingCollective all_reduce_sum(at::Tensor& tensor, const std::string& name);
-  // A zeroed 1-D buffer that all_reduce_sum reads in place, without copying it into the
-  // transport first: over shm it lies in memory every rank maps (the backend's shared-memory
-  // capability, comm/shared_memory_capability.h); elsewhere, or where /dev/shm cannot hold it,
-  // it is ordinary memory.
-  // Collective: every rank allocates the same sizes in the same order.
-  at::Tensor allocate_collective_buffer(int64_t numel, const at::TensorOptions& options);
-  // Whether an all-reduce of `tensor` reads the peers' data in place (it lies in a buffer from
-  // allocate_collective_buffer that every rank maps).
-  bool reads_in_place(const at::Tensor& tensor) const;
-  // Why the latest allocate_collective_buffer over shm fell back to private memory on every
-  // rank: the rank, the step and the errno (none when none fell back, and off shm). The thread
-  // that allocates.
-  std::optional<SharedBufferFallback> shared_buffer_fallback() const;
   // In-place element-wise `op` (MAX and MIN: the param spread, the benchmark's slowest rank),
   // waited for.
   void all_reduce(at::Tensor& tensor, c10d::ReduceOp op, const std::string& name);
@@ -182,33 +185,15 @@ class Communicator {
                                                 const std::string& name);
   void barrier();
 
-  // Fault injection (--inject skip-collective): this rank does not launch its next collective
-  // (and does not journal it), so its later collectives pair with its peers' earlier ones.
-  void skip_next_collective() { skip_next_.store(true); }
-
-  // After a failed collective: writes this rank's `report` to the rendezvous store and collects
-  // the other ranks' for up to `wait` (a rank stuck in compute never writes). By rank; this
-  // rank's own included. Rank 0, which serves the store, returns only once every rank that
-  // reported has finished reading (or after one more `wait`), so its exit cannot cut the others
-  // off. Throws std::runtime_error when the store cannot be reached (rank 0 has exited). Call at
-  // most once per communicator.
-  std::vector<std::optional<std::string>> exchange_failure_reports(const std::string& report,
-                                                                   std::chrono::milliseconds wait);
-
  private:
-  // Journals a launch (call with launch_mutex_ held, so sequence numbers follow launch order).
-  // With --check-collectives it first compares the collective's fingerprint across ranks.
-  int64_t journal_launch(const std::string& op, const std::string& name, const at::Tensor& data);
-  // Consumes an armed skip_next_collective() (call with launch_mutex_ held).
-  bool skip_injected(const std::string& name);
   // Throws std::invalid_argument unless `tensor` is on device_ (see the collectives' contract).
   void require_on_device(const at::Tensor& tensor, const std::string& name) const;
   JournalTicket ticket(int64_t seq) const {
     return {recorder_->shared_journal(), seq, recorder_->epoch(), aborted_};
   }
-  // The one launch path of the asynchronous collectives: under launch_mutex_, an injected skip,
-  // the launch mark, the journal (and --check-collectives), `call` (the backend's collective),
-  // and the span's tracking.
+  // The one launch path of the asynchronous collectives: under launch_mutex_, the launch mark,
+  // the journal, `call` (the backend's collective, through the wrappers) and the span's
+  // tracking.
   template <typename Call>
   PendingCollective launch(Collective op, const std::string& name, const at::Tensor& journaled,
                            int64_t bytes, Call&& call, std::vector<at::Tensor> keep_alive = {});
@@ -216,22 +201,15 @@ class Communicator {
                           const std::string& name, int64_t seq, int64_t bytes,
                           const detail::TimePoint& launch, std::vector<at::Tensor> keep_alive = {});
 
-  c10::intrusive_ptr<c10d::Backend> group_;
-  int rank_;
-  int world_size_;
-  std::chrono::milliseconds timeout_;
-  at::Device device_;
-  bool check_collectives_;
-  GroupTransport transport_;
-  std::string transport_note_;
-  // The backend's shared memory (the shm backend's capability); null for Gloo and NCCL.
+  CommunicatorInfo info_;
+  // The backend's shared memory: found before the wrappers hide the backend.
   detail::SharedMemoryCapability* shared_memory_ = nullptr;
+  c10::intrusive_ptr<c10d::Backend> group_;  // the backend inside its wrappers
   // The backend gathers into and reduce-scatters out of flat buffers (NCCL, shm); else the
   // Gloo fallbacks (comm/gloo_fallbacks.h).
   bool flat_buffers_ = false;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Store> server_;  // rank 0's; freed even when abort() leaves group_
-  std::atomic<bool> skip_next_{false};
   std::shared_ptr<std::atomic<bool>> aborted_ = std::make_shared<std::atomic<bool>>(false);
   std::mutex launch_mutex_;
   std::unique_ptr<CollectiveRecorder> recorder_;

@@ -32,8 +32,11 @@ struct RendezvousOptions {
   std::string local_address;
   std::chrono::milliseconds timeout{// store connection and every collective
                                     static_cast<int64_t>(kDefaultCollectiveTimeoutSeconds * 1000)};
-  size_t journal_size = 2000;              // collectives the communicator's journal keeps
-  bool check_collectives = false;          // --check-collectives (CommunicatorOptions)
+  size_t journal_size = 2000;      // collectives the communicator's journal keeps
+  bool check_collectives = false;  // --check-collectives (CommunicatorOptions)
+  // --inject skip-collective names this rank: its communicator gets the switch the fault
+  // injector sets (CommunicatorOptions::skip_next_collective).
+  bool inject_skip_collective = false;
   Transport transport = Transport::kAuto;  // CPU groups (ddpd/job_options.h: Transport)
 };
 
