@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "ddpd/api/spec_convert.h"
+#include "ddpd/api/step_report.h"
 #include "ddpd/common/result_json.h"
 #include "ddpd/core/comm_bench.h"
 #include "ddpd/core/communicator.h"
@@ -27,25 +28,9 @@ namespace {
 
 constexpr int kEventFd = 3;  // rank_process.h: the events go to fd 3, stdin carries the stop
 
-v1::StepReport to_report(const StepMetrics& m, int rank, int attempt) {
-  v1::StepReport r;
-  r.set_rank(rank);
-  r.set_attempt(attempt);
-  r.set_step(m.step);
-  r.set_loss(m.loss);
-  r.set_step_seconds(m.step_seconds);
-  r.set_forward_seconds(m.forward_seconds);
-  r.set_backward_seconds(m.backward_seconds);
-  r.set_optimizer_seconds(m.optimizer_seconds);
-  r.set_checkpoint_seconds(m.checkpoint_seconds);
-  r.set_comm_seconds(m.comm_seconds);
-  r.set_exposed_comm_seconds(m.exposed_comm_seconds);
-  r.set_comm_fraction(m.comm_fraction);
-  r.set_tokens_per_second(m.tokens_per_second);
-  if (m.param_spread) r.set_param_spread(*m.param_spread);
-  r.set_lr(m.lr);
-  if (m.grad_norm) r.set_grad_norm(*m.grad_norm);
-  if (m.eval_loss) r.set_eval_loss(*m.eval_loss);
+// The step's figures (ddpd/api/step_report.h) and its spans, which only per-rank reports carry.
+v1::StepReport report_with_spans(const StepMetrics& m, int rank, int attempt) {
+  v1::StepReport r = to_report(m, rank, attempt);
   for (const auto& span : m.spans) {
     auto* out = r.add_spans();
     out->set_name(span.name);
@@ -248,7 +233,7 @@ class RankRun {
       training = trainer.run(
           [&](const StepMetrics& m) {
             rank_pipe::RankEvent e;
-            *e.mutable_step() = to_report(m, a_.rank(), a_.attempt());
+            *e.mutable_step() = report_with_spans(m, a_.rank(), a_.attempt());
             write(e);
           },
           [&] { return cancelled_.load(); });

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "ddpd/api/spec_convert.h"
+#include "ddpd/api/step_report.h"
 #include "ddpd/common/comm_options.h"
 #include "ddpd/common/net.h"
 #include "ddpd/common/training_result.h"
@@ -40,26 +41,6 @@ int pick_rendezvous_port(const std::string& host, const std::string& worker_id) 
     if (can_bind(host, port)) return port;
   }
   throw std::runtime_error("--rendezvous-port: no free port in 20000-31999 on " + host);
-}
-
-StepMetrics from_report(const v1::StepReport& r) {
-  StepMetrics m;
-  m.step = r.step();
-  m.loss = r.loss();
-  m.step_seconds = r.step_seconds();
-  m.forward_seconds = r.forward_seconds();
-  m.backward_seconds = r.backward_seconds();
-  m.optimizer_seconds = r.optimizer_seconds();
-  m.checkpoint_seconds = r.checkpoint_seconds();
-  m.comm_seconds = r.comm_seconds();
-  m.exposed_comm_seconds = r.exposed_comm_seconds();
-  m.comm_fraction = r.comm_fraction();
-  m.tokens_per_second = r.tokens_per_second();
-  if (r.has_param_spread()) m.param_spread = r.param_spread();
-  m.lr = r.lr();
-  if (r.has_grad_norm()) m.grad_norm = r.grad_norm();
-  if (r.has_eval_loss()) m.eval_loss = r.eval_loss();
-  return m;
 }
 
 MemoryBytes from_pipe(const rank_pipe::Memory& m) {

@@ -2,6 +2,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <optional>
+
+#include "ddpd/common/step_fields.h"
 
 namespace ddpd {
 namespace {
@@ -49,29 +52,24 @@ nlohmann::json fallback_json(const SharedBufferFallback& fallback) {
           {"reason", describe(fallback)}};
 }
 
+template <typename T>
+nlohmann::json json_of(const T& value) {
+  return value;
+}
+template <typename T>
+nlohmann::json json_of(const std::optional<T>& value) {
+  return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+}
+
 }  // namespace
 
 nlohmann::json to_json(const TrainingResult& result) {
   nlohmann::json steps = nlohmann::json::array();
   for (const auto& s : result.steps) {
-    steps.push_back(
-        {{"step", s.step},
-         {"loss", s.loss},
-         {"step_seconds", s.step_seconds},
-         {"forward_seconds", s.forward_seconds},
-         {"backward_seconds", s.backward_seconds},
-         {"optimizer_seconds", s.optimizer_seconds},
-         {"comm_seconds", s.comm_seconds},
-         {"exposed_comm_seconds", s.exposed_comm_seconds},
-         {"comm_fraction", s.comm_fraction},
-         {"tokens_per_second", s.tokens_per_second},
-         {"gradient_sync_bytes", s.gradient_sync_bytes},
-         {"checkpoint_seconds", s.checkpoint_seconds},
-         {"lr", s.lr},
-         {"grad_norm", s.grad_norm ? nlohmann::json(*s.grad_norm) : nlohmann::json(nullptr)},
-         {"eval_loss", s.eval_loss ? nlohmann::json(*s.eval_loss) : nlohmann::json(nullptr)},
-         {"param_spread",
-          s.param_spread ? nlohmann::json(*s.param_spread) : nlohmann::json(nullptr)}});
+    nlohmann::json row;
+    for_each_step_field(
+        [&](const char* name, auto member, StepFieldPresence) { row[name] = json_of(s.*member); });
+    steps.push_back(std::move(row));
   }
   const auto& sum = result.summary;
   nlohmann::json out = {

@@ -5,6 +5,7 @@
 
 #include "ddpd/common/comm_options.h"
 #include "ddpd/common/result_json.h"
+#include "ddpd/common/step_fields.h"
 
 namespace ddpd {
 namespace {
@@ -128,24 +129,20 @@ ProfiledCollective profiled_collective(const Reader& s, const std::string& where
   return c;
 }
 
+template <typename T>
+void read_field(const Reader& s, const char* name, StepFieldPresence presence, T& field) {
+  field = presence == StepFieldPresence::kRequired ? s.get<T>(name) : s.get_or<T>(name, T{});
+}
+template <typename T>
+void read_field(const Reader& s, const char* name, StepFieldPresence, std::optional<T>& field) {
+  field = s.optional<T>(name);
+}
+
 StepMetrics step_metrics(const Reader& s) {
   StepMetrics step;
-  step.step = s.get<int64_t>("step");
-  step.loss = s.get<double>("loss");
-  step.step_seconds = s.get<double>("step_seconds");
-  step.forward_seconds = s.get<double>("forward_seconds");
-  step.backward_seconds = s.get<double>("backward_seconds");
-  step.optimizer_seconds = s.get<double>("optimizer_seconds");
-  step.comm_seconds = s.get<double>("comm_seconds");
-  step.exposed_comm_seconds = s.get<double>("exposed_comm_seconds");
-  step.comm_fraction = s.get<double>("comm_fraction");
-  step.tokens_per_second = s.get<double>("tokens_per_second");
-  step.gradient_sync_bytes = s.get_or<int64_t>("gradient_sync_bytes", 0);
-  step.checkpoint_seconds = s.get_or<double>("checkpoint_seconds", 0);
-  step.lr = s.get_or<double>("lr", 0);
-  step.grad_norm = s.optional<double>("grad_norm");
-  step.param_spread = s.optional<double>("param_spread");
-  step.eval_loss = s.optional<double>("eval_loss");
+  for_each_step_field([&](const char* name, auto member, StepFieldPresence presence) {
+    read_field(s, name, presence, step.*member);
+  });
   return step;
 }
 
