@@ -19,9 +19,11 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 
+#include "hf/safetensors.h"
 #include "hf/safetensors_dir.h"
 #include "multirank/multirank_test_util.h"
 
@@ -210,6 +212,55 @@ TEST(HfOfflineExport, ACheckpointExportsAsTheJobDid) {
   const nlohmann::json config = load_json(offline + "/config.json");
   EXPECT_EQ(config.at("model_type"), "qwen2");
   EXPECT_EQ(config.at("num_key_value_heads"), 2);
+}
+
+// The parameters a fixture's model.safetensors holds (transformers saves a tied head once).
+int64_t parameters_in_file(const std::string& dir) {
+  const hf::SafetensorsFile file(dir + "/model.safetensors");
+  int64_t n = 0;
+  for (const auto& t : file.header().tensors) n += t.numel();
+  return n;
+}
+
+// The planning commands count an imported model as its config.json describes it (GQA, q/k/v
+// biases, an untied head), not as the built-in presets' shapes would: `ddpctl plan memory
+// --init-from` and `ddpctl whatif` on a job trained from it (tune prunes its trials with the same
+// replay) both give its float32 parameters as the file's count × 4 bytes.
+TEST(HfPlanning, PlanMemoryAndWhatifCountTheImportedModel) {
+  if (!fs::exists(binary_dir() + "/ddpctl")) GTEST_SKIP() << "a core-only build has no ddpctl";
+  const std::string ctl = binary_dir() + "/ddpctl";
+  for (const std::string kind : {"qwen2_bias", "mqa_untied"}) {
+    const int64_t parameter_bytes = parameters_in_file(fixture(kind)) * 4;
+    const ProcessOutcome plan =
+        run_process({ctl, "plan", "memory", "--init-from", fixture(kind), "--world", "2", "--json"},
+                    {}, std::chrono::seconds(30));
+    ASSERT_EQ(plan.exit_code, 0) << plan.err;
+    int replicated = 0;  // the replicated strategies hold the whole model on each rank
+    for (const auto& row : nlohmann::json::parse(plan.out)) {
+      if (row.at("strategy") != "bucketed" && row.at("strategy") != "bucketed+zero1") continue;
+      EXPECT_EQ(row.at("peak_parameter_bytes").get<int64_t>(), parameter_bytes) << kind;
+      ++replicated;
+    }
+    EXPECT_EQ(replicated, 2) << plan.out;
+
+    const ProcessOutcome job =
+        run_process({ctl,           "local",       "--workers",   "2",   "--json",         "ddp",
+                     "--init-from", fixture(kind), "--batch",     "4",   "--context",      "16",
+                     "--threads",   "1",           "--steps",     "5",   "--warmup-steps", "1",
+                     "--strategy",  "bucketed",    "--bucket-mb", "0.1", "--spread-every", "0"},
+                    {}, std::chrono::seconds(120));
+    ASSERT_EQ(job.exit_code, 0) << job.err;
+    const std::string file = temp_dir() + "/hf-whatif-" + kind + ".json";
+    std::ofstream(file) << job.out;
+    const ProcessOutcome replay =
+        run_process({ctl, "whatif", "--from-file", file, "--bucket-mb", "1", "--json"}, {},
+                    std::chrono::seconds(30));
+    ASSERT_EQ(replay.exit_code, 0) << replay.err;
+    const nlohmann::json predicted = nlohmann::json::parse(replay.out).at("predicted");
+    EXPECT_EQ(predicted.at("memory").at("parameter_bytes").get<int64_t>(), parameter_bytes)
+        << kind << ": " << predicted.dump();
+    EXPECT_GT(predicted.at("step_seconds").get<double>(), 0);
+  }
 }
 
 // A copy of `kind`'s fixture whose weights `edit` rewrites (by tensor name; return false to drop
