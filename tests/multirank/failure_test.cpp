@@ -175,11 +175,14 @@ TEST(StandaloneAnalysis, HangNamesTheRankThatDidNotJoin) {
 
 // Rank 1 drops the first collective of step 2; with --check-collectives every rank fails at the
 // next collective, naming rank 1's collective and the one ranks 0 and 2 launched under the same
-// sequence number.
+// sequence number. Each rank's journal ends with that collective, failed: refused at launch, it
+// is not left looking in flight.
 TEST(StandaloneAnalysis, CheckCollectivesNamesBothSidesOfADesync) {
-  const auto outcomes = run_ranks(
-      standalone_train({"--inject", "skip-collective:rank=1,step=2", "--check-collectives"}), 3,
-      std::chrono::seconds(60));
+  const std::string dumps = temp_dir() + "/desync-journals";
+  const auto outcomes =
+      run_ranks(standalone_train({"--inject", "skip-collective:rank=1,step=2",
+                                  "--check-collectives", "--journal-dump", dumps}),
+                3, std::chrono::seconds(60));
   for (int r = 0; r < 3; ++r) {
     const auto& o = outcomes[r];
     EXPECT_EQ(o.exit_code, 1) << o.err;
@@ -188,6 +191,10 @@ TEST(StandaloneAnalysis, CheckCollectivesNamesBothSidesOfADesync) {
               std::string::npos)
         << o.err;
     EXPECT_NE(o.err.find("where ranks 0,2 launched all_reduce("), std::string::npos) << o.err;
+    const nlohmann::json journal =
+        load_json(dumps + "/journal-rank" + std::to_string(r) + ".json").at("journal");
+    ASSERT_FALSE(journal.at("entries").empty()) << "rank " << r;
+    EXPECT_EQ(journal.at("entries").back().at("state"), "failed") << "rank " << r;
   }
 }
 

@@ -55,6 +55,19 @@ c10::intrusive_ptr<c10d::Backend> wrapped(c10::intrusive_ptr<c10d::Backend> grou
   return group;
 }
 
+// `call`'s work (the backend's collective, journaled as `seq`). A collective refused at launch (a
+// wrapper's desync check, a backend's own check) is journaled as failed, as one that fails in
+// wait() is, and its error goes on.
+template <typename Call>
+c10::intrusive_ptr<c10d::Work> started(CollectiveRecorder& recorder, int64_t seq, Call&& call) {
+  try {
+    return call();
+  } catch (...) {
+    recorder.shared_journal()->fail(seq, recorder.now());
+    throw;
+  }
+}
+
 }  // namespace
 
 PendingCollective::PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string name,
@@ -179,7 +192,8 @@ PendingCollective Communicator::launch(Collective op, const std::string& name,
   std::lock_guard<std::mutex> lock(launch_mutex_);
   const auto launched = recorder_->timeline().mark();
   const int64_t seq = recorder_->on_launch(enum_name(op), name, journaled);
-  return track(call(), op, name, seq, bytes, launched, std::move(keep_alive));
+  return track(started(*recorder_, seq, call), op, name, seq, bytes, launched,
+               std::move(keep_alive));
 }
 
 void Communicator::require_on_device(const at::Tensor& tensor, const std::string& name) const {
@@ -306,7 +320,8 @@ void Communicator::barrier() {
   if (info_.device.is_cuda()) options.device_ids = {info_.device.index()};  // else NCCL guesses one
   CollectiveJournal& journal = *recorder_->shared_journal();
   const int64_t seq = journal.enqueue("barrier", "barrier", 0, "none", recorder_->now());
-  PendingCollective(group_->barrier(options), "barrier", info_.timeout, info_.device.is_cuda(), {},
+  auto work = started(*recorder_, seq, [&] { return group_->barrier(options); });
+  PendingCollective(std::move(work), "barrier", info_.timeout, info_.device.is_cuda(), {},
                     ticket(seq))
       .wait();
   journal.complete(seq, recorder_->now());
