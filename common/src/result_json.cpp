@@ -102,6 +102,19 @@ nlohmann::json to_json(const TrainingResult& result) {
     out["shared_buffers_fallback"] = fallback_json(*result.shared_buffers_fallback);
   }
   if (!result.profile.steps.empty()) out["profile"] = profile_json(result.profile);
+  if (!result.heals.empty()) {
+    nlohmann::json heals = nlohmann::json::array();
+    for (const auto& h : result.heals) {
+      heals.push_back({{"generation", h.generation},
+                       {"lost_rank", h.lost_rank},
+                       {"source_rank", h.source_rank},
+                       {"resumed_step", h.resumed_step},
+                       {"state_bytes", h.state_bytes},
+                       {"regroup_seconds", h.regroup_seconds},
+                       {"transfer_seconds", h.transfer_seconds}});
+    }
+    out["heals"] = std::move(heals);
+  }
   return out;
 }
 

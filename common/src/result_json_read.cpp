@@ -251,6 +251,14 @@ TrainingResult training_result_from_json(const nlohmann::json& json) {
   result.summary.median_comm_fraction = sum.get<double>("median_comm_fraction");
   result.memory = memory_profile(r.object("memory"));
   if (json.contains("profile")) result.profile = step_profile(json["profile"]);
+  if (json.contains("heals")) {
+    for (const auto& h : r.array("heals")) {
+      result.heals.push_back({h.get<int>("generation"), h.get<int>("lost_rank"),
+                              h.get<int>("source_rank"), h.get<int64_t>("resumed_step"),
+                              h.get<int64_t>("state_bytes"), h.get<double>("regroup_seconds"),
+                              h.get<double>("transfer_seconds")});
+    }
+  }
   return result;
 }
 

@@ -121,24 +121,47 @@ ProcessOutcome run_process(const std::vector<std::string>& argv,
   return wait_all(running, timeout).front();
 }
 
-std::vector<ProcessOutcome> run_ranks(const std::vector<std::string>& argv, int world_size,
-                                      std::chrono::seconds timeout,
-                                      const std::map<std::string, std::string>& extra_env) {
+namespace {
+
+std::vector<ProcessOutcome> start_ranks_and_spares(
+    const std::vector<std::string>& argv, int world_size, std::chrono::seconds timeout,
+    const std::vector<std::pair<int, std::vector<std::string>>>& spares,
+    const std::map<std::string, std::string>& extra_env) {
   static int counter = 0;
   const int port = free_port();
   const int job = counter++;
   std::vector<Running> running;
-  for (int rank = 0; rank < world_size; ++rank) {
+  auto start_rank = [&](const std::vector<std::string>& command, int rank,
+                        const std::string& name) {
     auto env = extra_env;
     env["MASTER_ADDR"] = "127.0.0.1";
     env["MASTER_PORT"] = std::to_string(port);
     env["RANK"] = std::to_string(rank);
     env["LOCAL_RANK"] = std::to_string(rank);
     env["WORLD_SIZE"] = std::to_string(world_size);
-    running.push_back(
-        start(argv, env, "job" + std::to_string(job) + "-rank" + std::to_string(rank)));
+    running.push_back(start(command, env, "job" + std::to_string(job) + "-" + name));
+  };
+  for (int rank = 0; rank < world_size; ++rank) {
+    start_rank(argv, rank, "rank" + std::to_string(rank));
+  }
+  for (size_t k = 0; k < spares.size(); ++k) {
+    start_rank(spares[k].second, spares[k].first, "spare" + std::to_string(k));
   }
   return wait_all(running, timeout);
+}
+
+}  // namespace
+
+std::vector<ProcessOutcome> run_ranks(const std::vector<std::string>& argv, int world_size,
+                                      std::chrono::seconds timeout,
+                                      const std::map<std::string, std::string>& extra_env) {
+  return start_ranks_and_spares(argv, world_size, timeout, {}, extra_env);
+}
+
+std::vector<ProcessOutcome> run_ranks_with_spares(
+    const std::vector<std::string>& argv, int world_size, std::chrono::seconds timeout,
+    const std::vector<std::pair<int, std::vector<std::string>>>& spares) {
+  return start_ranks_and_spares(argv, world_size, timeout, spares, {});
 }
 
 BackgroundProcess::BackgroundProcess(const std::vector<std::string>& argv,

@@ -30,6 +30,13 @@ std::vector<ProcessOutcome> run_ranks(const std::vector<std::string>& argv, int 
                                       std::chrono::seconds timeout,
                                       const std::map<std::string, std::string>& extra_env = {});
 
+// run_ranks, and beside the ranks one more process per `spares` entry: its argv, with the same
+// endpoint and world size and the entry's RANK (a replacement that joins a healed group).
+// Returned after the ranks, in the order given.
+std::vector<ProcessOutcome> run_ranks_with_spares(
+    const std::vector<std::string>& argv, int world_size, std::chrono::seconds timeout,
+    const std::vector<std::pair<int, std::vector<std::string>>>& spares);
+
 // The wall clock as unix seconds (comparable across processes on this host).
 using ddpd::unix_now;
 

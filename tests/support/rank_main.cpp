@@ -32,14 +32,17 @@
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <sys/resource.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <thread>
 
 #include "ddpd/common/ddp_flags.h"
@@ -66,8 +69,77 @@ std::string rank_prefix(const std::string& out, int rank) {
   return out + ".rank" + std::to_string(rank);
 }
 
+// --heal: a lost rank's survivors regroup, generation after generation, at the same endpoint
+// (the test starts the replacement: --join-generation G joins generation G as its rank).
+struct HealFlags {
+  bool heal = false;
+  int join_generation = 0;
+};
+
+// The coordinator's part of healing, played through the store: the first survivor to regroup
+// into generation G says so (key "test-heal/G"), and every other rank aborts its old group's
+// collectives on seeing it, as a worker's rank does on the coordinator's HealGroup
+// (worker/rank_main.cpp). A survivor may otherwise wait in a collective that only another
+// survivor, gone to the new group, could complete.
+class HealSignal {
+ public:
+  HealSignal(std::shared_ptr<ddpd::Communicator> comm, int generation)
+      : store_(below_prefixes(comm->store())), current_(std::move(comm)), generation_(generation) {
+    watcher_ = std::thread([this] { watch(); });
+  }
+  ~HealSignal() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    wake_.notify_all();
+    watcher_.join();
+  }
+
+  std::shared_ptr<ddpd::Communicator> regroup(const ddpd::RendezvousOptions& rendezvous,
+                                              int generation, ddpd::Communicator& previous) {
+    store_->set("test-heal/" + std::to_string(generation), std::vector<uint8_t>{1});
+    auto next = ddpd::connect_generation(rendezvous, generation, &previous);
+    std::lock_guard<std::mutex> lock(mutex_);
+    current_ = next;
+    generation_ = generation;
+    return next;
+  }
+
+ private:
+  // The TCPStore itself: survivors' and joiners' stores differ by their generation's prefix.
+  static c10::intrusive_ptr<c10d::Store> below_prefixes(const c10::intrusive_ptr<c10d::Store>& s) {
+    auto* prefixed = dynamic_cast<c10d::PrefixStore*>(s.get());
+    return prefixed ? prefixed->getUnderlyingNonPrefixStore() : s;
+  }
+
+  void watch() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!wake_.wait_for(lock, std::chrono::milliseconds(20), [&] { return done_; })) {
+      const std::string key = "test-heal/" + std::to_string(generation_ + 1);
+      lock.unlock();
+      bool announced = false;
+      try {
+        announced = store_->check({key});
+      } catch (const std::exception&) {
+        return;  // the store's server (rank 0) has finished: nothing more to watch
+      }
+      lock.lock();
+      if (announced && key == "test-heal/" + std::to_string(generation_ + 1)) current_->abort();
+    }
+  }
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::mutex mutex_;  // guards everything below
+  std::condition_variable wake_;
+  std::shared_ptr<ddpd::Communicator> current_;
+  int generation_;
+  bool done_ = false;
+  std::thread watcher_;
+};
+
 int train(const ddpd::DdpJobOptions& options, const std::string& out, bool tie_embeddings,
-          bool freeze_embedding) {
+          bool freeze_embedding, const HealFlags& healing) {
   const auto rendezvous = ddpd::rendezvous_for_job(options);
   const int rank = rendezvous.rank;
   const std::string prefix = rank_prefix(out, rank);
@@ -93,10 +165,20 @@ int train(const ddpd::DdpJobOptions& options, const std::string& out, bool tie_e
     torch::save(grads, prefix + ".grads" + std::to_string(step) + ".pt");
   };
 
-  auto comm = ddpd::connect(rendezvous);
-  ddpd::Trainer trainer(options, comm, std::move(hooks));
-  torch::save(clones(trainer.full_parameters()), prefix + ".init_synced.pt");
-  const auto result = trainer.run();
+  const bool joins = healing.join_generation > 0;
+  auto comm = joins ? ddpd::connect_generation(rendezvous, healing.join_generation, nullptr)
+                    : ddpd::connect(rendezvous);
+  ddpd::Trainer trainer(options, comm, std::move(hooks), healing.join_generation);
+  if (!joins) torch::save(clones(trainer.full_parameters()), prefix + ".init_synced.pt");
+  ddpd::Regroup regroup;
+  std::unique_ptr<HealSignal> signal;
+  if (healing.heal || joins) {
+    signal = std::make_unique<HealSignal>(comm, healing.join_generation);
+    regroup = [&](int generation, const ddpd::CollectiveError&, ddpd::Communicator& previous) {
+      return signal->regroup(rendezvous, generation, previous);
+    };
+  }
+  const auto result = trainer.run({}, {}, regroup);
   torch::save(clones(trainer.full_parameters()), prefix + ".final.pt");
   report["result"] = ddpd::to_json(result);
   report["journal"] = ddpd::journal_json(comm->recorder().journal());
@@ -412,6 +494,10 @@ int main(int argc, char** argv) {
   bool tie_embeddings = false, freeze_embedding = false;
   train_cmd->add_flag("--tie-embeddings", tie_embeddings);
   train_cmd->add_flag("--freeze-embedding", freeze_embedding);
+  HealFlags healing;
+  train_cmd->add_flag("--heal", healing.heal, "Regroup at the same endpoint when a rank is lost");
+  train_cmd->add_option("--join-generation", healing.join_generation,
+                        "Join a healed group of this generation, as the rank that replaces");
 
   auto* readiness_cmd =
       app.add_subcommand("readiness", "overlap/bucketed launch order on an out-of-order net");
@@ -450,7 +536,7 @@ int main(int argc, char** argv) {
   if (float64) torch::set_default_dtype(caffe2::TypeMeta::Make<double>());
 
   try {
-    if (train_cmd->parsed()) return train(options, out, tie_embeddings, freeze_embedding);
+    if (train_cmd->parsed()) return train(options, out, tie_embeddings, freeze_embedding, healing);
     if (readiness_cmd->parsed())
       return readiness(options, out, with_unused, use_unused_on_odd_steps);
     if (collectives_cmd->parsed()) return collectives(options, out);

@@ -244,26 +244,56 @@ std::shared_ptr<Communicator> connect_nccl(const RendezvousOptions& options,
   }
 }
 
-}  // namespace
-
-std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
+CommunicatorOptions communicator_options(const RendezvousOptions& options) {
   // NCCL ranks each own the GPU of their local rank; Gloo ranks compute on the CPU.
-  const at::Device device =
-      options.backend == Backend::kNccl ? detail::bind_cuda_device(options.local_rank) : at::kCPU;
   CommunicatorOptions comm_options;
   comm_options.timeout = options.timeout;
-  comm_options.device = device;
+  comm_options.device =
+      options.backend == Backend::kNccl ? detail::bind_cuda_device(options.local_rank) : at::kCPU;
   comm_options.journal_size = options.journal_size;
   comm_options.check_collectives = options.check_collectives;
   if (options.inject_skip_collective) {
     comm_options.skip_next_collective = std::make_shared<std::atomic<bool>>(false);
   }
+  if (options.world_size > 1) comm_options.rendezvous_endpoint = endpoint_of(options);
+  return comm_options;
+}
+
+std::shared_ptr<Communicator> connect_over(const RendezvousOptions& options,
+                                           const CommunicatorOptions& comm_options,
+                                           const RendezvousStore& rendezvous) {
+  return options.backend == Backend::kGloo ? connect_cpu(options, comm_options, rendezvous)
+                                           : connect_nccl(options, comm_options, rendezvous);
+}
+
+}  // namespace
+
+std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
+  const CommunicatorOptions comm_options = communicator_options(options);
   if (options.world_size == 1) {
     return std::make_shared<Communicator>(c10::intrusive_ptr<c10d::Backend>(), 0, 1, comm_options);
   }
-  const RendezvousStore rendezvous = open_store(options);
-  return options.backend == Backend::kGloo ? connect_cpu(options, comm_options, rendezvous)
-                                           : connect_nccl(options, comm_options, rendezvous);
+  return connect_over(options, comm_options, open_store(options));
+}
+
+std::shared_ptr<Communicator> connect_generation(const RendezvousOptions& options, int generation,
+                                                 Communicator* previous) {
+  if (previous) previous->abort();
+  const CommunicatorOptions comm_options = communicator_options(options);
+  if (options.world_size == 1) {
+    return std::make_shared<Communicator>(c10::intrusive_ptr<c10d::Backend>(), 0, 1, comm_options);
+  }
+  RendezvousStore rendezvous;
+  if (previous && previous->store_ &&
+      previous->info().rendezvous_endpoint == comm_options.rendezvous_endpoint) {
+    rendezvous.store = previous->store_;
+    rendezvous.server = previous->server_;
+  } else {
+    rendezvous = open_store(options);
+  }
+  rendezvous.store =
+      c10::make_intrusive<c10d::PrefixStore>("gen" + std::to_string(generation), rendezvous.store);
+  return connect_over(options, comm_options, rendezvous);
 }
 
 }  // namespace ddpd

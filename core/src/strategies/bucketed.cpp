@@ -41,7 +41,8 @@ class BucketedSynchronizer final : public ReplicatedSynchronizer {
         ready_(params_.size(), 0) {
     std::vector<size_t> reverse_registration(params_.size());
     for (size_t k = 0; k < params_.size(); ++k) reverse_registration[k] = params_.size() - 1 - k;
-    build_buckets(reverse_registration);
+    // Allocating buckets is a collective over shm: a rank that joins makes them in regroup().
+    if (!options.joins_running_job) build_buckets(reverse_registration);
     hooks_ = std::make_unique<GradReadyHooks>(params_, [this](size_t i) { mark_ready(i); });
   }
 
@@ -85,8 +86,31 @@ class BucketedSynchronizer final : public ReplicatedSynchronizer {
     rebuilt_ = true;
   }
 
+  std::vector<int64_t> launch_order() const override {
+    if (!rebuilt_) return {};
+    return {bucket_order_.begin(), bucket_order_.end()};
+  }
+
+  // The buckets are made again over the new group (over shm their buffers live in its memory),
+  // in the same layout: a ring all-reduce's summation order follows each element's place.
+  void regroup(std::shared_ptr<Communicator> comm,
+               const std::vector<int64_t>& launch_order) override {
+    ReplicatedSynchronizer::regroup(std::move(comm), launch_order);
+    std::fill(ready_.begin(), ready_.end(), 0);
+    next_to_launch_ = 0;
+    recorded_ready_order_.clear();
+    rebuilt_ = !launch_order.empty();
+    synchronized_once_ = rebuilt_;
+    std::vector<size_t> order(launch_order.begin(), launch_order.end());
+    if (!rebuilt_) {
+      for (size_t k = 0; k < params_.size(); ++k) order.push_back(params_.size() - 1 - k);
+    }
+    build_buckets(order);
+  }
+
  private:
   void build_buckets(const std::vector<size_t>& order) {
+    bucket_order_ = order;
     std::vector<int64_t> numels;
     for (const auto& p : params_) numels.push_back(p.numel());
     constexpr double kMiB = 1024.0 * 1024.0;
@@ -167,6 +191,7 @@ class BucketedSynchronizer final : public ReplicatedSynchronizer {
   std::vector<char> ready_;                // gradient accumulated in this backward, by param
   size_t next_to_launch_ = 0;
   std::vector<size_t> recorded_ready_order_;  // the first step's, until the rebuild
+  std::vector<size_t> bucket_order_;          // the buckets' parameters, in launch order
   bool synchronized_once_ = false;
   bool rebuilt_ = false;
   std::unique_ptr<GradReadyHooks> hooks_;

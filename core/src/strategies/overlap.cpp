@@ -45,6 +45,27 @@ class OverlapSynchronizer final : public ReplicatedSynchronizer {
     order_agreed_ = true;
   }
 
+  std::vector<int64_t> launch_order() const override {
+    if (!order_agreed_) return {};
+    return {launch_order_.begin(), launch_order_.end()};
+  }
+
+  void regroup(std::shared_ptr<Communicator> comm,
+               const std::vector<int64_t>& launch_order) override {
+    ReplicatedSynchronizer::regroup(std::move(comm), launch_order);
+    for (auto& work : pending_) work = PendingGradientAverage();
+    std::fill(ready_.begin(), ready_.end(), 0);
+    next_to_launch_ = 0;
+    recorded_ready_order_.clear();
+    order_agreed_ = !launch_order.empty();
+    synchronized_once_ = order_agreed_;
+    if (order_agreed_) {
+      launch_order_.assign(launch_order.begin(), launch_order.end());
+    } else {
+      for (size_t k = 0; k < params_.size(); ++k) launch_order_[k] = params_.size() - 1 - k;
+    }
+  }
+
  private:
   void mark_ready(size_t i) {
     if (!sync_on_backward() || ready_[i]) return;  // accumulating

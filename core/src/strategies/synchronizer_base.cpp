@@ -20,7 +20,15 @@ ReplicatedSynchronizer::ReplicatedSynchronizer(torch::nn::Module& model,
   }
   TORCH_CHECK(param_names_.size() == params_.size(),
               "trainable parameter names and tensors differ");
-  broadcast_module_state(model_, *comm_);
+  if (!options.joins_running_job) broadcast_module_state(model_, *comm_);
+}
+
+void ReplicatedSynchronizer::regroup(std::shared_ptr<Communicator> comm,
+                                     const std::vector<int64_t>& /*launch_order*/) {
+  comm_ = std::move(comm);
+  // Gradients of the interrupted step may be in an old collective's hands: the next zero_grad
+  // drops them, and its backward makes new ones.
+  for (auto& p : params_) p.mutable_grad().reset();
 }
 
 void ReplicatedSynchronizer::check_every_gradient_ready(const std::vector<char>& ready) const {
@@ -142,15 +150,16 @@ GradReadyHooks::~GradReadyHooks() {
 
 }  // namespace detail
 
-void broadcast_module_state(torch::nn::Module& module, Communicator& comm) {
+void broadcast_module_state(torch::nn::Module& module, Communicator& comm, int root) {
   if (comm.info().world_size == 1) return;
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> tensors = unique_parameters(module);
   for (const auto& b : module.buffers(/*recurse=*/true)) tensors.push_back(b);
   if (tensors.empty()) return;
-  auto flat = comm.info().rank == 0 ? detail::flatten(tensors) : detail::empty_flat_like(tensors);
-  comm.broadcast(flat, /*root=*/0, "broadcast_module_state").wait();
-  if (comm.info().rank != 0) detail::unflatten_into(flat, tensors);
+  const bool source = comm.info().rank == root;
+  auto flat = source ? detail::flatten(tensors) : detail::empty_flat_like(tensors);
+  comm.broadcast(flat, root, "broadcast_module_state").wait();
+  if (!source) detail::unflatten_into(flat, tensors);
 }
 
 double parameter_spread(const std::vector<torch::Tensor>& parameters, Communicator& comm) {
@@ -245,6 +254,13 @@ std::unique_ptr<GradientSynchronizer> make_synchronizer(torch::nn::Module& model
 }  // namespace ddpd
 
 namespace ddpd {
+void GradientSynchronizer::regroup(std::shared_ptr<Communicator> /*comm*/,
+                                   const std::vector<int64_t>& /*launch_order*/) {
+  throw std::logic_error(name() +
+                         " cannot go on in a new group: its lost rank's shards exist "
+                         "nowhere else");
+}
+
 void GradientSynchronizer::zero_grad() {
   for (auto& p : optimizer_parameters()) p.mutable_grad().reset();
 }

@@ -45,6 +45,9 @@ class ReplicatedSynchronizer : public GradientSynchronizer {
   }
   // The whole model's parameters, and a full gradient for every trainable one.
   UnshardedPeak step_peak_unsharded() const override;
+  // Takes `comm`; the strategies with a launch order override it and call it first.
+  void regroup(std::shared_ptr<Communicator> comm,
+               const std::vector<int64_t>& launch_order) override;
 
  protected:
   // Starts averaging `gradient` over ranks in the job's wire dtype (named `name` in the journal

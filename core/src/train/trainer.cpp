@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include "ddpd/common/fault_injection.h"
@@ -26,6 +27,7 @@
 #include "train/failure_analysis.h"
 #include "train/fault_injector.h"
 #include "train/memory.h"
+#include "train/state_transfer.h"
 #include "train/step_profile.h"
 #include "train/step_timing.h"
 #include "train/token_data.h"
@@ -98,9 +100,16 @@ struct Trainer::Impl {
   std::atomic<int> phase{kSetup};
   std::atomic<int64_t> step{0};
   int64_t start_step = 0;  // steps already done (a resumed checkpoint's)
+  // Healing: steps whose optimizer update this rank has applied (-1 while it joins with none),
+  // and the group generation it trains in.
+  int64_t completed_steps = 0;
+  bool joining = false;
+  int generation = 0;
 
-  // What trains. The training thread's alone once constructed.
+  // What trains. The training thread's alone once constructed, but `comm`, which position()
+  // reads from any thread: heal() swaps it under comm_swap.
   std::shared_ptr<Communicator> comm;
+  mutable std::mutex comm_swap;
   TransformerLM model{nullptr};
   std::unique_ptr<GradientSynchronizer> sync;
   // Unsharded: torch's AdamW holds the options and state; fused_adamw_step updates them.
@@ -167,6 +176,17 @@ struct Trainer::Impl {
   void export_model();
   // The cross-rank analysis after a failed collective (train/failure_analysis.h).
   StallFinding analyze_failure_across_ranks(CollectiveFailure cause) const;
+  // Healing (docs/healing.md): whether this run can go on in a new group (a replicated strategy
+  // without ZeRO-1, more than one rank).
+  bool healable() const;
+  // The next group generation from `regroup`, and every rank's state from the source
+  // (train/state_transfer.h). Returns the step to go on at; nullopt when regroup gave no group.
+  std::optional<int64_t> heal(const Regroup& regroup, const CollectiveError& failure,
+                              TrainingResult& result);
+  // The rank that joins: the state of the group it joined.
+  void take_state_as_joiner(TrainingResult& result);
+  // What run() reports besides the steps and heals: the run's configuration, summary and profile.
+  void describe_run(TrainingResult& result) const;
 
   torch::optim::Optimizer& local_optimizer();
   int64_t optimizer_state();
@@ -291,14 +311,18 @@ void Trainer::Impl::build_data() {
 }
 
 Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> comm,
-                 TrainerHooks hooks) try
+                 TrainerHooks hooks, int join_generation) try
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   check_job(options, *comm);
   m.options = options;
   m.hooks = std::move(hooks);
+  m.joining = join_generation > 0;
+  m.generation = join_generation;
+  // The faults were injected into the run this rank joins; they do not fire again.
   m.injector = std::make_unique<detail::FaultInjector>(
-      parse_fault_injection(options.inject, comm->info().world_size), comm->info().rank);
+      parse_fault_injection(m.joining ? "" : options.inject, comm->info().world_size),
+      comm->info().rank);
   m.comm = std::move(comm);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const int world = m.comm->info().world_size;
@@ -311,16 +335,20 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
   }
   std::optional<detail::CheckpointReader> resumed;
   const std::string resume_from =
-      options.resume.empty() ? "" : detail::resolve_resume(options.resume, options.checkpoint_dir);
+      options.resume.empty() || m.joining
+          ? ""
+          : detail::resolve_resume(options.resume, options.checkpoint_dir);
   if (!resume_from.empty()) {
     resumed.emplace(resume_from);
     detail::load_parameters(*resumed, *m.model);  // before the synchroniser shards or broadcasts
   }
-  m.sync = make_synchronizer(*m.model, m.comm, sync_options_of(options));
+  SyncOptions sync_options = sync_options_of(options);
+  sync_options.joins_running_job = m.joining;
+  m.sync = make_synchronizer(*m.model, m.comm, sync_options);
   // Gradients are whole per parameter, and timed on the host clock, for the replicated
   // strategies on CPU only.
   m.recorder = std::make_unique<detail::StepRecorder>(
-      *m.model, [c = m.comm.get()] { return c->recorder().now(); },
+      *m.model, [impl = &m] { return impl->comm->recorder().now(); },
       options.strategy != Strategy::kFsdp && !m.comm->info().device.is_cuda(),
       static_cast<int>(cores));
   m.build_optimizer();
@@ -330,6 +358,7 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
     m.start_step = detail::resumed_step(*resumed, options);
     m.step.store(m.start_step);
   }
+  m.completed_steps = m.joining ? -1 : m.start_step;
   m.memory.after_init = m.measure();
 } catch (const c10::Error& e) {
   throw std::runtime_error(detail::error_line(e) +
@@ -428,6 +457,7 @@ double Trainer::Impl::optimizer_step(StepMetrics& metrics) {
   } else if (!optimizer_steps_per_bucket) {
     detail::fused_adamw_step(*optimizer);
   }
+  completed_steps = step.load() + 1;  // before the collectives that may follow
   sync->after_optimizer_step();
   return broadcast_seconds;
 }
@@ -529,37 +559,109 @@ StepMetrics Trainer::train_step(int64_t step) {
   return metrics;
 }
 
-TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step,
-                            const std::function<bool()>& cancelled) {
-  TrainingResult result;
-  impl_->cancelled = cancelled;
-  const int64_t every = impl_->options.checkpoint_every;
-  // --steps 0 (or a resume at the last step): the evaluation of the model as it starts.
-  if (impl_->start_step >= impl_->options.steps && impl_->eval_data) {
-    result.initial_eval_loss = impl_->evaluate();
+bool Trainer::Impl::healable() const {
+  return options.strategy != Strategy::kFsdp && !sharded && comm->info().world_size > 1;
+}
+
+std::optional<int64_t> Trainer::Impl::heal(const Regroup& regroup, const CollectiveError& failure,
+                                           TrainingResult& result) {
+  const auto start = std::chrono::steady_clock::now();
+  std::shared_ptr<Communicator> next = regroup(generation + 1, failure, *comm);
+  if (!next) return std::nullopt;
+  const double regroup_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ++generation;
+  {
+    std::lock_guard<std::mutex> lock(comm_swap);
+    comm = next;  // the old group was aborted by connect_generation; its Communicator ends here
   }
-  for (int64_t step = impl_->start_step; step < impl_->options.steps; ++step) {
+  const detail::TransferredState moved =
+      detail::transfer_training_state(training_state(), std::move(next), completed_steps);
+  completed_steps = moved.completed_steps;
+  step.store(moved.completed_steps);
+  // A step this rank reported that the source had not completed is trained again.
+  while (!result.steps.empty() && result.steps.back().step >= moved.completed_steps) {
+    result.steps.pop_back();
+  }
+  result.heals.push_back({generation, failure.peer_rank(), moved.source_rank, moved.completed_steps,
+                          moved.bytes, regroup_seconds, moved.seconds});
+  std::fprintf(stderr,
+               "ddpd: healed into generation %d (rank %d lost): state of rank %d, %lld bytes in "
+               "%.3f s, after %.3f s to regroup; going on at step %lld\n",
+               generation, failure.peer_rank(), moved.source_rank,
+               static_cast<long long>(moved.bytes), moved.seconds, regroup_seconds,
+               static_cast<long long>(moved.completed_steps));
+  return moved.completed_steps;
+}
+
+void Trainer::Impl::take_state_as_joiner(TrainingResult& result) {
+  const detail::TransferredState moved =
+      detail::transfer_training_state(training_state(), comm, /*completed_steps=*/-1);
+  completed_steps = start_step = moved.completed_steps;
+  step.store(moved.completed_steps);
+  joining = false;
+  result.heals.push_back({generation, comm->info().rank, moved.source_rank, moved.completed_steps,
+                          moved.bytes, 0.0, moved.seconds});
+}
+
+void Trainer::Impl::describe_run(TrainingResult& result) const {
+  result.synchronization = sync->name();
+  result.transport = comm->info().transport;
+  result.transport_note = comm->info().transport_note;
+  result.shared_buffers_fallback = shared_buffer_fallback(*comm);
+  result.optimizer_sharding = sharded && comm->info().world_size > 1;
+  result.micro_batches = options.grad_accum;
+  result.gradient_wire_dtype = comm->info().world_size == 1 ? "none"
+                               : options.grad_compression == GradCompression::kNone
+                                   ? "fp32"
+                                   : enum_name(options.grad_compression);
+  result.summary = summarize(result.steps, options.warmup_steps);
+  result.memory = memory;
+  result.profile = recorder->profile();
+}
+
+TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_step,
+                            const std::function<bool()>& cancelled, const Regroup& regroup) {
+  Impl& m = *impl_;
+  TrainingResult result;
+  m.cancelled = cancelled;
+  const bool heals = regroup && m.healable();
+  // A rank's state must be at a step boundary whenever a collective fails (state_transfer.h).
+  if (heals) m.optimizer_steps_per_bucket = false;
+  if (m.joining) m.take_state_as_joiner(result);
+  const int64_t every = m.options.checkpoint_every;
+  // --steps 0 (or a resume at the last step): the evaluation of the model as it starts.
+  if (m.start_step >= m.options.steps && m.eval_data) result.initial_eval_loss = m.evaluate();
+  for (int64_t step = m.start_step; step < m.options.steps;) {
     if (cancelled && cancelled()) throw JobCancelled("job cancelled");
     try {
       result.steps.push_back(train_step(step));
       if (every > 0 && (step + 1) % every == 0) {
-        impl_->enter(kCheckpoint);
-        const double stall = impl_->save_checkpoint(step + 1);
+        m.enter(kCheckpoint);
+        const double stall = m.save_checkpoint(step + 1);
         StepMetrics& metrics = result.steps.back();
         metrics.checkpoint_seconds = stall;
-        const double end_s = impl_->comm->recorder().now();
+        const double end_s = m.comm->recorder().now();
         metrics.spans.push_back({"checkpoint", false,
-                                 impl_->comm->recorder().unix_seconds(end_s - stall),
-                                 impl_->comm->recorder().unix_seconds(end_s)});
+                                 m.comm->recorder().unix_seconds(end_s - stall),
+                                 m.comm->recorder().unix_seconds(end_s)});
       }
     } catch (const CollectiveDesync&) {
       throw;
     } catch (const CollectiveError& e) {
+      // A rank told to heal was aborted out of its old group's collectives (regroup knows, and
+      // returns null on a cancel instead).
+      if (heals && !(cancelled && cancelled())) {
+        if (const std::optional<int64_t> resumed = m.heal(regroup, e, result)) {
+          step = *resumed;
+          continue;
+        }
+      }
       // An aborted rank was cancelled: its peers are being ended too, and no analysis is owed.
-      if (impl_->comm->aborted())
+      if (m.comm->aborted() || (cancelled && cancelled()))
         throw JobCancelled("job cancelled at step " + std::to_string(step) + " (" + e.what() + ")");
       // The rank to name: the peer the transport saw end, else the one the analysis found.
-      const StallFinding finding = impl_->analyze_failure_across_ranks(e.cause());
+      const StallFinding finding = m.analyze_failure_across_ranks(e.cause());
       const bool transport_named = peer_ended(e.cause()) && e.peer_rank() >= 0;
       throw CollectiveError(std::string(e.what()) + "; " + finding.message, e.cause(),
                             transport_named ? e.peer_rank() : finding.rank);
@@ -570,22 +672,11 @@ TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_st
                                ": an allocation failed");
     }
     if (on_step) on_step(result.steps.back());
+    ++step;
   }
-  if (!impl_->options.export_hf.empty()) impl_->export_model();
-  impl_->enter(kIdle);
-  result.synchronization = synchronization();
-  result.transport = impl_->comm->info().transport;
-  result.transport_note = impl_->comm->info().transport_note;
-  result.shared_buffers_fallback = shared_buffer_fallback(*impl_->comm);
-  result.optimizer_sharding = impl_->sharded && impl_->comm->info().world_size > 1;
-  result.micro_batches = impl_->options.grad_accum;
-  result.gradient_wire_dtype = impl_->comm->info().world_size == 1 ? "none"
-                               : impl_->options.grad_compression == GradCompression::kNone
-                                   ? "fp32"
-                                   : enum_name(impl_->options.grad_compression);
-  result.summary = summarize(result.steps, impl_->options.warmup_steps);
-  result.memory = impl_->memory;
-  result.profile = impl_->recorder->profile();
+  if (!m.options.export_hf.empty()) m.export_model();
+  m.enter(kIdle);
+  m.describe_run(result);
   return result;
 }
 
@@ -597,12 +688,16 @@ std::string Trainer::synchronization() const { return impl_->sync->name(); }
 
 RankPosition Trainer::position() const {
   const TrainerProgress trainer = progress();
-  const JournalProgress journal = impl_->comm->recorder().journal().progress();
+  std::shared_ptr<Communicator> comm;
+  {
+    std::lock_guard<std::mutex> lock(impl_->comm_swap);
+    comm = impl_->comm;
+  }
+  const JournalProgress journal = comm->recorder().journal().progress();
   RankPosition position{trainer.phase, trainer.step, journal.last_enqueued, journal.last_completed,
                         std::nullopt};
   if (journal.oldest_pending) {
-    position.oldest_pending =
-        detail::to_record(*journal.oldest_pending, impl_->comm->recorder().now());
+    position.oldest_pending = detail::to_record(*journal.oldest_pending, comm->recorder().now());
   }
   return position;
 }

@@ -119,6 +119,18 @@ struct StepProfile {
 };
 constexpr size_t kProfiledSteps = 8;
 
+// A group generation formed in place of one that lost a rank, and the state its ranks took
+// (docs/healing.md).
+struct HealRecord {
+  int generation = 0;           // 1, 2, …
+  int lost_rank = -1;           // the rank the failure named; -1: none named
+  int source_rank = -1;         // whose state every rank took
+  int64_t resumed_step = 0;     // the first step of the new generation
+  int64_t state_bytes = 0;      // broadcast from the source
+  double regroup_seconds = 0;   // from the failure to the new group
+  double transfer_seconds = 0;  // the state's broadcast
+};
+
 struct TrainingResult {
   // The synchronisation that ran: the strategy's name, or "none" at world size 1.
   std::string synchronization;
@@ -139,6 +151,7 @@ struct TrainingResult {
   TrainingSummary summary;
   MemoryProfile memory;
   StepProfile profile;  // rank 0's
+  std::vector<HealRecord> heals;
 };
 
 // Summary over steps[warmup_steps:] (all steps when that leaves none).

@@ -21,6 +21,10 @@
 
 namespace ddpd {
 
+struct RendezvousOptions;
+class Communicator;
+std::shared_ptr<Communicator> connect_generation(const RendezvousOptions&, int, Communicator*);
+
 namespace detail {
 class SharedMemoryCapability;
 class Timeline;
@@ -100,6 +104,9 @@ struct CommunicatorOptions {
   // --inject skip-collective on this rank: the fault injector sets it, and the next collective
   // is dropped (comm/skip_injection.h). Null: no such fault.
   std::shared_ptr<std::atomic<bool>> skip_next_collective;
+  // host:port of the rendezvous store the group formed over; empty at world size 1. A group of a
+  // later generation (connect_generation) keeps the store when the endpoint stays the same.
+  std::string rendezvous_endpoint;
 };
 
 // Who a communicator is: its rank and world size, and the options it runs with (transport:
@@ -118,7 +125,7 @@ struct CommunicatorInfo : CommunicatorOptions {
 //   - the shm backend's shared buffers: ddpd/core/collective_buffers.h, through shared_memory();
 //   - the exchange of failure reports: comm/failure_exchange.h, through store().
 // A group that failed or was aborted is not reused: a new group, over a new store prefix, gets a
-// new Communicator (what healing a lost rank builds on).
+// new Communicator (connect_generation in rendezvous.h; docs/healing.md).
 // Thread contract: collectives may be launched from the training thread and from autograd
 // hooks (on CUDA, autograd's device thread); launches are serialised by an internal mutex, and
 // every rank must launch the same collectives in the same order (c10d matches them by order).
@@ -186,6 +193,10 @@ class Communicator {
   void barrier();
 
  private:
+  // Keeps the previous generation's store and its server (rendezvous.h).
+  friend std::shared_ptr<Communicator> connect_generation(const RendezvousOptions&, int,
+                                                          Communicator*);
+
   // Throws std::invalid_argument unless `tensor` is on device_ (see the collectives' contract).
   void require_on_device(const at::Tensor& tensor, const std::string& name) const;
   JournalTicket ticket(int64_t seq) const {

@@ -41,6 +41,10 @@ struct SyncOptions {
   bool fsdp_whole_model = false;
   int fsdp_prefetch = 1;
   bool reshard_after_forward = true;
+  // A rank that joins a running job (healing, docs/healing.md): construction runs no collective
+  // (no broadcast of rank 0's state, which a survivor's replaces, and no shared buckets, which
+  // regroup() makes with the group's other ranks).
+  bool joins_running_job = false;
 };
 
 // The elements [begin, end) of a model parameter (flattened) that one optimizer parameter holds.
@@ -61,10 +65,11 @@ struct UnshardedPeak {
 };
 
 // Wraps a model for data-parallel training. Construction broadcasts rank 0's parameters and
-// buffers so every rank starts identical. Per step the trainer calls, in this order:
-// zero_grad(), prepare_forward(), forward+backward (K times under gradient accumulation, with
-// set_sync_on_backward(false) before all but the last), finish_gradient_synchronization(),
-// optimizer step on optimizer_parameters(), after_optimizer_step().
+// buffers so every rank starts identical (unless SyncOptions::joins_running_job). Per step the
+// trainer calls, in this order: zero_grad(), prepare_forward(), forward+backward (K times under
+// gradient accumulation, with set_sync_on_backward(false) before all but the last),
+// finish_gradient_synchronization(), optimizer step on optimizer_parameters(),
+// after_optimizer_step().
 //
 // Thread contract: all calls come from the training thread; overlapping strategies also run
 // gradient-ready hooks on autograd's thread during backward, and those only launch collectives
@@ -115,6 +120,16 @@ class GradientSynchronizer {
   // Evaluation ran forward only after prepare_forward(): fsdp frees the gathered parameters.
   virtual void end_forward_only() {}
 
+  // Healing (docs/healing.md). The launch order the ranks agreed on after the first step
+  // (overlap, bucketed; empty: none agreed yet, or a strategy that has none). A rank that joins
+  // adopts its source's, to issue the same collectives over the same bucket layouts.
+  virtual std::vector<int64_t> launch_order() const { return {}; }
+  // Goes on over `comm`, a new group generation's, after an interrupted step: drops what was in
+  // flight and adopts `launch_order` (the source rank's launch_order()). Replicated strategies
+  // only; fsdp throws std::logic_error (a lost rank's shards exist nowhere else).
+  virtual void regroup(std::shared_ptr<Communicator> comm,
+                       const std::vector<int64_t>& launch_order);
+
   // Gradient accumulation, as DDP's no_sync(): while off, backward only accumulates gradients
   // locally (overlapping strategies' hooks launch nothing); the backward of the step's last
   // micro-batch runs with it on and synchronises the accumulated sum. On by default.
@@ -131,8 +146,8 @@ std::unique_ptr<GradientSynchronizer> make_synchronizer(torch::nn::Module& model
                                                         std::shared_ptr<Communicator> comm,
                                                         const SyncOptions& options);
 
-// Copies rank 0's parameters and buffers into every rank's module (blocking).
-void broadcast_module_state(torch::nn::Module& module, Communicator& comm);
+// Copies rank `root`'s parameters and buffers into every rank's module (blocking).
+void broadcast_module_state(torch::nn::Module& module, Communicator& comm, int root = 0);
 
 // Max over parameters of (max - min across ranks), element-wise. A collective. Works through
 // the parameters in chunks of at most 4 MiB, so it adds no model-sized temporary.

@@ -84,4 +84,16 @@ RendezvousOptions rendezvous_for_job(const DdpJobOptions& job);
 // store. Throws std::runtime_error with the endpoint and reason when rendezvous fails.
 std::shared_ptr<Communicator> connect(const RendezvousOptions& options);
 
+// The group of generation `generation` (1, 2, …) of a job that lost a rank (docs/healing.md).
+// Protocol: `previous` (this rank's communicator of the generation before; null for the rank
+// that joins) is aborted first. The new group forms over the rendezvous store under the prefix
+// "gen<G>/", so nothing the old group wrote, and no late message of its ranks, is read by the new
+// one. A rank whose previous group met at the same endpoint keeps its store connection, and rank
+// 0 keeps serving the store: its port stays bound, and a rank that regroups before rank 0 has
+// noticed the loss finds the store up. Where the endpoint changed (rank 0 was the one lost, and
+// the rank that replaces it serves the store) or there is no previous group, the store is opened
+// as connect() opens it. Throws std::runtime_error as connect() does.
+std::shared_ptr<Communicator> connect_generation(const RendezvousOptions& options, int generation,
+                                                 Communicator* previous);
+
 }  // namespace ddpd

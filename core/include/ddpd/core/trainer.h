@@ -45,6 +45,13 @@ struct TrainerProgress {
   int64_t step = 0;
 };
 
+// Healing (docs/healing.md): what run() asks for when a collective of a replicated strategy fails
+// (not a desync, not a cancel): the communicator of group generation `generation` (1, 2, …), in
+// which a replacement holds the lost rank's number (connect_generation in rendezvous.h), or null
+// to fail as a run without healing does. Called on the training thread; it may block.
+using Regroup = std::function<std::shared_ptr<Communicator>(
+    int generation, const CollectiveError& failure, Communicator& previous)>;
+
 // run() was told to stop (its `cancelled` returned true, or the communicator was aborted).
 class JobCancelled : public std::runtime_error {
  public:
@@ -71,13 +78,21 @@ class Trainer {
  public:
   // Builds the model (seeded with seed + rank), the synchroniser (which broadcasts rank 0's
   // state) and the optimizer. Throws OptionError / std::runtime_error on bad input.
-  Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> comm,
-          TrainerHooks hooks = {});
+  //
+  // `join_generation` 0: a rank of a new job (or of its checkpoint restart). G > 0: the rank that
+  // replaces a lost one of a running job in group generation G (healing, docs/healing.md): it
+  // skips rank 0's initial broadcast and any --resume, fires no --inject, and run() first takes
+  // a survivor's state.
+  Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> comm, TrainerHooks hooks = {},
+          int join_generation = 0);
   ~Trainer();
 
   StepMetrics train_step(int64_t step);
+  // With `regroup`, a lost rank of a replicated strategy is healed in place (its heals are in
+  // the result), and the optimizer steps after the whole synchronisation rather than bucket by
+  // bucket, so that a rank's state is at a step boundary whenever a collective fails.
   TrainingResult run(const std::function<void(const StepMetrics&)>& on_step = {},
-                     const std::function<bool()>& cancelled = {});
+                     const std::function<bool()>& cancelled = {}, const Regroup& regroup = {});
 
   // The parameters every rank agrees on (fsdp gathers: a collective).
   std::vector<torch::Tensor> full_parameters();
