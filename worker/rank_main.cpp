@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "ddpd/api/spec_convert.h"
@@ -103,7 +104,8 @@ void close_inherited_sockets() {
 }
 
 // One rank's run. Thread contract: the main thread runs the job and writes its events; the stop
-// watcher thread blocks on stdin and aborts the communicator at end of file; the progress thread
+// watcher thread blocks on stdin, queues the coordinator's HealGroups for the main thread's
+// regroup (heals_, heal_cv_) and aborts the communicator at end of file; the progress thread
 // writes Progress events. Event writes are serialised by events_mutex; the communicator and
 // trainer pointers are published under state_mutex.
 class RankRun {
@@ -137,15 +139,52 @@ class RankRun {
     return write_frame(kEventFd, event);
   }
 
+  // Reads the daemon's Controls until stdin ends: then the rank stops.
   void watch_for_stop() {
-    char buffer[256];
-    while (true) {
-      const ssize_t n = ::read(0, buffer, sizeof(buffer));
-      if (n == 0 || (n < 0 && errno != EINTR)) break;
+    rank_pipe::Control control;
+    while (read_frame(0, control)) {
+      if (!control.has_heal()) continue;
+      std::lock_guard<std::mutex> lock(state_mutex_);
+      heals_.push_back(control.heal());
+      // A rank whose worker was lost may still be in the old group, its collectives holding
+      // ours: they end now, and the trainer regroups.
+      if (comm_) comm_->abort();
+      heal_cv_.notify_all();
     }
-    cancelled_ = true;
     std::lock_guard<std::mutex> lock(state_mutex_);
+    cancelled_ = true;
+    heal_cv_.notify_all();
     if (comm_) comm_->abort();
+  }
+
+  // Trainer's Regroup (docs/healing.md): waits for the coordinator's HealGroup of `generation`
+  // (up to the collective timeout; a cancel, when the coordinator restarts or fails the job
+  // instead, ends the wait at once) and forms that group.
+  std::shared_ptr<Communicator> regroup(const DdpJobOptions& job, int generation,
+                                        const CollectiveError& failure, Communicator& previous) {
+    spdlog::warn(
+        "job={} rank={} lost a peer (rank {}): waiting for the coordinator's group "
+        "generation {}",
+        a_.job_id(), a_.rank(), failure.peer_rank(), generation);
+    std::optional<v1::HealGroup> heal;
+    {
+      std::unique_lock<std::mutex> lock(state_mutex_);
+      auto found = [&] {
+        for (const auto& h : heals_) {
+          if (h.generation() == generation) heal = h;
+        }
+        return heal.has_value() || cancelled_;
+      };
+      heal_cv_.wait_for(lock, std::chrono::duration<double>(job.collective_timeout_s), found);
+      if (cancelled_ || !heal) return nullptr;
+    }
+    RendezvousOptions r = rendezvous(job.collective_timeout_s);
+    apply_job_options(r, job);
+    r.master_addr = heal->master_addr();
+    r.master_port = heal->master_port();
+    auto comm = connect_generation(r, generation, &previous);
+    publish(comm, nullptr, /*keep_trainer=*/true);
+    return comm;
   }
 
   void send_progress() {
@@ -165,11 +204,11 @@ class RankRun {
     }
   }
 
-  void publish(std::shared_ptr<Communicator> comm, Trainer* trainer) {
+  void publish(std::shared_ptr<Communicator> comm, Trainer* trainer, bool keep_trainer = false) {
     std::lock_guard<std::mutex> lock(state_mutex_);
     if (comm && cancelled_) comm->abort();  // stopped while it met its peers
     if (comm) comm_ = std::move(comm);
-    trainer_ = trainer;
+    if (!keep_trainer) trainer_ = trainer;
   }
 
   RendezvousOptions rendezvous(double timeout_s) const {
@@ -222,12 +261,20 @@ class RankRun {
     apply_job_options(r, job);
     spdlog::info("job={} rank={} world={} rendezvous {}:{}", a_.job_id(), a_.rank(),
                  a_.world_size(), a_.master_addr(), a_.master_port());
-    auto comm = connect(r);
+    const int join = a_.join_generation();
+    auto comm = join > 0 ? connect_generation(r, join, nullptr) : connect(r);
     publish(comm, nullptr);
     started(*comm);
-    Trainer trainer(job, comm);
+    Trainer trainer(job, comm, {}, join);
     publish(nullptr, &trainer);
     write(memory_event(trainer.memory(), /*final_points=*/false));
+    // A job with restarts left may heal in place (the coordinator decides whether it does).
+    Regroup regroup;
+    if (job.max_restarts > 0 && !job.no_heal) {
+      regroup = [&](int generation, const CollectiveError& failure, Communicator& previous) {
+        return this->regroup(job, generation, failure, previous);
+      };
+    }
     TrainingResult training;
     try {
       training = trainer.run(
@@ -236,7 +283,7 @@ class RankRun {
             *e.mutable_step() = report_with_spans(m, a_.rank(), a_.attempt());
             write(e);
           },
-          [&] { return cancelled_.load(); });
+          [&] { return cancelled_.load(); }, regroup);
     } catch (...) {
       publish(nullptr, nullptr);
       throw;
@@ -287,6 +334,8 @@ class RankRun {
   std::shared_ptr<Communicator> comm_;
   Trainer* trainer_ = nullptr;
   bool finished_ = false;
+  std::vector<v1::HealGroup> heals_;  // the coordinator's, as the stop watcher read them
+  std::condition_variable heal_cv_;
 };
 
 }  // namespace

@@ -119,6 +119,11 @@ void RankProcess::stop() {
   arm_kill();
 }
 
+bool RankProcess::send(const rank_pipe::Control& control) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stdin_fd_ >= 0 && write_frame(stdin_fd_, control);
+}
+
 void RankProcess::arm_kill() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (kill_armed_ || exited_) return;

@@ -4,12 +4,13 @@
 // or out-of-memory kill is that rank's failure, never the daemon's.
 //
 // Protocol (rank_pipe.proto): the daemon writes one framed Assignment to the child's stdin and
-// keeps stdin open while the rank should run. The child writes framed RankEvents to its fd 3
-// and a Result last, then exits. To stop a rank the daemon closes its stdin: the child sets its
-// cancel flag and aborts its communicator (every collective wait ends within 0.1 s), reports
-// "cancelled" and exits; a child still alive stop_grace_seconds later is SIGKILLed. A child
-// also gets SIGKILL when the daemon dies (PR_SET_PDEATHSIG; the child gets the daemon's pid and
-// exits at once if its parent is already another, so a daemon that died before the child's
+// keeps stdin open while the rank should run, writing a framed Control there when the
+// coordinator heals the job (a HealGroup for the rank's survivors). The child writes framed
+// RankEvents to its fd 3 and a Result last, then exits. To stop a rank the daemon closes its stdin:
+// the child sets its cancel flag and aborts its communicator (every collective wait ends within 0.1
+// s), reports "cancelled" and exits; a child still alive stop_grace_seconds later is SIGKILLed. A
+// child also gets SIGKILL when the daemon dies (PR_SET_PDEATHSIG; the child gets the daemon's pid
+// and exits at once if its parent is already another, so a daemon that died before the child's
 // prctl leaves no orphan), and the daemon kills a rank that stops talking (see
 // progress_seconds below): a stopped rank frees its peers at once.
 #pragma once
@@ -63,6 +64,9 @@ class RankProcess {
 
   // Asks the rank to stop (closes its stdin) and arms the SIGKILL. Idempotent.
   void stop();
+
+  // Writes `control` to the rank's stdin; false once stop() closed it or the rank is gone.
+  bool send(const rank_pipe::Control& control);
 
   pid_t pid() const { return pid_; }
 

@@ -104,6 +104,18 @@ struct WorkerDaemon::Impl {
     if (running_rank) running_rank->stop();
   }
 
+  // The coordinator healed the job this worker's rank runs: the rank forms the new group.
+  void forward_heal(const v1::HealGroup& heal) {
+    spdlog::info("job={} heal: group generation {} at {}:{} (rank {} replaced)", heal.job_id(),
+                 heal.generation(), heal.master_addr(), heal.master_port(), heal.lost_rank());
+    rank_pipe::Control control;
+    *control.mutable_heal() = heal;
+    std::lock_guard<std::mutex> lock(running_mutex);
+    if (!running_rank || !running_rank->send(control)) {
+      spdlog::warn("job={} heal: the rank's process is gone", heal.job_id());
+    }
+  }
+
   RankProcessOptions rank_process_options() const {
     RankProcessOptions o;
     o.flags = {"--advertise-host", options.advertise_host, "--cuda-device",
@@ -237,6 +249,8 @@ struct WorkerDaemon::Impl {
         }
         job_thread = std::thread(
             [this, assignment = message.assign(), &writer] { run_job(assignment, writer); });
+      } else if (message.has_heal() && message.heal().job_id() == current_job) {
+        forward_heal(message.heal());
       } else if (message.cancel_job_id() == current_job && !current_job.empty()) {
         spdlog::info("job={} cancel requested", current_job);
         stop_running_job();

@@ -152,6 +152,9 @@ void add_daemon_flags(CLI::App& app, DdpJobOptions& o) {
   app.add_option("--min-world-size", o.min_world_size,
                  "Daemon jobs: a restart may shrink the job to this many ranks (0: no shrink)")
       ->capture_default_str();
+  app.add_flag("--no-heal", o.no_heal,
+               "Daemon jobs: restart from the checkpoint even where a lost rank could be replaced "
+               "in place by an idle worker (docs/healing.md)");
 }
 
 // The training loop: schedule, clipping, accumulation, compression, evaluation.

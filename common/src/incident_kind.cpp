@@ -4,6 +4,7 @@
 
 namespace ddpd {
 
-DDPD_ENUM_NAMES(IncidentKind, "stall", "desync", "straggler", "restart", "resumed", "limit")
+DDPD_ENUM_NAMES(IncidentKind, "stall", "desync", "straggler", "restart", "resumed", "limit", "heal",
+                "healed")
 
 }  // namespace ddpd

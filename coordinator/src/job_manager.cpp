@@ -206,8 +206,14 @@ void JobManager::record_failure(JobEntry& entry, const WorkerEntry& worker,
   if (result.cause() == v1::RANK_FAILURE_DESYNC) {
     record_incident(entry, IncidentKind::kDesync, result.named_rank(), "desync: " + result.error());
   }
-  fail_or_restart(entry, "rank " + std::to_string(result.rank()) + " (worker " +
-                             worker.hello.worker_id() + ") failed: " + failure_text(result));
+  const std::string reason = "rank " + std::to_string(result.rank()) + " (worker " +
+                             worker.hello.worker_id() + ") failed: " + failure_text(result);
+  // The rank's process is gone, and with it nothing but a replica of the survivors' state.
+  const bool process_lost = result.cause() == v1::RANK_FAILURE_PROCESS_EXITED ||
+                            result.cause() == v1::RANK_FAILURE_PROCESS_KILLED ||
+                            result.cause() == v1::RANK_FAILURE_PROCESS_STOPPED;
+  if (process_lost && try_heal(entry, result.rank(), worker.hello.worker_id(), reason)) return;
+  fail_or_restart(entry, reason);
 }
 
 void JobManager::lost(const std::string& worker_id, const WorkerLink* link,
@@ -225,8 +231,9 @@ void JobManager::lost(const std::string& worker_id, const WorkerLink* link,
         entry->job.mutable_ranks(worker->rank)->set_state(v1::RANK_LOST);
       }
       if (worker->attempt == current_attempt(entry->job)) {
-        fail_or_restart(*entry, "worker " + worker_id + " (rank " + std::to_string(worker->rank) +
-                                    ") lost: " + reason);
+        const std::string why =
+            "worker " + worker_id + " (rank " + std::to_string(worker->rank) + ") lost: " + reason;
+        if (!try_heal(*entry, worker->rank, worker_id, why)) fail_or_restart(*entry, why);
       }
     }
     worker->job_id.clear();

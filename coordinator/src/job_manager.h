@@ -75,6 +75,14 @@ struct Refusal {
 //     ignored. The next attempt runs with --resume auto, at the job's world size, or at the
 //     largest size down to --min-world-size that idle workers and the global batch allow; a
 //     `restart` incident records why, the world sizes and the checkpoint step.
+//  8. Healing (job_healing.cpp, docs/healing.md): before 7, a rank lost by the running attempt
+//     (its process exited, was killed or stopped, or its worker was lost) of a job may_heal()
+//     allows is replaced in place when an idle worker offers the job's backend: the job stays
+//     RUNNING; its survivors get a HealGroup (the next group generation, and the store it
+//     forms over: the same unless rank 0 was lost, then the spare's); the spare gets the lost
+//     rank's number in an Assignment with join_generation; a `heal` incident records who
+//     replaced whom, and a `healed` incident the first step the ranks complete after it. With
+//     no spare, or a job that may not heal, 7 applies.
 // On construction, jobs found RUNNING in the store are restarted the same way when restarts are
 // left, else marked FAILED ("coordinator restarted").
 //
@@ -157,6 +165,12 @@ class JobManager {
     int64_t last_checkpoint_step = 0;
     std::unique_ptr<StragglerWatch> stragglers;  // DDP jobs, from RUNNING on
     int64_t step_reports = 0;                    // received (stored up to max_step_reports_per_job)
+    // The running attempt's store, and healing: its group generation and, until the healed
+    // group completes a step, when the loss it healed was seen.
+    std::string master_addr;
+    int master_port = 0;
+    int generation = 0;
+    std::optional<LifecycleClock::TimePoint> healing_since;
   };
 
   void recover();
@@ -176,6 +190,12 @@ class JobManager {
   // latest checkpoint; any other job FAILS.
   void fail_or_restart(JobEntry& job, const std::string& reason);
   void cancel_workers(JobEntry& job);
+  // Healing (job_healing.cpp): replaces `lost_rank`, whose worker was `lost_worker`, with an idle
+  // worker; false (nothing changed) when the job may not heal or no worker is idle.
+  bool try_heal(JobEntry& job, int lost_rank, const std::string& lost_worker,
+                const std::string& reason);
+  WorkerEntry* spare_for(const JobEntry& job, const std::string& lost_worker);
+  void note_healed(JobEntry& job, int64_t step);
   void record_failure(JobEntry& job, const WorkerEntry& worker, const v1::JobResult& result);
   // Monitoring (job_monitor.cpp).
   void aggregate_complete_step(JobEntry& job, const std::vector<v1::StepReport>& ranks);

@@ -47,6 +47,7 @@ void JobManager::on_step(const std::string& job_id, const v1::StepReport& step) 
   auto& ranks = entry->partial_steps[step.step()];
   ranks.push_back(step);
   if (static_cast<int>(ranks.size()) == entry->job.worker_ids_size()) {
+    note_healed(*entry, step.step());
     aggregate_complete_step(*entry, ranks);
     entry->partial_steps.erase(step.step());
   }

@@ -56,6 +56,10 @@ void JobManager::start_attempt(JobEntry& entry, const std::vector<std::string>& 
   assignment.set_master_addr(rank0.hello.advertised_host());
   assignment.set_master_port(rank0.hello.rendezvous_port());
   entry.job.set_attempts(attempt + 1);
+  entry.master_addr = assignment.master_addr();
+  entry.master_port = assignment.master_port();
+  entry.generation = 0;
+  entry.healing_since.reset();
   entry.job.clear_worker_ids();
   entry.job.clear_ranks();
   for (const auto& id : worker_ids) {

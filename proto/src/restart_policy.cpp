@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ddpd/api/spec_convert.h"
+#include "ddpd/common/incident_kind.h"
 
 namespace ddpd {
 
@@ -11,6 +12,16 @@ int current_attempt(const v1::Job& job) { return std::max(0, job.attempts() - 1)
 bool may_restart(const v1::Job& job) {
   // Through the job model, so an unset max_restarts reads as its one default.
   return job.spec().has_ddp() && current_attempt(job) < from_proto(job.spec().ddp()).max_restarts;
+}
+
+bool may_heal(const v1::Job& job) {
+  if (!job.spec().has_ddp() || job.worker_ids_size() < 2) return false;
+  const DdpJobOptions ddp = from_proto(job.spec().ddp());
+  if (ddp.no_heal || ddp.strategy == Strategy::kFsdp || ddp.shard_optimizer) return false;
+  int heals = 0;
+  const std::string& heal = enum_name(IncidentKind::kHeal);
+  for (const auto& incident : job.incidents()) heals += incident.kind() == heal;
+  return current_attempt(job) + heals < ddp.max_restarts;
 }
 
 std::vector<int> restart_fallback_sizes(const v1::Job& job) {

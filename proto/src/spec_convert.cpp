@@ -46,6 +46,7 @@ v1::DdpSpec to_proto(const DdpJobOptions& o) {
   s.set_keep_checkpoints(o.keep_checkpoints);
   s.set_resume(o.resume);
   s.set_max_restarts(o.max_restarts);
+  s.set_no_heal(o.no_heal);
   s.set_min_world_size(o.min_world_size);
   s.set_lr_schedule(enum_name(o.lr_schedule));
   s.set_lr_warmup_steps(o.lr_warmup_steps);
@@ -111,6 +112,7 @@ DdpJobOptions from_proto(const v1::DdpSpec& s) {
   if (s.has_keep_checkpoints()) o.keep_checkpoints = s.keep_checkpoints();
   o.resume = s.resume();
   if (s.has_max_restarts()) o.max_restarts = s.max_restarts();
+  o.no_heal = s.no_heal();
   if (s.has_min_world_size()) o.min_world_size = s.min_world_size();
   if (!s.lr_schedule().empty()) o.lr_schedule = parse_enum<LrSchedule>(s.lr_schedule());
   if (s.has_lr_warmup_steps()) o.lr_warmup_steps = s.lr_warmup_steps();
@@ -232,6 +234,7 @@ std::string proto_field(const std::string& flag) {
       {"--resume", "resume"},
       {"--max-restarts", "max_restarts"},
       {"--min-world-size", "min_world_size"},
+      {"--no-heal", "no_heal"},
       {"--lr-schedule", "lr_schedule"},
       {"--lr-warmup-steps", "lr_warmup_steps"},
       {"--min-lr", "min_lr"},

@@ -158,4 +158,33 @@ class Cluster {
   std::vector<std::unique_ptr<BackgroundProcess>> workers_;
 };
 
+// The job's incidents of one kind (show --json's "events"), in order.
+inline std::vector<nlohmann::json> events_of(const nlohmann::json& shown, const std::string& kind) {
+  std::vector<nlohmann::json> out;
+  for (const auto& e : shown["events"]) {
+    if (e["kind"] == kind) out.push_back(e);
+  }
+  return out;
+}
+
+// The worker daemon of a rank `rank` of `job` (worker ids are "NAME-wI").
+inline int worker_index_of_rank(Cluster& cluster, const std::string& job, int rank) {
+  const std::string id = cluster.show(job)["workers"][rank];
+  return std::stoi(id.substr(id.rfind("-w") + 2));
+}
+
+// The process running rank `rank` of `job` (the one child of that rank's worker daemon).
+inline int rank_process_of(Cluster& cluster, const std::string& job, int rank) {
+  const int daemon = cluster.worker(worker_index_of_rank(cluster, job, rank)).pid();
+  int pid = -1;
+  cluster.wait_until(
+      [&] {
+        const auto children = child_pids(daemon);
+        if (children.size() == 1) pid = children[0];
+        return pid > 0;
+      },
+      std::chrono::seconds(10));
+  return pid;
+}
+
 }  // namespace ddpd::testing

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "ddpd/api/restart_policy.h"
 #include "job_manager.h"
 
 namespace ddpd::coordinator {
@@ -37,6 +38,13 @@ struct FakeLink final : WorkerLink {
     std::vector<v1::Assignment> out;
     for (const auto& m : sent) {
       if (m.has_assign()) out.push_back(m.assign());
+    }
+    return out;
+  }
+  std::vector<v1::HealGroup> heals() const {
+    std::vector<v1::HealGroup> out;
+    for (const auto& m : sent) {
+      if (m.has_heal()) out.push_back(m.heal());
     }
     return out;
   }
@@ -228,6 +236,7 @@ TEST_F(JobManagerTest, AFailedRankRestartsTheJobFromItsCheckpointWithoutTheInjec
   spec.mutable_ddp()->set_max_restarts(1);
   spec.mutable_ddp()->set_checkpoint_dir("/ckpt");
   spec.mutable_ddp()->set_inject("exit:rank=1,step=3");
+  spec.mutable_ddp()->set_shard_optimizer(true);  // ZeRO-1's lost shards do not heal in place
   FakeLink& w0 = add_worker("w0");
   FakeLink& w1 = add_worker("w1");
   const std::string id = submit(spec);
@@ -267,6 +276,100 @@ TEST_F(JobManagerTest, AFailedRankRestartsTheJobFromItsCheckpointWithoutTheInjec
   result("w0", id, 0, 1, v1::RANK_FAILURE_ERROR, "boom");
   EXPECT_EQ(job(id).state(), v1::FAILED);
   EXPECT_EQ(job(id).error(), "rank 0 (worker w0) failed: boom");
+}
+
+// Healing (protocol step 8): a killed rank's number goes to the idle worker, the survivors are
+// told the new group generation and keep running, and nothing is cancelled or restarted.
+TEST_F(JobManagerTest, AKilledRankIsHealedInPlaceByAnIdleWorker) {
+  auto spec = ddp_spec(3);
+  spec.mutable_ddp()->set_max_restarts(1);
+  FakeLink& w0 = add_worker("w0");
+  FakeLink& w1 = add_worker("w1");
+  FakeLink& w2 = add_worker("w2");
+  FakeLink& spare = add_worker("w3");
+  const std::string id = submit(spec);
+  ASSERT_EQ(job(id).state(), v1::RUNNING);
+  result("w1", id, 1, 0, v1::RANK_FAILURE_PROCESS_KILLED, "its process was killed by SIGKILL");
+  EXPECT_EQ(job(id).state(), v1::RUNNING);
+  EXPECT_EQ(job(id).attempts(), 1);
+  EXPECT_EQ(job(id).worker_ids(1), "w3");
+  EXPECT_EQ(job(id).ranks(1).state(), v1::RANK_RUNNING);
+  for (const FakeLink* survivor : {&w0, &w2}) {
+    EXPECT_EQ(survivor->cancels(id), 0);
+    ASSERT_EQ(survivor->heals().size(), 1u);
+    const v1::HealGroup heal = survivor->heals()[0];
+    EXPECT_EQ(heal.generation(), 1);
+    EXPECT_EQ(heal.lost_rank(), 1);
+    EXPECT_EQ(heal.master_addr(), "10.0.0.1");  // rank 0 lives: its store stays
+  }
+  EXPECT_TRUE(w1.heals().empty());
+  ASSERT_EQ(spare.assignments().size(), 1u);
+  const v1::Assignment joined = spare.assignments()[0];
+  EXPECT_EQ(joined.rank(), 1);
+  EXPECT_EQ(joined.world_size(), 3);
+  EXPECT_EQ(joined.attempt(), 0);
+  EXPECT_EQ(joined.join_generation(), 1);
+  EXPECT_EQ(joined.master_addr(), "10.0.0.1");
+  const auto heals = incidents(id, "heal");
+  ASSERT_EQ(heals.size(), 1u);
+  EXPECT_EQ(heals[0].rank(), 1);
+  EXPECT_NE(heals[0].message().find("after: rank 1 (worker w1) failed: "), std::string::npos)
+      << heals[0].message();
+  EXPECT_NE(heals[0].message().find("worker w3 takes rank 1 in group generation 1"),
+            std::string::npos)
+      << heals[0].message();
+  // The first step every rank completes after the heal closes it; then the job ends as usual.
+  clock_.advance(1.5);
+  for (int rank = 0; rank < 3; ++rank) step(job(id).worker_ids(rank), id, rank, 4, 0.1);
+  const auto healed = incidents(id, "healed");
+  ASSERT_EQ(healed.size(), 1u);
+  EXPECT_NE(healed[0].message().find("completed step 4, 1.50 s after the loss was seen"),
+            std::string::npos)
+      << healed[0].message();
+  for (int rank = 0; rank < 3; ++rank) result(job(id).worker_ids(rank), id, rank, 0);
+  EXPECT_EQ(job(id).state(), v1::SUCCEEDED);
+  // A second loss finds --max-restarts 1 used up by the heal.
+  EXPECT_FALSE(may_heal(job(id)));
+}
+
+// Rank 0 serves the store: when its worker is lost, the new generation meets at the spare's.
+TEST_F(JobManagerTest, LosingRankZerosWorkerMovesTheStoreToTheSpare) {
+  auto spec = ddp_spec(2);
+  spec.mutable_ddp()->set_max_restarts(2);
+  FakeLink& w0 = add_worker("w0");
+  FakeLink& w1 = add_worker("w1");
+  FakeLink& spare = add_worker("w2");
+  const std::string id = submit(spec);
+  manager_->lost("w0", &w0, "its connection broke");
+  EXPECT_EQ(job(id).state(), v1::RUNNING);
+  ASSERT_EQ(w1.heals().size(), 1u);
+  EXPECT_EQ(w1.heals()[0].master_addr(), "10.0.0.3");
+  ASSERT_EQ(spare.assignments().size(), 1u);
+  EXPECT_EQ(spare.assignments()[0].rank(), 0);
+  EXPECT_EQ(spare.assignments()[0].master_addr(), "10.0.0.3");
+  EXPECT_NE(incidents(id, "heal")
+                .at(0)
+                .message()
+                .find("worker w0 (rank 0) lost: its connection "
+                      "broke"),
+            std::string::npos);
+}
+
+TEST_F(JobManagerTest, ARankThatFailedInsteadOfDyingIsNotHealed) {
+  auto spec = ddp_spec(2);
+  spec.mutable_ddp()->set_max_restarts(1);
+  add_worker("w0");
+  FakeLink& w1 = add_worker("w1");
+  add_worker("w2");
+  const std::string id = submit(spec);
+  // An error the rank reported itself (a bad shape, a NaN check) would fail again in its place.
+  result("w1", id, 1, 0, v1::RANK_FAILURE_ERROR, "param spread 3.0 exceeds --max-param-spread");
+  // Restarted on the two idle workers (w1, back from its failure, and w2) while w0 is cancelled.
+  EXPECT_EQ(job(id).state(), v1::RUNNING);
+  EXPECT_EQ(job(id).attempts(), 2);
+  EXPECT_EQ(incidents(id, "restart").size(), 1u);
+  EXPECT_TRUE(incidents(id, "heal").empty());
+  EXPECT_TRUE(w1.heals().empty());
 }
 
 TEST_F(JobManagerTest, ARestartShrinksToTheLargestSizeThatIdleWorkersAllowDownToTheMinimum) {

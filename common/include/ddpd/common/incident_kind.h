@@ -6,8 +6,9 @@
 namespace ddpd {
 
 // A stall or a desync it diagnosed, a straggler, an automatic restart, the resumed job's link to
-// its new id, or a limit it enforced.
-enum class IncidentKind { kStall, kDesync, kStraggler, kRestart, kResumed, kLimit };
+// its new id, a limit it enforced, or a lost rank replaced in place (heal) and the first step
+// the healed group completed (healed).
+enum class IncidentKind { kStall, kDesync, kStraggler, kRestart, kResumed, kLimit, kHeal, kHealed };
 DDPD_ENUM_INFO(IncidentKind, "kind");
 
 }  // namespace ddpd

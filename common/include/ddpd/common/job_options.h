@@ -200,6 +200,9 @@ struct DdpJobOptions {
   // min_world_size ranks when too few workers are idle (0: the job's world size, no shrink).
   int max_restarts = 0;
   int min_world_size = 0;
+  // Daemon jobs: never heal a lost rank in place (docs/healing.md), restart as above instead: for
+  // drills, and to measure one beside the other (tests/bench/bench_heal.sh).
+  bool no_heal = false;
   // Learning-rate schedule over the job's --steps: constant | cosine | linear (decaying to
   // min_lr), after a linear warm-up of lr_warmup_steps from lr / W to lr. See learning_rate_at.
   LrSchedule lr_schedule = LrSchedule::kConstant;

@@ -19,6 +19,11 @@ int current_attempt(const v1::Job& job);
 // yet used up) rather than failing it.
 bool may_restart(const v1::Job& job);
 
+// Whether a lost rank of the running attempt can be replaced in place (docs/healing.md): a DDP
+// job of a replicated strategy (naive, flat, overlap, bucketed) without ZeRO-1 or --no-heal, at
+// world size 2 or more, whose restarts and heals together have not used up --max-restarts.
+bool may_heal(const v1::Job& job);
+
 // Smaller world sizes a restarted job may start at, largest first: from world_size - 1 down to
 // --min-world-size, those that divide the global batch. None for a first attempt, a comm job, or
 // a job without --min-world-size.

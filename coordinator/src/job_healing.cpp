@@ -1,0 +1,110 @@
+// JobManager's healing (protocol step 8 in job_manager.h; docs/healing.md): a lost rank of a
+// running replicated job is replaced by an idle worker, and the survivors go on without a
+// restart.
+#include <spdlog/spdlog.h>
+
+#include "ddpd/api/restart_policy.h"
+#include "job_manager.h"
+
+namespace ddpd::coordinator {
+
+JobManager::WorkerEntry* JobManager::spare_for(const JobEntry& entry,
+                                               const std::string& lost_worker) {
+  // Another idle worker first: the lost rank's own (its daemon lived, its rank process did not)
+  // only when it is the one left.
+  const Backend backend = required_backend(entry.job.spec());
+  WorkerEntry* fallback = nullptr;
+  for (const auto& id : worker_order_) {
+    WorkerEntry& w = *workers_[id];
+    if (w.state != v1::IDLE || !w.link) continue;
+    const auto offered = offered_backends({w.hello.backends().begin(), w.hello.backends().end()});
+    if (std::find(offered.begin(), offered.end(), backend) == offered.end()) continue;
+    if (id != lost_worker) return &w;
+    fallback = &w;
+  }
+  return fallback;
+}
+
+bool JobManager::try_heal(JobEntry& entry, int lost_rank, const std::string& lost_worker,
+                          const std::string& reason) {
+  v1::Job& job = entry.job;
+  if (job.state() != v1::RUNNING || !may_heal(job) || lost_rank < 0 ||
+      lost_rank >= job.worker_ids_size()) {
+    return false;
+  }
+  WorkerEntry* spare = spare_for(entry, lost_worker);
+  if (!spare) return false;
+  ++entry.generation;
+  // The store outlives every rank but rank 0's process: lose rank 0, and the spare serves it.
+  if (lost_rank == 0) {
+    entry.master_addr = spare->hello.advertised_host();
+    entry.master_port = spare->hello.rendezvous_port();
+  }
+  const std::string& spare_id = spare->hello.worker_id();
+  job.set_worker_ids(lost_rank, spare_id);
+  v1::RankStatus* status = job.mutable_ranks(lost_rank);
+  status->Clear();
+  status->set_rank(lost_rank);
+  status->set_worker_id(spare_id);
+  status->set_state(v1::RANK_RUNNING);
+  entry.healing_since = clock_.steady_now();
+  entry.last_advance = clock_.steady_now();
+  entry.stall_reported = false;
+  record_incident(entry, IncidentKind::kHeal, lost_rank,
+                  "heal " + std::to_string(entry.generation) + " after: " + reason + "; worker " +
+                      spare_id + " takes rank " + std::to_string(lost_rank) +
+                      " in group generation " + std::to_string(entry.generation) + " (store " +
+                      entry.master_addr + ":" + std::to_string(entry.master_port) +
+                      "), its state from a survivor");
+  store_.save_job(job, entry.sequence);
+
+  v1::HealGroup heal;
+  heal.set_job_id(job.job_id());
+  heal.set_generation(entry.generation);
+  heal.set_master_addr(entry.master_addr);
+  heal.set_master_port(entry.master_port);
+  heal.set_lost_rank(lost_rank);
+  for (int rank = 0; rank < job.worker_ids_size(); ++rank) {
+    if (rank == lost_rank) continue;
+    WorkerEntry* survivor = find_worker(job.worker_ids(rank));
+    if (!survivor || !survivor->link || survivor->job_id != job.job_id()) continue;
+    v1::CoordinatorMessage message;
+    *message.mutable_heal() = heal;
+    survivor->link->send(message);
+  }
+
+  const int attempt = current_attempt(job);
+  v1::Assignment assignment;
+  assignment.set_job_id(job.job_id());
+  *assignment.mutable_spec() = attempt > 0 ? next_attempt_spec(job.spec()) : job.spec();
+  assignment.set_rank(lost_rank);
+  assignment.set_world_size(job.worker_ids_size());
+  assignment.set_master_addr(entry.master_addr);
+  assignment.set_master_port(entry.master_port);
+  assignment.set_attempt(attempt);
+  assignment.set_join_generation(entry.generation);
+  spare->state = v1::BUSY;
+  spare->job_id = job.job_id();
+  spare->rank = lost_rank;
+  spare->attempt = attempt;
+  spare->progress.reset();
+  v1::CoordinatorMessage message;
+  *message.mutable_assign() = assignment;
+  spare->link->send(message);
+  on_change_();
+  return true;
+}
+
+void JobManager::note_healed(JobEntry& entry, int64_t step) {
+  if (!entry.healing_since) return;
+  const double seconds =
+      std::chrono::duration<double>(clock_.steady_now() - *entry.healing_since).count();
+  entry.healing_since.reset();
+  char text[160];
+  std::snprintf(text, sizeof(text),
+                "healed: group generation %d completed step %lld, %.2f s after the loss was seen",
+                entry.generation, static_cast<long long>(step), seconds);
+  record_incident(entry, IncidentKind::kHealed, -1, text);
+}
+
+}  // namespace ddpd::coordinator

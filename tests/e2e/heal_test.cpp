@@ -1,0 +1,148 @@
+// Healing against real daemons (docs/healing.md): a rank lost mid-job (its process killed or
+// stopped, or its worker daemon stopped) is replaced in place by an idle worker. The job SUCCEEDS
+// in its first attempt, with a `heal` and a `healed` incident and no restart; the survivors' rank
+// processes are the ones that started; and, with no checkpoint to read, the exported weights equal
+// an uninterrupted run's byte for byte.
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "e2e/cluster.h"
+
+namespace ddpd::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> heal_job(int steps) {
+  return {"--world-size", "3",   "--batch",        "6", "--steps",    std::to_string(steps),
+          "--timeout",    "300", "--max-restarts", "1", "--strategy", "bucketed"};
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Waits for the job's first step report, then for its `healed` incident after `fault` runs;
+// returns the seconds from the fault to that incident, and the job once it has ended.
+// `on_healed` runs as soon as the incident is seen, while the job still trains.
+std::pair<double, nlohmann::json> fault_and_heal(Cluster& cluster, const std::string& job,
+                                                 const std::function<void()>& fault,
+                                                 const std::function<void()>& on_healed = {}) {
+  EXPECT_TRUE(cluster.wait_until([&] { return !cluster.show(job)["rank_steps"].empty(); },
+                                 std::chrono::seconds(60)));
+  fault();
+  const auto at = std::chrono::steady_clock::now();
+  cluster.wait_until([&] { return !events_of(cluster.show(job), "healed").empty(); },
+                     std::chrono::seconds(120));
+  const double seconds = seconds_since(at);
+  if (on_healed) on_healed();
+  return {seconds, cluster.wait_for_end(job, std::chrono::seconds(200))};
+}
+
+void expect_one_heal(const nlohmann::json& shown, const std::string& cause) {
+  ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
+  EXPECT_EQ(shown["attempts"], 1) << "healed in place, not restarted";
+  EXPECT_TRUE(events_of(shown, "restart").empty()) << shown["events"].dump();
+  const auto heals = events_of(shown, "heal");
+  ASSERT_EQ(heals.size(), 1u) << shown["events"].dump();
+  const std::string message = heals[0]["message"];
+  EXPECT_EQ(heals[0]["rank"], 1) << message;
+  EXPECT_NE(message.find(cause), std::string::npos) << message;
+  EXPECT_NE(message.find(" takes rank 1 in group generation 1"), std::string::npos) << message;
+  EXPECT_EQ(events_of(shown, "healed").size(), 1u) << shown["events"].dump();
+}
+
+// SIGKILL of rank 1's process at world 3, with a fourth worker idle and no checkpoint directory.
+TEST(Heal, AKilledRankIsReplacedAndTheWeightsEqualAnUninterruptedRunsBitwise) {
+  Cluster cluster(4, "heal-kill");
+  const std::string reference_dir = temp_dir() + "/heal-kill-reference";
+  const std::string healed_dir = temp_dir() + "/heal-kill-healed";
+  fs::remove_all(reference_dir);
+  fs::remove_all(healed_dir);
+  auto flags = heal_job(120);
+  flags.insert(flags.end(), {"--export-hf", reference_dir});
+  const std::string reference = cluster.submit(flags);
+  ASSERT_EQ(cluster.wait_for_end(reference)["state"], "SUCCEEDED");
+
+  flags = heal_job(120);
+  flags.insert(flags.end(), {"--export-hf", healed_dir});
+  const std::string job = cluster.submit(flags);
+  // The survivors' daemons and rank processes, before the fault and once healed.
+  std::vector<std::pair<int, int>> survivors;
+  std::vector<std::vector<int>> children_once_healed;
+  const auto [seconds, shown] = fault_and_heal(
+      cluster, job,
+      [&] {
+        for (int rank : {0, 2}) {
+          survivors.emplace_back(cluster.worker(worker_index_of_rank(cluster, job, rank)).pid(),
+                                 rank_process_of(cluster, job, rank));
+        }
+        const int pid = rank_process_of(cluster, job, 1);
+        ASSERT_GT(pid, 0);
+        ASSERT_EQ(::kill(pid, SIGKILL), 0);
+      },
+      [&] {
+        for (const auto& [daemon, rank_pid] : survivors)
+          children_once_healed.push_back(child_pids(daemon));
+      });
+  expect_one_heal(shown, "failed: its process was killed by SIGKILL");
+  std::printf("[ heal     ] killed rank 1: healed incident %.2f s after the SIGKILL; %s\n", seconds,
+              events_of(shown, "healed")[0]["message"].get<std::string>().c_str());
+  ASSERT_EQ(children_once_healed.size(), 2u);
+  for (size_t k = 0; k < 2; ++k) {
+    EXPECT_GT(survivors[k].second, 0);
+    EXPECT_EQ(children_once_healed[k], std::vector<int>{survivors[k].second})
+        << "survivor " << k << "'s rank process is not the one that started the job";
+  }
+  ASSERT_TRUE(fs::exists(reference_dir + "/model.safetensors"));
+  for (const auto& entry : fs::directory_iterator(reference_dir)) {
+    const std::string name = entry.path().filename();
+    EXPECT_TRUE(file_bytes(entry.path()) == file_bytes(healed_dir + "/" + name))
+        << name << " of the healed run differs from the uninterrupted run's";
+  }
+}
+
+// A rank's process stopped (SIGSTOP): its daemon kills it within two progress intervals and,
+// with no other worker idle, that daemon's worker takes the rank back in the new generation.
+TEST(Heal, AStoppedRankProcessIsKilledAndItsWorkerRejoinsInPlace) {
+  Cluster cluster(3, "heal-stop");
+  const std::string job = cluster.submit(heal_job(120));
+  const auto [seconds, shown] = fault_and_heal(cluster, job, [&] {
+    const int pid = rank_process_of(cluster, job, 1);
+    ASSERT_GT(pid, 0);
+    ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  });
+  expect_one_heal(shown, "failed: its process was stopped (SIGSTOP");
+  std::printf("[ heal     ] stopped rank 1: healed incident %.2f s after the SIGSTOP\n", seconds);
+}
+
+// A worker daemon stopped mid-job is lost after --worker-timeout (3 s here); its rank process
+// lives on, stuck, in the old group. The coordinator gives its rank to the idle fourth worker,
+// and the survivors abort the old group's collectives on the HealGroup and form the new one.
+TEST(Heal, ARankWhoseWorkerIsLostIsReplacedByAnIdleWorker) {
+  Cluster cluster(4, "heal-lost-worker");
+  const std::string job = cluster.submit(heal_job(150));
+  int stopped = -1;
+  const auto [seconds, shown] = fault_and_heal(cluster, job, [&] {
+    stopped = worker_index_of_rank(cluster, job, 1);
+    cluster.worker(stopped).signal(SIGSTOP);
+  });
+  cluster.worker(stopped).signal(SIGCONT);
+  expect_one_heal(shown, "(rank 1) lost: no heartbeat for ");
+  std::printf(
+      "[ heal     ] lost worker: healed incident %.2f s after the SIGSTOP (--worker-timeout "
+      "3 s)\n",
+      seconds);
+}
+
+}  // namespace
+}  // namespace ddpd::testing
