@@ -124,6 +124,21 @@ struct CoordinatorMetrics::Impl {
               "compute time relative to the other ranks' median (1: as fast or faster)")
           .Register(*registry);
   std::map<std::pair<std::string, int>, prometheus::Gauge*> score_gauges;
+  prometheus::Counter& heals = prometheus::BuildCounter()
+                                   .Name("ddpd_coordinator_heals_total")
+                                   .Help("Lost ranks replaced in place by an idle worker")
+                                   .Register(*registry)
+                                   .Add({});
+  // Buckets from 0.25 s (a killed rank of a small model) to 2 min (a lost worker's timeout and a
+  // large model's state).
+  prometheus::Histogram& heal_seconds =
+      prometheus::BuildHistogram()
+          .Name("ddpd_coordinator_heal_seconds")
+          .Help("Seconds from a lost rank seen to the healed group's first complete step")
+          .Register(*registry)
+          .Add({}, prometheus::Histogram::BucketBoundaries{0.25, 0.5, 1, 2, 5, 10, 30, 60, 120});
+  int64_t heals_counted = 0;     // of StateCounts::heals_started, already in `heals`
+  size_t heal_seconds_seen = 0;  // of StateCounts::heal_seconds, already observed
   std::shared_ptr<RefreshOnScrape> collectable;
   std::unique_ptr<MetricsEndpoint> endpoint;
 
@@ -152,6 +167,11 @@ struct CoordinatorMetrics::Impl {
         gauge = &compute_score.Add({{"job_id", key.first}, {"rank", std::to_string(key.second)}});
       }
       gauge->Set(score);
+    }
+    heals.Increment(static_cast<double>(counts.heals_started - heals_counted));
+    heals_counted = counts.heals_started;
+    for (; heal_seconds_seen < counts.heal_seconds.size(); ++heal_seconds_seen) {
+      heal_seconds.Observe(counts.heal_seconds[heal_seconds_seen]);
     }
   }
 };

@@ -27,6 +27,9 @@ struct CoordinatorMetricsOptions {
 //                                              result): arrival to end of handling, histogram
 //   ddpd_rank_compute_score{job_id, rank}      straggler score: 1 / this rank's median compute
 //                                              relative to the other ranks' median
+//   ddpd_coordinator_heals_total               lost ranks replaced in place (docs/healing.md)
+//   ddpd_coordinator_heal_seconds              from a loss seen to the healed group's first
+//                                              complete step, histogram
 //
 // Thread contract: count_* are called from gRPC's threads (prometheus-cpp counters are
 // thread-safe); `snapshot` is called on a scrape, from the endpoint's thread, and must take

@@ -35,6 +35,7 @@ bool JobManager::try_heal(JobEntry& entry, int lost_rank, const std::string& los
   WorkerEntry* spare = spare_for(entry, lost_worker);
   if (!spare) return false;
   ++entry.generation;
+  ++heals_started_;
   // The store outlives every rank but rank 0's process: lose rank 0, and the spare serves it.
   if (lost_rank == 0) {
     entry.master_addr = spare->hello.advertised_host();
@@ -100,6 +101,7 @@ void JobManager::note_healed(JobEntry& entry, int64_t step) {
   const double seconds =
       std::chrono::duration<double>(clock_.steady_now() - *entry.healing_since).count();
   entry.healing_since.reset();
+  heal_seconds_.push_back(seconds);
   char text[160];
   std::snprintf(text, sizeof(text),
                 "healed: group generation %d completed step %lld, %.2f s after the loss was seen",

@@ -214,6 +214,8 @@ class JobManager {
   std::vector<std::string> job_order_;  // submission order
   int64_t next_sequence_ = 1;
   bool stopping_ = false;
+  int64_t heals_started_ = 0;         // since this coordinator started (StateCounts)
+  std::vector<double> heal_seconds_;  // each heal's, from the loss seen to the healed step
 };
 
 }  // namespace ddpd::coordinator

@@ -179,6 +179,8 @@ StateCounts JobManager::state_counts() const {
         counts.compute_scores[{job.job_id(), r.rank()}] = r.compute_score();
     }
   }
+  counts.heals_started = heals_started_;
+  counts.heal_seconds = heal_seconds_;
   return counts;
 }
 

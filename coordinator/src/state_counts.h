@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace ddpd::coordinator {
 
@@ -14,6 +15,10 @@ struct StateCounts {
   // Straggler scores by (job_id, rank): running jobs and the last ended ones
   // (kRetainedScoreJobs), so the last scores stay scrapeable and the label set stays bounded.
   std::map<std::pair<std::string, int>, double> compute_scores;
+  // Healing since the coordinator started: heals begun, and the seconds from each loss seen to
+  // the healed group's first complete step, in order (metrics observe the ones new to them).
+  int64_t heals_started = 0;
+  std::vector<double> heal_seconds;
 };
 
 constexpr int kRetainedScoreJobs = 4;

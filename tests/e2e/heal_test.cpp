@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "e2e/cluster.h"
+#include "support/http.h"
 
 namespace ddpd::testing {
 namespace {
@@ -63,7 +64,8 @@ void expect_one_heal(const nlohmann::json& shown, const std::string& cause) {
 
 // SIGKILL of rank 1's process at world 3, with a fourth worker idle and no checkpoint directory.
 TEST(Heal, AKilledRankIsReplacedAndTheWeightsEqualAnUninterruptedRunsBitwise) {
-  Cluster cluster(4, "heal-kill");
+  const int metrics_port = free_port();
+  Cluster cluster(4, "heal-kill", {"--metrics-port", std::to_string(metrics_port)});
   const std::string reference_dir = temp_dir() + "/heal-kill-reference";
   const std::string healed_dir = temp_dir() + "/heal-kill-healed";
   fs::remove_all(reference_dir);
@@ -103,6 +105,11 @@ TEST(Heal, AKilledRankIsReplacedAndTheWeightsEqualAnUninterruptedRunsBitwise) {
     EXPECT_EQ(children_once_healed[k], std::vector<int>{survivors[k].second})
         << "survivor " << k << "'s rank process is not the one that started the job";
   }
+  // /metrics: one heal, and its time in the histogram.
+  const std::string metrics = http_get(metrics_port, "/metrics").body;
+  EXPECT_NE(metrics.find("\nddpd_coordinator_heals_total 1\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("\nddpd_coordinator_heal_seconds_count 1\n"), std::string::npos)
+      << metrics;
   ASSERT_TRUE(fs::exists(reference_dir + "/model.safetensors"));
   for (const auto& entry : fs::directory_iterator(reference_dir)) {
     const std::string name = entry.path().filename();

@@ -326,6 +326,8 @@ TEST_F(JobManagerTest, AKilledRankIsHealedInPlaceByAnIdleWorker) {
   EXPECT_NE(healed[0].message().find("completed step 4, 1.50 s after the loss was seen"),
             std::string::npos)
       << healed[0].message();
+  EXPECT_EQ(manager_->state_counts().heals_started, 1);
+  EXPECT_EQ(manager_->state_counts().heal_seconds, std::vector<double>{1.5});
   for (int rank = 0; rank < 3; ++rank) result(job(id).worker_ids(rank), id, rank, 0);
   EXPECT_EQ(job(id).state(), v1::SUCCEEDED);
   // A second loss finds --max-restarts 1 used up by the heal.
