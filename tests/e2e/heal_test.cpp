@@ -6,6 +6,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "e2e/cluster.h"
@@ -149,6 +150,56 @@ TEST(Heal, ARankWhoseWorkerIsLostIsReplacedByAnIdleWorker) {
       "[ heal     ] lost worker: healed incident %.2f s after the SIGSTOP (--worker-timeout "
       "3 s)\n",
       seconds);
+}
+
+// A fault during the heal: the spare's own process is killed as soon as it exists. With
+// --max-restarts 1 used up by the heal, the coordinator restarts the job instead (the survivors
+// are cancelled, and killed 1 s later if they wait in the new group's rendezvous): the job
+// SUCCEEDS in a second attempt, and nothing waits out --timeout (300 s).
+TEST(Heal, ASpareKilledWhileItJoinsEndsInTheRestart) {
+  Cluster cluster(4, "heal-spare-dies");
+  const std::string job = cluster.submit(heal_job(120));
+  ASSERT_TRUE(cluster.wait_until([&] { return !cluster.show(job)["rank_steps"].empty(); },
+                                 std::chrono::seconds(60)));
+  const int spare = [&] {  // the worker the job does not run on
+    std::set<int> used;
+    for (int rank = 0; rank < 3; ++rank) used.insert(worker_index_of_rank(cluster, job, rank));
+    for (int i = 0; i < 4; ++i) {
+      if (!used.count(i)) return i;
+    }
+    return -1;
+  }();
+  ASSERT_GE(spare, 0);
+  const int pid = rank_process_of(cluster, job, 1);
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  const auto killed_at = std::chrono::steady_clock::now();
+  int spare_pid = -1;
+  ASSERT_TRUE(cluster.wait_until(
+      [&] {
+        const auto children = child_pids(cluster.worker(spare).pid());
+        if (!children.empty()) spare_pid = children[0];
+        return spare_pid > 0;
+      },
+      std::chrono::seconds(30)))
+      << cluster.show(job).dump();
+  ::kill(spare_pid, SIGKILL);
+  const auto shown = cluster.wait_for_end(job, std::chrono::seconds(200));
+  const double seconds = seconds_since(killed_at);
+  ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
+  EXPECT_EQ(events_of(shown, "heal").size(), 1u) << shown["events"].dump();
+  const auto restarts = events_of(shown, "restart");
+  ASSERT_EQ(restarts.size(), 1u) << shown["events"].dump();
+  const std::string message = restarts[0]["message"];
+  EXPECT_NE(message.find("rank 1 (worker heal-spare-dies-w" + std::to_string(spare) + ")"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(shown["attempts"], 2);
+  std::printf(
+      "[ heal     ] spare killed while joining: restarted job SUCCEEDED %.1f s after the "
+      "first kill (--timeout 300 s)\n",
+      seconds);
+  EXPECT_LT(seconds, 120) << "a survivor waited out --timeout";
 }
 
 }  // namespace
