@@ -182,7 +182,12 @@ class RankRun {
     apply_job_options(r, job);
     r.master_addr = heal->master_addr();
     r.master_port = heal->master_port();
-    auto comm = connect_generation(r, generation, &previous);
+    std::shared_ptr<Communicator> comm;
+    try {
+      comm = connect_generation(r, generation, &previous, [this] { return cancelled_.load(); });
+    } catch (const RendezvousAbandoned&) {
+      return nullptr;  // cancelled while a peer of the new generation had not come
+    }
     publish(comm, nullptr, /*keep_trainer=*/true);
     return comm;
   }
@@ -236,6 +241,15 @@ class RankRun {
     write(e);
   }
 
+  // The spare's way in (docs/healing.md): generation `join`'s group, left at once on a cancel.
+  std::shared_ptr<Communicator> join_generation(const RendezvousOptions& r, int join) {
+    try {
+      return connect_generation(r, join, nullptr, [this] { return cancelled_.load(); });
+    } catch (const RendezvousAbandoned& e) {
+      throw JobCancelled(e.what());
+    }
+  }
+
   // Returns rank 0's result JSON (other ranks: empty).
   std::string run_comm_job() {
     const CommJob job = from_proto(a_.spec().comm());
@@ -262,7 +276,7 @@ class RankRun {
     spdlog::info("job={} rank={} world={} rendezvous {}:{}", a_.job_id(), a_.rank(),
                  a_.world_size(), a_.master_addr(), a_.master_port());
     const int join = a_.join_generation();
-    auto comm = join > 0 ? connect_generation(r, join, nullptr) : connect(r);
+    auto comm = join > 0 ? join_generation(r, join) : connect(r);
     publish(comm, nullptr);
     started(*comm);
     Trainer trainer(job, comm, {}, join);

@@ -4,7 +4,13 @@
 // step 3. Same data order, same ranks, same bucket layouts: the final parameters must equal an
 // uninterrupted run's bit for bit, on every rank.
 #include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <atomic>
+#include <thread>
+
+#include "ddpd/core/communicator.h"
+#include "ddpd/core/rendezvous.h"
 #include "multirank/multirank_test_util.h"
 
 namespace ddpd::testing {
@@ -123,6 +129,82 @@ TEST(HealingLimits, ShardedOptimizerStateFailsInsteadOfRegrouping) {
     EXPECT_NE(outcomes[rank].err.find("FAILED (cause peer_exited, rank 1)"), std::string::npos)
         << outcomes[rank].err;
     EXPECT_EQ(outcomes[rank].err.find("ddpd: healed"), std::string::npos) << outcomes[rank].err;
+  }
+}
+
+// connect_generation's join barrier (rendezvous.h, protocol step 4): rank 0 of 2 forms
+// generation 1 while rank 1 has connected to the store and never joins it, as a spare that died
+// on its way in.
+struct GenerationWait {
+  RendezvousOptions options;
+  std::atomic<bool> stop{false};
+  std::exception_ptr error;
+  std::thread rank0;
+  c10::intrusive_ptr<c10d::TCPStore> rank1;
+
+  explicit GenerationWait(std::chrono::milliseconds timeout) {
+    options.master_port = free_port();
+    options.world_size = 2;
+    options.timeout = timeout;
+    rank0 = std::thread([this] {
+      try {
+        connect_generation(options, 1, nullptr, [this] { return stop.load(); });
+      } catch (...) {
+        error = std::current_exception();
+      }
+    });
+    wait_for_port("127.0.0.1", options.master_port, std::chrono::seconds(30));
+    c10d::TCPStoreOptions client;
+    client.port = static_cast<std::uint16_t>(options.master_port);
+    client.numWorkers = 2;
+    client.waitWorkers = true;
+    client.timeout = std::chrono::seconds(30);
+    rank1 = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", client);
+  }
+  ~GenerationWait() {
+    stop = true;
+    if (rank0.joinable()) rank0.join();
+  }
+};
+
+TEST(GenerationRendezvous, AStopLeavesTheWaitForAPeerThatNeverJoins) {
+  GenerationWait wait(std::chrono::seconds(300));
+  // Rank 0 is in its poll once its join key is in the store.
+  const std::vector<std::string> joined{"ddpd/gen1/joined/0"};
+  for (int i = 0; i < 3000 && !wait.rank1->check(joined); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(wait.rank1->check(joined));
+  const auto stopped_at = std::chrono::steady_clock::now();
+  wait.stop = true;
+  wait.rank0.join();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
+  ASSERT_TRUE(wait.error);
+  try {
+    std::rethrow_exception(wait.error);
+  } catch (const RendezvousAbandoned& e) {
+    EXPECT_NE(std::string(e.what()).find("group generation 1 at 127.0.0.1:"), std::string::npos)
+        << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not RendezvousAbandoned: " << e.what();
+  }
+  // What ended the wait was the stop, not the 300 s timeout.
+  EXPECT_LT(seconds, 150) << "the stop was not seen";
+}
+
+TEST(GenerationRendezvous, ATimeoutNamesTheRankThatDidNotJoin) {
+  GenerationWait wait(std::chrono::seconds(5));
+  wait.rank0.join();
+  ASSERT_TRUE(wait.error);
+  try {
+    std::rethrow_exception(wait.error);
+  } catch (const RendezvousAbandoned& e) {
+    ADD_FAILURE() << "abandoned with no stop: " << e.what();
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(", rank 0: rank(s) 1 did not join within 5 s"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -150,6 +150,10 @@ RendezvousOptions rendezvous_for_job(const DdpJobOptions& job) {
 
 namespace {
 
+// connect_generation's poll of its peers' join keys: one store round trip per poll, and a
+// cancelled rank leaves within it.
+constexpr auto kJoinPoll = std::chrono::milliseconds(5);
+
 // The rendezvous store and, on rank 0, its server: the server is held by the communicator apart
 // from the store its group uses, because a group that Communicator::abort() abandons keeps its
 // store, and a server inside it would keep this worker's rendezvous port, which the job's
@@ -266,6 +270,32 @@ std::shared_ptr<Communicator> connect_over(const RendezvousOptions& options,
                                            : connect_nccl(options, comm_options, rendezvous);
 }
 
+// Protocol step 4 of connect_generation (rendezvous.h).
+void await_generation(c10d::Store& store, const RendezvousOptions& options, int generation,
+                      const std::function<bool()>& stop) {
+  const auto key = [](int rank) { return "joined/" + std::to_string(rank); };
+  store.set(key(options.rank), std::vector<uint8_t>{1});
+  std::vector<std::string> keys;
+  for (int r = 0; r < options.world_size; ++r) keys.push_back(key(r));
+  const std::string group = "group generation " + std::to_string(generation) + " at " +
+                            endpoint_of(options) + ", rank " + std::to_string(options.rank);
+  const auto deadline = std::chrono::steady_clock::now() + options.timeout;
+  while (!store.check(keys)) {
+    if (stop && stop()) {
+      throw RendezvousAbandoned(group + ": stopped while waiting for the other ranks to join");
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::string missing;
+      for (int r = 0; r < options.world_size; ++r) {
+        if (!store.check({key(r)})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      }
+      throw std::runtime_error(group + ": rank(s) " + missing + " did not join within " +
+                               std::to_string(options.timeout.count() / 1000) + " s");
+    }
+    std::this_thread::sleep_for(kJoinPoll);
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
@@ -277,7 +307,8 @@ std::shared_ptr<Communicator> connect(const RendezvousOptions& options) {
 }
 
 std::shared_ptr<Communicator> connect_generation(const RendezvousOptions& options, int generation,
-                                                 Communicator* previous) {
+                                                 Communicator* previous,
+                                                 const std::function<bool()>& stop) {
   if (previous) previous->abort();
   const CommunicatorOptions comm_options = communicator_options(options);
   if (options.world_size == 1) {
@@ -293,6 +324,7 @@ std::shared_ptr<Communicator> connect_generation(const RendezvousOptions& option
   }
   rendezvous.store =
       c10::make_intrusive<c10d::PrefixStore>("gen" + std::to_string(generation), rendezvous.store);
+  await_generation(*rendezvous.store, options, generation, stop);
   return connect_over(options, comm_options, rendezvous);
 }
 

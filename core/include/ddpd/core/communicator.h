@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -23,7 +24,8 @@ namespace ddpd {
 
 struct RendezvousOptions;
 class Communicator;
-std::shared_ptr<Communicator> connect_generation(const RendezvousOptions&, int, Communicator*);
+std::shared_ptr<Communicator> connect_generation(const RendezvousOptions&, int, Communicator*,
+                                                 const std::function<bool()>&);
 
 namespace detail {
 class SharedMemoryCapability;
@@ -195,7 +197,8 @@ class Communicator {
  private:
   // Keeps the previous generation's store and its server (rendezvous.h).
   friend std::shared_ptr<Communicator> connect_generation(const RendezvousOptions&, int,
-                                                          Communicator*);
+                                                          Communicator*,
+                                                          const std::function<bool()>&);
 
   // Throws std::invalid_argument unless `tensor` is on device_ (see the collectives' contract).
   void require_on_device(const at::Tensor& tensor, const std::string& name) const;

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "ddpd/common/job_options.h"
@@ -84,16 +85,32 @@ RendezvousOptions rendezvous_for_job(const DdpJobOptions& job);
 // store. Throws std::runtime_error with the endpoint and reason when rendezvous fails.
 std::shared_ptr<Communicator> connect(const RendezvousOptions& options);
 
+// Thrown by connect_generation when `stop` said so while this rank waited for the others.
+class RendezvousAbandoned : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // The group of generation `generation` (1, 2, …) of a job that lost a rank (docs/healing.md).
-// Protocol: `previous` (this rank's communicator of the generation before; null for the rank
-// that joins) is aborted first. The new group forms over the rendezvous store under the prefix
-// "gen<G>/", so nothing the old group wrote, and no late message of its ranks, is read by the new
-// one. A rank whose previous group met at the same endpoint keeps its store connection, and rank
-// 0 keeps serving the store: its port stays bound, and a rank that regroups before rank 0 has
-// noticed the loss finds the store up. Where the endpoint changed (rank 0 was the one lost, and
-// the rank that replaces it serves the store) or there is no previous group, the store is opened
-// as connect() opens it. Throws std::runtime_error as connect() does.
+// Protocol:
+//  1. `previous` (this rank's communicator of the generation before; null for the rank that
+//     joins) is aborted.
+//  2. The store: a rank whose previous group met at the same endpoint keeps its store connection,
+//     and rank 0 keeps serving the store (its port stays bound, so a rank that regroups before
+//     rank 0 has noticed the loss finds it up). Where the endpoint changed (rank 0 was the one
+//     lost, and the rank that replaces it serves the store) or there is no previous group, the
+//     store is opened as connect() opens it.
+//  3. Everything below goes under the prefix "gen<G>/", so nothing the old group wrote, and no
+//     late message of its ranks, is read by the new one.
+//  4. Each rank sets "joined/<rank>" and polls until every rank's key is there, every 5 ms
+//     (kJoinPoll): `stop` is asked at each poll (a rank whose job is cancelled while a peer never
+//     comes leaves at once, with RendezvousAbandoned), and `options.timeout` ends the wait with
+//     a std::runtime_error naming the ranks that did not join.
+//  5. The process group forms over the prefixed store: every rank is there, so the backend's
+//     own exchange, which cannot be interrupted, waits on no one who is missing.
+// Throws std::runtime_error as connect() does.
 std::shared_ptr<Communicator> connect_generation(const RendezvousOptions& options, int generation,
-                                                 Communicator* previous);
+                                                 Communicator* previous,
+                                                 const std::function<bool()>& stop = {});
 
 }  // namespace ddpd
