@@ -32,6 +32,10 @@ bool JobManager::try_heal(JobEntry& entry, int lost_rank, const std::string& los
       lost_rank >= job.worker_ids_size()) {
     return false;
   }
+  // A loss while a heal is under way: what was lost may be the state's source or the rank that
+  // joins, and the ranks may be mid-transfer. The checkpoint restart is the path that is sure
+  // (fail_or_restart says why).
+  if (entry.healing_since) return false;
   WorkerEntry* spare = spare_for(entry, lost_worker);
   if (!spare) return false;
   ++entry.generation;

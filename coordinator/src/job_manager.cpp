@@ -361,7 +361,11 @@ void JobManager::cancel_workers(JobEntry& entry) {
   }
 }
 
-void JobManager::fail_or_restart(JobEntry& entry, const std::string& reason) {
+void JobManager::fail_or_restart(JobEntry& entry, const std::string& what_happened) {
+  std::string reason = what_happened;
+  if (entry.healing_since) {
+    reason += " (during heal " + std::to_string(entry.generation) + ": no second heal is tried)";
+  }
   if (entry.job.state() == v1::RUNNING && may_restart(entry.job)) {
     // The running attempt's ranks are told to stop; they return to IDLE as their (ignored)
     // results arrive, and place() starts the next attempt once enough workers are idle.

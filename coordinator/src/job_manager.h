@@ -82,7 +82,8 @@ struct Refusal {
 //     forms over: the same unless rank 0 was lost, then the spare's); the spare gets the lost
 //     rank's number in an Assignment with join_generation; a `heal` incident records who
 //     replaced whom, and a `healed` incident the first step the ranks complete after it. With
-//     no spare, or a job that may not heal, 7 applies.
+//     no spare, or a job that may not heal, 7 applies; so it does to a loss or failure while a
+//     heal is under way (before its `healed` incident), and the restart's reason says so.
 // On construction, jobs found RUNNING in the store are restarted the same way when restarts are
 // left, else marked FAILED ("coordinator restarted").
 //

@@ -357,6 +357,41 @@ TEST_F(JobManagerTest, LosingRankZerosWorkerMovesTheStoreToTheSpare) {
             std::string::npos);
 }
 
+// A second loss before the heal's `healed` incident (here: a survivor, which may have been the
+// state's source) is not healed again, though restarts and idle workers are left: the job
+// restarts, and its reason names the heal it interrupted. Once healed, a loss heals again.
+TEST_F(JobManagerTest, ALossWhileAHealIsUnderWayRestartsTheJobInstead) {
+  auto spec = ddp_spec(3);
+  spec.mutable_ddp()->set_max_restarts(3);
+  FakeLink& w0 = add_worker("w0");
+  add_worker("w1");
+  add_worker("w2");
+  add_worker("w3");
+  add_worker("w4");
+  const std::string id = submit(spec);
+  result("w1", id, 1, 0, v1::RANK_FAILURE_PROCESS_KILLED, "its process was killed by SIGKILL");
+  ASSERT_EQ(incidents(id, "heal").size(), 1u);
+  result("w0", id, 0, 0, v1::RANK_FAILURE_PROCESS_EXITED, "its process exited with status 3");
+  EXPECT_EQ(incidents(id, "heal").size(), 1u) << "healed twice";
+  EXPECT_EQ(w0.heals().size(), 1u) << "a second HealGroup was sent";
+  ASSERT_EQ(job(id).attempts(), 2);  // restarted at once on the idle workers
+  const auto restarts = incidents(id, "restart");
+  ASSERT_EQ(restarts.size(), 1u);
+  EXPECT_NE(restarts[0].message().find(
+                "after: rank 0 (worker w0) failed: its process exited with status 3 (during heal "
+                "1: no second heal is tried)"),
+            std::string::npos)
+      << restarts[0].message();
+  // The old attempt's ranks end cancelled and are idle again; the new attempt heals a loss.
+  result("w2", id, 2, 0, v1::RANK_FAILURE_CANCELLED, "cancelled");
+  result("w3", id, 1, 0, v1::RANK_FAILURE_CANCELLED, "cancelled");
+  for (int rank = 0; rank < 3; ++rank) step(job(id).worker_ids(rank), id, rank, 0, 0.1, 1);
+  const std::string lost = job(id).worker_ids(2);
+  result(lost, id, 2, 1, v1::RANK_FAILURE_PROCESS_KILLED, "its process was killed by SIGKILL");
+  EXPECT_EQ(incidents(id, "heal").size(), 2u);
+  EXPECT_EQ(job(id).attempts(), 2);
+}
+
 TEST_F(JobManagerTest, ARankThatFailedInsteadOfDyingIsNotHealed) {
   auto spec = ddp_spec(2);
   spec.mutable_ddp()->set_max_restarts(1);
