@@ -10,7 +10,8 @@
 
 namespace ddpd {
 
-DDPD_ENUM_NAMES(FaultKind, "hang", "exit", "slow", "skip-collective", "crash-during-checkpoint")
+DDPD_ENUM_NAMES(FaultKind, "hang", "exit", "slow", "skip-collective", "crash-during-checkpoint",
+                "exit-during-heal")
 
 namespace {
 

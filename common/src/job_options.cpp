@@ -208,6 +208,10 @@ void validate_faults_and_checkpoints(const DdpJobOptions& o, int world_size) {
             "--inject",
             "crash-during-checkpoint needs checkpoints: set --checkpoint-dir and "
             "--checkpoint-every");
+    require(fault->kind != FaultKind::kExitDuringHeal || (o.max_restarts > 0 && !o.no_heal),
+            "--inject",
+            "exit-during-heal needs a job that may heal: set --max-restarts N (N > 0) and "
+            "leave out --no-heal");
   }
   require(o.checkpoint_every >= 0, "--checkpoint-every", "must be >= 0 (0: no checkpoints)");
   require(o.checkpoint_every == 0 || !o.checkpoint_dir.empty(), "--checkpoint-every",

@@ -168,6 +168,24 @@ TEST(FaultInjection, ParsesEveryKindAndRefusesBadSpecsByFlag) {
   EXPECT_THROW(validate(o, 2), OptionError);
 }
 
+// A drill whose fault can never fire would pass without testing anything: exit-during-heal is
+// refused on a job that never heals.
+TEST(FaultInjection, ExitDuringHealNeedsAJobThatMayHeal) {
+  DdpJobOptions o;
+  o.inject = "exit-during-heal:rank=0,step=2";
+  try {
+    validate(o, 2);
+    ADD_FAILURE() << "accepted without --max-restarts";
+  } catch (const OptionError& e) {
+    EXPECT_EQ(e.flag(), "--inject");
+    EXPECT_NE(std::string(e.what()).find("--max-restarts"), std::string::npos) << e.what();
+  }
+  o.max_restarts = 1;
+  EXPECT_NO_THROW(validate(o, 2));
+  o.no_heal = true;
+  EXPECT_THROW(validate(o, 2), OptionError);
+}
+
 }  // namespace ddpd
 
 namespace ddpd {
@@ -270,7 +288,7 @@ TEST(JobEnums, NamesRoundTripAndUnknownNamesNameTheFlag) {
   check_enum_names<Collective>(4);
   check_enum_names<CommDtype>(2);
   check_enum_names<CommSeries>(5);
-  check_enum_names<FaultKind>(5);
+  check_enum_names<FaultKind>(6);
   check_enum_names<IncidentKind>(8);
   EXPECT_EQ(series_of(Collective::kReduceScatter), CommSeries::kReduceScatter);
   EXPECT_EQ(choices_text({"a", "b", "c"}), "a, b or c");

@@ -32,8 +32,9 @@ FaultInjector::FaultInjector(const std::optional<FaultInjection>& injection, int
 void FaultInjector::at_step_start(int64_t step, Communicator& comm,
                                   const std::function<bool()>& cancelled) {
   if (!fault_ || step != fault_->step || fault_->kind == FaultKind::kSlow ||
-      fault_->kind == FaultKind::kCrashDuringCheckpoint) {
-    return;  // slow stretches compute; crash-during-checkpoint fires in the checkpoint
+      fault_->kind == FaultKind::kCrashDuringCheckpoint ||
+      fault_->kind == FaultKind::kExitDuringHeal) {
+    return;  // slow stretches compute; the others fire in a checkpoint or a heal
   }
   announce(*fault_, step);
   if (fault_->kind == FaultKind::kExit) std::_Exit(3);
@@ -60,6 +61,12 @@ void FaultInjector::stretch_compute(int64_t step, double compute_seconds) {
   if (step == fault_->step) announce(*fault_, step);
   std::this_thread::sleep_for(
       std::chrono::duration<double>((fault_->factor - 1) * compute_seconds));
+}
+
+void FaultInjector::during_state_transfer(int64_t resumed_step) {
+  if (!fault_ || fault_->kind != FaultKind::kExitDuringHeal || resumed_step < fault_->step) return;
+  announce(*fault_, resumed_step);
+  std::_Exit(3);
 }
 
 int64_t FaultInjector::checkpoint_crash_bytes(int64_t steps_done) const {

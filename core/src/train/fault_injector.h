@@ -27,6 +27,9 @@ class FaultInjector {
   void at_step_start(int64_t step, Communicator& comm, const std::function<bool()>& cancelled);
   // --inject slow, from its step on: sleeps (factor - 1) × the step's compute seconds.
   void stretch_compute(int64_t step, double compute_seconds);
+  // exit-during-heal, halfway through a heal's state transfer (after the parameters) that
+  // resumes at `resumed_step`: exits (status 3) when it is at or after the injection's step.
+  void during_state_transfer(int64_t resumed_step);
   // crash-during-checkpoint: the bytes of its file a checkpoint of `steps_done` steps writes
   // before the process exits (0: the whole file, no crash).
   int64_t checkpoint_crash_bytes(int64_t steps_done) const;

@@ -98,7 +98,8 @@ int64_t module_state_bytes(torch::nn::Module& module) {
 }  // namespace
 
 TransferredState transfer_training_state(const TrainingState& s, std::shared_ptr<Communicator> comm,
-                                         int64_t completed_steps) {
+                                         int64_t completed_steps,
+                                         const AfterParameters& after_parameters) {
   const auto start = std::chrono::steady_clock::now();
   Communicator& c = *comm;
   const Source source = choose_source(c, completed_steps);
@@ -118,6 +119,7 @@ TransferredState transfer_training_state(const TrainingState& s, std::shared_ptr
   out.completed_steps = source.completed_steps;
   broadcast_module_state(s.model, c, source.rank);
   out.bytes = module_state_bytes(s.model);
+  if (after_parameters) after_parameters(source.completed_steps);
   out.bytes += transfer_optimizer_state(s, c, source.rank);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;

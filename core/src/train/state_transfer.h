@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "ddpd/core/communicator.h"
@@ -37,11 +38,16 @@ struct TransferredState {
   double seconds = 0;
 };
 
+// Called between steps 4's two broadcasts with the source's completed steps: --inject
+// exit-during-heal's point (fault_injector.h).
+using AfterParameters = std::function<void(int64_t resumed_step)>;
+
 // `state.comm` is the new generation's; `completed_steps` is -1 on the rank that joins.
 // Throws std::runtime_error when no rank has state (every survivor was lost), and
-// CollectiveError as the broadcasts do.
+// CollectiveError as the broadcasts do (a rank of the new group was lost while it ran).
 TransferredState transfer_training_state(const TrainingState& state,
                                          std::shared_ptr<Communicator> comm,
-                                         int64_t completed_steps);
+                                         int64_t completed_steps,
+                                         const AfterParameters& after_parameters = {});
 
 }  // namespace ddpd::detail

@@ -185,6 +185,9 @@ struct Trainer::Impl {
                               TrainingResult& result);
   // The rank that joins: the state of the group it joined.
   void take_state_as_joiner(TrainingResult& result);
+  // transfer_training_state over `next`, with --inject exit-during-heal's point; a collective
+  // failure is rethrown naming the generation that was healing.
+  detail::TransferredState transfer_state(std::shared_ptr<Communicator> next, int64_t steps_done);
   // What run() reports besides the steps and heals: the run's configuration, summary and profile.
   void describe_run(TrainingResult& result) const;
 
@@ -575,8 +578,7 @@ std::optional<int64_t> Trainer::Impl::heal(const Regroup& regroup, const Collect
     std::lock_guard<std::mutex> lock(comm_swap);
     comm = next;  // the old group was aborted by connect_generation; its Communicator ends here
   }
-  const detail::TransferredState moved =
-      detail::transfer_training_state(training_state(), std::move(next), completed_steps);
+  const detail::TransferredState moved = transfer_state(std::move(next), completed_steps);
   completed_steps = moved.completed_steps;
   step.store(moved.completed_steps);
   // A step this rank reported that the source had not completed is trained again.
@@ -594,9 +596,23 @@ std::optional<int64_t> Trainer::Impl::heal(const Regroup& regroup, const Collect
   return moved.completed_steps;
 }
 
+detail::TransferredState Trainer::Impl::transfer_state(std::shared_ptr<Communicator> next,
+                                                       int64_t steps_done) {
+  // A rank of the new group lost while the state moves fails the heal: no second heal is tried
+  // (the coordinator restarts the job from its checkpoint), so every rank fails, naming it.
+  try {
+    return detail::transfer_training_state(
+        training_state(), std::move(next), steps_done,
+        [this](int64_t resumed_step) { injector->during_state_transfer(resumed_step); });
+  } catch (const CollectiveError& e) {
+    throw CollectiveError("healing into group generation " + std::to_string(generation) +
+                              ": the state transfer failed: " + e.what(),
+                          e.cause(), e.peer_rank());
+  }
+}
+
 void Trainer::Impl::take_state_as_joiner(TrainingResult& result) {
-  const detail::TransferredState moved =
-      detail::transfer_training_state(training_state(), comm, /*completed_steps=*/-1);
+  const detail::TransferredState moved = transfer_state(comm, /*steps_done=*/-1);
   completed_steps = start_step = moved.completed_steps;
   step.store(moved.completed_steps);
   joining = false;

@@ -8,6 +8,9 @@
 //         collectives pair with its peers' earlier ones (a desync)
 //   crash-during-checkpoint  rank R's process exits halfway through writing its file of the
 //         first checkpoint saved after step S
+//   exit-during-heal  rank R's process exits halfway through the state transfer of a heal
+//         (docs/healing.md) that resumes at step S or later: after the parameters, before the
+//         optimizer state, whether it sends them or receives them
 #pragma once
 
 #include <cstdint>
@@ -20,7 +23,14 @@
 namespace ddpd {
 
 // An injected fault's kind: the KIND of --inject KIND:...
-enum class FaultKind { kHang, kExit, kSlow, kSkipCollective, kCrashDuringCheckpoint };
+enum class FaultKind {
+  kHang,
+  kExit,
+  kSlow,
+  kSkipCollective,
+  kCrashDuringCheckpoint,
+  kExitDuringHeal
+};
 DDPD_ENUM_INFO(FaultKind, "--inject");
 
 struct FaultInjection {
