@@ -58,8 +58,12 @@ class Cluster {
   int coordinator_pid() const { return coordinator_->pid(); }
 
   void start_coordinator() {
-    std::vector<std::string> argv{bin("ddpd-coordinator"), "--listen", address(), "--db", db_,
-                                  "--worker-timeout",      "3"};
+    std::vector<std::string> argv{bin("ddpd-coordinator"), "--listen", address(), "--db", db_};
+    // 3 s unless the test gives its own --worker-timeout.
+    if (std::find(coordinator_args_.begin(), coordinator_args_.end(), "--worker-timeout") ==
+        coordinator_args_.end()) {
+      argv.insert(argv.end(), {"--worker-timeout", "3"});
+    }
     argv.insert(argv.end(), coordinator_args_.begin(), coordinator_args_.end());
     coordinator_ = std::make_unique<BackgroundProcess>(
         argv, std::map<std::string, std::string>{{"DDPD_TOKEN", kToken}},

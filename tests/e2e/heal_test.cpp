@@ -17,9 +17,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> heal_job(int steps) {
-  return {"--world-size", "3",   "--batch",        "6", "--steps",    std::to_string(steps),
-          "--timeout",    "300", "--max-restarts", "1", "--strategy", "bucketed"};
+std::vector<std::string> heal_job(int steps, int max_restarts = 1) {
+  return {"--world-size",   "3",
+          "--batch",        "6",
+          "--steps",        std::to_string(steps),
+          "--timeout",      "300",
+          "--max-restarts", std::to_string(max_restarts),
+          "--strategy",     "bucketed"};
 }
 
 std::string file_bytes(const std::string& path) {
@@ -152,23 +156,52 @@ TEST(Heal, ARankWhoseWorkerIsLostIsReplacedByAnIdleWorker) {
       seconds);
 }
 
-// A fault during the heal: the spare's own process is killed as soon as it exists. With
-// --max-restarts 1 used up by the heal, the coordinator restarts the job instead (the survivors
-// are cancelled, and killed 1 s later if they wait in the new group's rendezvous): the job
-// SUCCEEDS in a second attempt, and nothing waits out --timeout (300 s).
+// The worker of a `workers`-worker cluster that the job does not run on (at world 3).
+int idle_worker(Cluster& cluster, const std::string& job, int workers) {
+  std::set<int> used;
+  for (int rank = 0; rank < 3; ++rank) used.insert(worker_index_of_rank(cluster, job, rank));
+  for (int i = 0; i < workers; ++i) {
+    if (!used.count(i)) return i;
+  }
+  return -1;
+}
+
+// Faults during a heal (docs/healing.md): whatever is lost before the `healed` incident, the
+// coordinator tries no second heal (restarts are left: --max-restarts 3) and restarts the job,
+// saying why; it SUCCEEDS in a second attempt, and nothing waits out --timeout (300 s): the
+// ranks waiting in the new generation's rendezvous leave it as soon as they are cancelled.
+void expect_restart_during_heal(const nlohmann::json& shown, const std::string& cause) {
+  ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
+  EXPECT_EQ(events_of(shown, "heal").size(), 1u) << shown["events"].dump();
+  EXPECT_TRUE(events_of(shown, "healed").empty()) << shown["events"].dump();
+  const auto restarts = events_of(shown, "restart");
+  ASSERT_EQ(restarts.size(), 1u) << shown["events"].dump();
+  const std::string message = restarts[0]["message"];
+  EXPECT_NE(message.find(cause), std::string::npos) << message;
+  EXPECT_EQ(shown["attempts"], 2);
+}
+
+// Seconds from `fault_at` until the second attempt is placed (its ranks assigned), and the job
+// once it has ended.
+std::pair<double, nlohmann::json> until_restarted(Cluster& cluster, const std::string& job,
+                                                  std::chrono::steady_clock::time_point fault_at) {
+  cluster.wait_until(
+      [&] {
+        const auto shown = cluster.show(job);
+        return shown["attempts"] == 2 && shown["state"] != "PENDING";
+      },
+      std::chrono::seconds(200));
+  const double seconds = seconds_since(fault_at);
+  return {seconds, cluster.wait_for_end(job, std::chrono::seconds(200))};
+}
+
+// The spare's own process is killed as soon as it exists.
 TEST(Heal, ASpareKilledWhileItJoinsEndsInTheRestart) {
   Cluster cluster(4, "heal-spare-dies");
-  const std::string job = cluster.submit(heal_job(120));
+  const std::string job = cluster.submit(heal_job(120, 3));
   ASSERT_TRUE(cluster.wait_until([&] { return !cluster.show(job)["rank_steps"].empty(); },
                                  std::chrono::seconds(60)));
-  const int spare = [&] {  // the worker the job does not run on
-    std::set<int> used;
-    for (int rank = 0; rank < 3; ++rank) used.insert(worker_index_of_rank(cluster, job, rank));
-    for (int i = 0; i < 4; ++i) {
-      if (!used.count(i)) return i;
-    }
-    return -1;
-  }();
+  const int spare = idle_worker(cluster, job, 4);
   ASSERT_GE(spare, 0);
   const int pid = rank_process_of(cluster, job, 1);
   ASSERT_GT(pid, 0);
@@ -184,22 +217,120 @@ TEST(Heal, ASpareKilledWhileItJoinsEndsInTheRestart) {
       std::chrono::seconds(30)))
       << cluster.show(job).dump();
   ::kill(spare_pid, SIGKILL);
-  const auto shown = cluster.wait_for_end(job, std::chrono::seconds(200));
-  const double seconds = seconds_since(killed_at);
-  ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
-  EXPECT_EQ(events_of(shown, "heal").size(), 1u) << shown["events"].dump();
-  const auto restarts = events_of(shown, "restart");
-  ASSERT_EQ(restarts.size(), 1u) << shown["events"].dump();
-  const std::string message = restarts[0]["message"];
-  EXPECT_NE(message.find("rank 1 (worker heal-spare-dies-w" + std::to_string(spare) + ")"),
-            std::string::npos)
-      << message;
-  EXPECT_EQ(shown["attempts"], 2);
+  const auto [seconds, shown] = until_restarted(cluster, job, killed_at);
+  expect_restart_during_heal(shown, "after: rank 1 (worker heal-spare-dies-w" +
+                                        std::to_string(spare) +
+                                        ") failed: its process was killed by SIGKILL");
+  EXPECT_NE(events_of(shown, "restart")[0]["message"].get<std::string>().find(
+                "(during heal 1: no second heal is tried)"),
+            std::string::npos);
   std::printf(
-      "[ heal     ] spare killed while joining: restarted job SUCCEEDED %.1f s after the "
+      "[ heal     ] spare killed while joining: the job restarted (placed) %.1f s after the "
       "first kill (--timeout 300 s)\n",
       seconds);
   EXPECT_LT(seconds, 120) << "a survivor waited out --timeout";
+}
+
+// Two ranks' processes killed at once: the first loss starts a heal, the second comes while it
+// is under way.
+TEST(Heal, ASecondRankLostWhileHealingEndsInTheRestart) {
+  Cluster cluster(5, "heal-second-loss");
+  const std::string job = cluster.submit(heal_job(120, 3));
+  ASSERT_TRUE(cluster.wait_until([&] { return !cluster.show(job)["rank_steps"].empty(); },
+                                 std::chrono::seconds(60)));
+  const int first = rank_process_of(cluster, job, 1);
+  const int second = rank_process_of(cluster, job, 2);
+  ASSERT_GT(first, 0);
+  ASSERT_GT(second, 0);
+  ASSERT_EQ(::kill(first, SIGKILL), 0);
+  ASSERT_EQ(::kill(second, SIGKILL), 0);
+  const auto killed_at = std::chrono::steady_clock::now();
+  const auto [seconds, shown] = until_restarted(cluster, job, killed_at);
+  // Either loss may reach the coordinator first: the heal takes that rank, the restart names
+  // the other.
+  expect_restart_during_heal(shown, "(during heal 1: no second heal is tried)");
+  const int healed_rank = events_of(shown, "heal")[0]["rank"];
+  const std::string restart = events_of(shown, "restart")[0]["message"];
+  EXPECT_NE(restart.find("after: rank " + std::to_string(3 - healed_rank) + " (worker "),
+            std::string::npos)
+      << restart;
+  EXPECT_NE(restart.find("failed: its process was killed by SIGKILL"), std::string::npos)
+      << restart;
+  std::printf(
+      "[ heal     ] ranks 1 and 2 killed at once: heal of rank %d, then the restart, placed "
+      "%.1f s after the kills\n",
+      healed_rank, seconds);
+  EXPECT_LT(seconds, 120) << "a rank waited out --timeout";
+}
+
+// The survivors' state source, rank 0, exits halfway through the transfer (--inject
+// exit-during-heal: after the parameters, before the AdamW moments); the ranks receiving from
+// it fail naming it, and the job restarts.
+TEST(Heal, TheSourceLostMidTransferEndsInTheRestart) {
+  Cluster cluster(4, "heal-source-dies");
+  auto flags = heal_job(120, 3);
+  flags.insert(flags.end(), {"--inject", "exit-during-heal:rank=0,step=0"});
+  const std::string job = cluster.submit(flags);
+  ASSERT_TRUE(cluster.wait_until([&] { return !cluster.show(job)["rank_steps"].empty(); },
+                                 std::chrono::seconds(60)));
+  const int pid = rank_process_of(cluster, job, 1);
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  const auto killed_at = std::chrono::steady_clock::now();
+  const auto [seconds, shown] = until_restarted(cluster, job, killed_at);
+  expect_restart_during_heal(shown, "(during heal 1: no second heal is tried)");
+  // Rank 0's own report (its process exited with status 3), or a receiver's, naming rank 0.
+  const std::string restart = events_of(shown, "restart")[0]["message"];
+  const bool rank0_reported = restart.find("after: rank 0 (worker ") != std::string::npos &&
+                              restart.find("exited with status 3") != std::string::npos;
+  const bool receiver_named_it =
+      restart.find("healing into group generation 1: the state transfer failed") !=
+          std::string::npos &&
+      restart.find("rank 0") != std::string::npos;
+  EXPECT_TRUE(rank0_reported || receiver_named_it) << restart;
+  std::printf(
+      "[ heal     ] source exited mid-transfer: the job restarted (placed) %.1f s "
+      "after rank 1's kill; %s\n",
+      seconds, restart.c_str());
+  EXPECT_LT(seconds, 120) << "a rank waited out --timeout";
+}
+
+// The coordinator restarts while a heal is under way: the spare's daemon is frozen (SIGSTOP)
+// before rank 1 is killed, so the new generation cannot form until the coordinator is gone
+// (--worker-timeout 60 keeps the frozen worker from being declared lost first). The restarted
+// coordinator restarts the job from its history; the ranks waiting in generation 1's
+// rendezvous are stopped by their daemons, whose sessions ended.
+TEST(Heal, ACoordinatorRestartedWhileHealingRestartsTheJob) {
+  Cluster cluster(4, "heal-coordinator", {"--worker-timeout", "60"});
+  const std::string job = cluster.submit(heal_job(120, 3));
+  ASSERT_TRUE(cluster.wait_until([&] { return !cluster.show(job)["rank_steps"].empty(); },
+                                 std::chrono::seconds(60)));
+  const int spare = idle_worker(cluster, job, 4);
+  ASSERT_GE(spare, 0);
+  cluster.worker(spare).signal(SIGSTOP);
+  const int pid = rank_process_of(cluster, job, 1);
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  nlohmann::json during;
+  ASSERT_TRUE(cluster.wait_until(
+      [&] {
+        during = cluster.show(job);
+        return !events_of(during, "heal").empty();
+      },
+      std::chrono::seconds(30)));
+  EXPECT_TRUE(events_of(during, "healed").empty()) << during["events"].dump();
+  cluster.stop_coordinator();
+  const auto restarted_at = std::chrono::steady_clock::now();
+  cluster.start_coordinator();
+  ASSERT_TRUE(cluster.wait_until([&] { return cluster.ctl({"list"}).exit_code == 0; },
+                                 std::chrono::seconds(30)));
+  const auto [seconds, shown] = until_restarted(cluster, job, restarted_at);
+  expect_restart_during_heal(shown, "after: coordinator restarted");
+  std::printf(
+      "[ heal     ] coordinator restarted during heal 1: the job restarted (placed) "
+      "%.1f s after the coordinator's start\n",
+      seconds);
+  EXPECT_LT(seconds, 120) << "a rank waited out --timeout";
 }
 
 }  // namespace
