@@ -61,11 +61,12 @@ int free_port(const std::string& host) {
   return ntohs(addr.sin_port);
 }
 
-bool wait_for_port(const std::string& host, int port, std::chrono::milliseconds timeout) {
+bool wait_for_port(const std::string& host, int port, std::chrono::milliseconds timeout,
+                   const std::function<bool()>& stop) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
     if (accepts_connection(host, port)) return true;
-    if (std::chrono::steady_clock::now() >= deadline) return false;
+    if (std::chrono::steady_clock::now() >= deadline || (stop && stop())) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }

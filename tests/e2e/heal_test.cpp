@@ -137,6 +137,28 @@ TEST(Heal, AStoppedRankProcessIsKilledAndItsWorkerRejoinsInPlace) {
   std::printf("[ heal     ] stopped rank 1: healed incident %.2f s after the SIGSTOP\n", seconds);
 }
 
+// Rank 0 serves the store: when its process is killed, the spare serves generation 1's store on
+// its own rendezvous port, and the survivors meet there.
+TEST(Heal, AKilledRankZeroIsReplacedAndTheStoreMovesToTheSpare) {
+  Cluster cluster(4, "heal-rank0");
+  const std::string job = cluster.submit(heal_job(120));
+  const auto [seconds, shown] = fault_and_heal(cluster, job, [&] {
+    const int pid = rank_process_of(cluster, job, 0);
+    ASSERT_GT(pid, 0);
+    ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  });
+  ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
+  EXPECT_TRUE(events_of(shown, "restart").empty()) << shown["events"].dump();
+  const auto heals = events_of(shown, "heal");
+  ASSERT_EQ(heals.size(), 1u) << shown["events"].dump();
+  EXPECT_EQ(heals[0]["rank"], 0);
+  EXPECT_NE(heals[0]["message"].get<std::string>().find(" takes rank 0 in group generation 1"),
+            std::string::npos)
+      << heals[0]["message"];
+  EXPECT_EQ(events_of(shown, "healed").size(), 1u) << shown["events"].dump();
+  std::printf("[ heal     ] killed rank 0: healed incident %.2f s after the SIGKILL\n", seconds);
+}
+
 // A worker daemon stopped mid-job is lost after --worker-timeout (3 s here); its rank process
 // lives on, stuck, in the old group. The coordinator gives its rank to the idle fourth worker,
 // and the survivors abort the old group's collectives on the HealGroup and form the new one.

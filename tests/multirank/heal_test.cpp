@@ -193,6 +193,38 @@ TEST(GenerationRendezvous, AStopLeavesTheWaitForAPeerThatNeverJoins) {
   EXPECT_LT(seconds, 150) << "the stop was not seen";
 }
 
+// Rank 0 was the one lost, and the spare that was to serve the new store never came: rank 1
+// waits for the store's port, and a stop ends that wait too.
+TEST(GenerationRendezvous, AStopLeavesTheWaitForAStoreThatNeverComesUp) {
+  RendezvousOptions options;
+  options.master_port = free_port();
+  options.rank = 1;
+  options.world_size = 2;
+  options.timeout = std::chrono::seconds(300);
+  std::atomic<bool> stop{false};
+  std::exception_ptr error;
+  std::thread rank1([&] {
+    try {
+      connect_generation(options, 1, nullptr, [&] { return stop.load(); });
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  stop = true;
+  rank1.join();
+  ASSERT_TRUE(error);
+  try {
+    std::rethrow_exception(error);
+  } catch (const RendezvousAbandoned& e) {
+    EXPECT_NE(std::string(e.what()).find("stopped while waiting for the store to come up"),
+              std::string::npos)
+        << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not RendezvousAbandoned: " << e.what();
+  }
+}
+
 TEST(GenerationRendezvous, ATimeoutNamesTheRankThatDidNotJoin) {
   GenerationWait wait(std::chrono::seconds(5));
   wait.rank0.join();

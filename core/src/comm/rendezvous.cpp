@@ -167,18 +167,29 @@ std::string endpoint_of(const RendezvousOptions& options) {
   return options.master_addr + ":" + std::to_string(options.master_port);
 }
 
-RendezvousStore open_store(const RendezvousOptions& options) {
+// Opens the store at options' endpoint. A job's first group waits there for every rank
+// (`wait_workers`); a later generation's ranks meet in connect_generation's own join barrier
+// instead, which `stop` can end, as it can the wait for the store's port to open
+// (RendezvousAbandoned).
+RendezvousStore open_store(const RendezvousOptions& options, bool wait_workers = true,
+                           const std::function<bool()>& stop = {}) {
   RendezvousStore out;
   // c10d's client retries a refused connection only once a second; polling for rank 0's store
   // first saves that second on every job start. A store that never comes up fails below.
   const bool serves_store = options.rank == 0 && !options.use_agent_store;
-  if (!serves_store) wait_for_port(options.master_addr, options.master_port, options.timeout);
+  if (!serves_store &&
+      !wait_for_port(options.master_addr, options.master_port, options.timeout, stop) && stop &&
+      stop()) {
+    throw RendezvousAbandoned("rendezvous at " + endpoint_of(options) + ", rank " +
+                              std::to_string(options.rank) +
+                              ": stopped while waiting for the store to come up");
+  }
   try {
     c10d::TCPStoreOptions store_options;
     store_options.port = static_cast<std::uint16_t>(options.master_port);
     store_options.isServer = serves_store;
     store_options.numWorkers = options.world_size;
-    store_options.waitWorkers = true;
+    store_options.waitWorkers = wait_workers;
     store_options.timeout = options.timeout;
     auto tcp = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
     if (serves_store) {  // rank 0 uses the server through a client of its own
@@ -320,7 +331,7 @@ std::shared_ptr<Communicator> connect_generation(const RendezvousOptions& option
     rendezvous.store = previous->store_;
     rendezvous.server = previous->server_;
   } else {
-    rendezvous = open_store(options);
+    rendezvous = open_store(options, /*wait_workers=*/false, stop);
   }
   rendezvous.store =
       c10::make_intrusive<c10d::PrefixStore>("gen" + std::to_string(generation), rendezvous.store);

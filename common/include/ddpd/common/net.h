@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 
 namespace ddpd {
@@ -21,7 +22,9 @@ std::string listen_address_error(const std::string& address);
 int free_port(const std::string& host = "127.0.0.1");
 
 // Polls until host:port accepts a TCP connection or `timeout` passes; returns whether it did.
-// `host` may be a name or an IPv4/IPv6 literal.
-bool wait_for_port(const std::string& host, int port, std::chrono::milliseconds timeout);
+// `host` may be a name or an IPv4/IPv6 literal. `stop`, when given, is asked at each poll: true
+// ends the wait (the return is then false).
+bool wait_for_port(const std::string& host, int port, std::chrono::milliseconds timeout,
+                   const std::function<bool()>& stop = {});
 
 }  // namespace ddpd

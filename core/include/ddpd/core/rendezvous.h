@@ -99,7 +99,8 @@ class RendezvousAbandoned : public std::runtime_error {
 //     and rank 0 keeps serving the store (its port stays bound, so a rank that regroups before
 //     rank 0 has noticed the loss finds it up). Where the endpoint changed (rank 0 was the one
 //     lost, and the rank that replaces it serves the store) or there is no previous group, the
-//     store is opened as connect() opens it.
+//     store is opened as connect() opens it, except that `stop` is asked while its port is not
+//     yet open, and c10d's own wait for every rank is skipped (step 4 waits instead).
 //  3. Everything below goes under the prefix "gen<G>/", so nothing the old group wrote, and no
 //     late message of its ranks, is read by the new one.
 //  4. Each rank sets "joined/<rank>" and polls until every rank's key is there, every 5 ms
