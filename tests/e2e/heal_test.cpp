@@ -54,6 +54,12 @@ std::pair<double, nlohmann::json> fault_and_heal(Cluster& cluster, const std::st
   return {seconds, cluster.wait_for_end(job, std::chrono::seconds(200))};
 }
 
+// Sends `sig` to the process running `rank` of `job`; false when there is none or kill fails.
+bool signal_rank(Cluster& cluster, const std::string& job, int rank, int sig) {
+  const int pid = rank_process_of(cluster, job, rank);
+  return pid > 0 && ::kill(pid, sig) == 0;
+}
+
 void expect_one_heal(const nlohmann::json& shown, const std::string& cause) {
   ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
   EXPECT_EQ(shown["attempts"], 1) << "healed in place, not restarted";
@@ -93,9 +99,7 @@ TEST(Heal, AKilledRankIsReplacedAndTheWeightsEqualAnUninterruptedRunsBitwise) {
           survivors.emplace_back(cluster.worker(worker_index_of_rank(cluster, job, rank)).pid(),
                                  rank_process_of(cluster, job, rank));
         }
-        const int pid = rank_process_of(cluster, job, 1);
-        ASSERT_GT(pid, 0);
-        ASSERT_EQ(::kill(pid, SIGKILL), 0);
+        ASSERT_TRUE(signal_rank(cluster, job, 1, SIGKILL));
       },
       [&] {
         for (const auto& [daemon, rank_pid] : survivors)
@@ -128,11 +132,8 @@ TEST(Heal, AKilledRankIsReplacedAndTheWeightsEqualAnUninterruptedRunsBitwise) {
 TEST(Heal, AStoppedRankProcessIsKilledAndItsWorkerRejoinsInPlace) {
   Cluster cluster(3, "heal-stop");
   const std::string job = cluster.submit(heal_job(120));
-  const auto [seconds, shown] = fault_and_heal(cluster, job, [&] {
-    const int pid = rank_process_of(cluster, job, 1);
-    ASSERT_GT(pid, 0);
-    ASSERT_EQ(::kill(pid, SIGSTOP), 0);
-  });
+  const auto [seconds, shown] =
+      fault_and_heal(cluster, job, [&] { ASSERT_TRUE(signal_rank(cluster, job, 1, SIGSTOP)); });
   expect_one_heal(shown, "failed: its process was stopped (SIGSTOP");
   std::printf("[ heal     ] stopped rank 1: healed incident %.2f s after the SIGSTOP\n", seconds);
 }
@@ -142,11 +143,8 @@ TEST(Heal, AStoppedRankProcessIsKilledAndItsWorkerRejoinsInPlace) {
 TEST(Heal, AKilledRankZeroIsReplacedAndTheStoreMovesToTheSpare) {
   Cluster cluster(4, "heal-rank0");
   const std::string job = cluster.submit(heal_job(120));
-  const auto [seconds, shown] = fault_and_heal(cluster, job, [&] {
-    const int pid = rank_process_of(cluster, job, 0);
-    ASSERT_GT(pid, 0);
-    ASSERT_EQ(::kill(pid, SIGKILL), 0);
-  });
+  const auto [seconds, shown] =
+      fault_and_heal(cluster, job, [&] { ASSERT_TRUE(signal_rank(cluster, job, 0, SIGKILL)); });
   ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
   EXPECT_TRUE(events_of(shown, "restart").empty()) << shown["events"].dump();
   const auto heals = events_of(shown, "heal");
@@ -225,9 +223,7 @@ TEST(Heal, ASpareKilledWhileItJoinsEndsInTheRestart) {
                                  std::chrono::seconds(60)));
   const int spare = idle_worker(cluster, job, 4);
   ASSERT_GE(spare, 0);
-  const int pid = rank_process_of(cluster, job, 1);
-  ASSERT_GT(pid, 0);
-  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  ASSERT_TRUE(signal_rank(cluster, job, 1, SIGKILL));
   const auto killed_at = std::chrono::steady_clock::now();
   int spare_pid = -1;
   ASSERT_TRUE(cluster.wait_until(
@@ -295,9 +291,7 @@ TEST(Heal, TheSourceLostMidTransferEndsInTheRestart) {
   const std::string job = cluster.submit(flags);
   ASSERT_TRUE(cluster.wait_until([&] { return !cluster.show(job)["rank_steps"].empty(); },
                                  std::chrono::seconds(60)));
-  const int pid = rank_process_of(cluster, job, 1);
-  ASSERT_GT(pid, 0);
-  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  ASSERT_TRUE(signal_rank(cluster, job, 1, SIGKILL));
   const auto killed_at = std::chrono::steady_clock::now();
   const auto [seconds, shown] = until_restarted(cluster, job, killed_at);
   expect_restart_during_heal(shown, "(during heal 1: no second heal is tried)");
@@ -330,9 +324,7 @@ TEST(Heal, ACoordinatorRestartedWhileHealingRestartsTheJob) {
   const int spare = idle_worker(cluster, job, 4);
   ASSERT_GE(spare, 0);
   cluster.worker(spare).signal(SIGSTOP);
-  const int pid = rank_process_of(cluster, job, 1);
-  ASSERT_GT(pid, 0);
-  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  ASSERT_TRUE(signal_rank(cluster, job, 1, SIGKILL));
   nlohmann::json during;
   ASSERT_TRUE(cluster.wait_until(
       [&] {
