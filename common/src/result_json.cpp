@@ -96,7 +96,8 @@ nlohmann::json to_json(const TrainingResult& result) {
         {"step_peak_unsharded_bytes", result.memory.step_peak_unsharded_bytes},
         {"step_peak_unsharded_parameter_bytes", result.memory.step_peak_unsharded_parameter_bytes},
         {"step_peak_unsharded_gradient_bytes", result.memory.step_peak_unsharded_gradient_bytes},
-        {"step_peak_full_gradient_units", result.memory.step_peak_full_gradient_units}}}};
+        {"step_peak_full_gradient_units", result.memory.step_peak_full_gradient_units},
+        {"loading_peak_rss_rise_bytes", result.memory.loading_peak_rss_rise_bytes}}}};
   if (!result.transport_note.empty()) out["transport_note"] = result.transport_note;
   if (result.shared_buffers_fallback) {
     out["shared_buffers_fallback"] = fallback_json(*result.shared_buffers_fallback);

@@ -51,6 +51,12 @@ FIXTURES = {
     "odd_heads": ("llama", dict(hidden_size=54, intermediate_size=90, num_hidden_layers=2,
                                 num_attention_heads=3, num_key_value_heads=3, head_dim=18,
                                 tie_word_embeddings=False)),
+    # Large enough (19.0 M parameters, 76 MB in float32) that a rank's resident memory shows
+    # whether fsdp's import holds its share or the whole model: its largest tensor (3.1 MB) and
+    # the process's own allocations are small beside either.
+    "memory_wide": ("llama", dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=6,
+                                  num_attention_heads=8, num_key_value_heads=4,
+                                  tie_word_embeddings=True)),
 }
 VOCAB = 300
 EVAL_TOKENS = 4096

@@ -147,6 +147,26 @@ TEST_P(HfParity, ImportThenExportGivesEveryTensorBackBitwise) {
   EXPECT_EQ(exported.at("head_dim"), source.value("head_dim", exported.at("head_dim")));
 }
 
+// fsdp at world 3 reads only each rank's shards from the file (each of them starts and ends
+// inside a row somewhere, q/k rows included); the export gathers them: every tensor comes back
+// bitwise. The untied models freeze their embedding, which fsdp keeps whole on every rank: read
+// whole from the file.
+TEST_P(HfParity, ImportUnderFsdpAtWorldThreeThenExportGivesEveryTensorBackBitwise) {
+  const std::string kind = GetParam();
+  const std::string out = temp_dir() + "/hf-fsdp-roundtrip-" + kind;
+  fs::remove_all(out);
+  std::vector<std::string> flags = {
+      "--init-from", fixture(kind), "--strategy", "fsdp",        "--batch",
+      "6",           "--steps",     "0",          "--export-hf", out};
+  const bool tied = load_json(fixture(kind) + "/config.json").value("tie_word_embeddings", false);
+  if (!tied) flags.push_back("--freeze-embedding");
+  run_helper("hf-fsdp-roundtrip-" + kind, flags, 3);
+  const nlohmann::json same = hf_reference({"compare", fixture(kind), out});
+  EXPECT_GT(same.value("tensors", 0), 0);
+  EXPECT_EQ(same.value("unequal", nlohmann::json::array()), nlohmann::json::array()) << kind;
+  EXPECT_EQ(same.value("missing", nlohmann::json::array()), nlohmann::json::array()) << kind;
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfParity, ::testing::ValuesIn(kKinds),
                          [](const auto& info) { return info.param; });
 
@@ -230,6 +250,63 @@ TEST(HfOfflineExport, ACheckpointExportsAsTheJobDid) {
   const nlohmann::json config = load_json(offline + "/config.json");
   EXPECT_EQ(config.at("model_type"), "qwen2");
   EXPECT_EQ(config.at("num_key_value_heads"), 2);
+}
+
+// How far each rank's resident memory rose while its Trainer was built: model, import and
+// synchroniser (TrainingResult's memory.loading_peak_rss_rise_bytes).
+std::vector<int64_t> loading_rises(const std::string& prefix, int world) {
+  std::vector<int64_t> rises;
+  for (int r = 0; r < world; ++r) {
+    rises.push_back(load_json(rank_file(prefix, r, "json"))
+                        .at("result")
+                        .at("memory")
+                        .at("loading_peak_rss_rise_bytes"));
+  }
+  return rises;
+}
+
+// fsdp's import holds each rank's share, not the model: at world 3 each rank's resident memory
+// rises by at most its share of the float32 parameters plus the largest tensor (the one read
+// buffer), plus kProcessAllowance for what the load allocates besides tensors. The replicated
+// import of the same file, measured the same way, rises by the whole model (its share), which
+// also shows that the measurement sees the parameters.
+//
+// The fixture holds 76 MB: a share is 25.4 MB and its largest tensor 3.1 MB, so the bound is
+// 44.5 MB with the allowance, 31 MB below the whole model, which the loader before this one held
+// on every rank (with a flat copy of it for rank 0's broadcast besides: 155 MB measured).
+// kProcessAllowance covers what the load allocates besides the shards (module objects, the
+// headers' mapping, allocator and page-table growth): measured at 6 MB above the share, 3 MB
+// above share plus tensor, on the 2-core host; 16 MiB keeps a factor 5 over that, and it is not
+// a fraction of the model, so a loader that holds the model fails whatever the host.
+TEST(HfFsdpImport, EachRanksMemoryRisesByItsShareAndOneTensorNotTheModel) {
+  constexpr int64_t kProcessAllowance = int64_t{16} << 20;
+  constexpr int kWorld = 3;
+  const std::string kind = "memory_wide";
+  const hf::SafetensorsFile file(fixture(kind) + "/model.safetensors");
+  int64_t model_bytes = 0, largest_bytes = 0;
+  for (const auto& t : file.header().tensors) {
+    model_bytes += t.numel() * 4;  // float32 parameters, whatever the file stores
+    largest_bytes = std::max(largest_bytes, t.numel() * 4);
+  }
+  const int64_t share_bytes = (model_bytes + kWorld - 1) / kWorld;
+  const std::vector<std::string> flags = {"--init-from", fixture(kind), "--batch",
+                                          "6",           "--steps",     "0"};
+  const std::string fsdp =
+      run_helper("hf-fsdp-memory", joined(flags, {"--strategy", "fsdp"}), kWorld);
+  for (const int64_t rise : loading_rises(fsdp, kWorld)) {
+    EXPECT_GE(rise, share_bytes * 9 / 10);  // the shard itself is resident (its padding aside)
+    EXPECT_LE(rise, share_bytes + largest_bytes + kProcessAllowance)
+        << "model " << model_bytes << " B, share " << share_bytes << " B, largest tensor "
+        << largest_bytes << " B";
+  }
+  // Replicated, a rank's share is the whole model: it rises by that and no more (every rank read
+  // the same weights, so no broadcast copies them).
+  const std::string replicated =
+      run_helper("hf-replicated-memory", joined(flags, {"--strategy", "bucketed"}), kWorld);
+  for (const int64_t rise : loading_rises(replicated, kWorld)) {
+    EXPECT_GE(rise, model_bytes);
+    EXPECT_LE(rise, model_bytes + largest_bytes + kProcessAllowance);
+  }
 }
 
 // The parameters a fixture's model.safetensors holds (transformers saves a tied head once).

@@ -152,7 +152,11 @@ int train(const ddpd::DdpJobOptions& options, const std::string& out, bool tie_e
   };
   hooks.prepare_model = [&](ddpd::TransformerLMImpl& model) {
     if (freeze_embedding) model.named_parameters()["embedding.weight"].set_requires_grad(false);
-    torch::save(clones(ddpd::unique_parameters(model)), prefix + ".init_local.pt");
+    // An imported model's initial values are the file's; under fsdp its parameters hold no
+    // memory here yet (each rank reads its shards as the synchroniser is built).
+    if (options.init_from.empty()) {
+      torch::save(clones(ddpd::unique_parameters(model)), prefix + ".init_local.pt");
+    }
     int64_t trainable_bytes = 0;
     for (const auto& p : ddpd::unique_trainable_parameters(model)) trainable_bytes += p.nbytes();
     report["trainable_bytes"] = trainable_bytes;

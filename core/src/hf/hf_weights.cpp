@@ -1,5 +1,6 @@
 #include "hf/hf_weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -7,7 +8,6 @@
 #include <set>
 
 #include "ddpd/common/hf_config.h"
-#include "hf/safetensors_dir.h"
 
 namespace ddpd::detail {
 namespace {
@@ -56,17 +56,6 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return text + "]";
 }
 
-// The stored tensor `name` as a CPU tensor of its own dtype: copied out of the mapping, so its
-// alignment is torch's and the mapping can be released.
-torch::Tensor read_stored(const hf::SafetensorsDir& weights, const std::string& name) {
-  const hf::TensorEntry& entry = weights.entry(name);
-  auto out =
-      torch::empty(entry.shape, torch::TensorOptions().dtype(scalar_type_of(entry.dtype, name)));
-  std::memcpy(out.data_ptr(), weights.data(name), entry.end - entry.begin);
-  weights.release(name);
-  return out;
-}
-
 }  // namespace
 
 std::vector<HfTensorName> hf_tensor_names(const ModelConfig& c) {
@@ -99,15 +88,6 @@ std::vector<HfTensorName> hf_tensor_names(const ModelConfig& c) {
   return names;
 }
 
-torch::Tensor rope_rows_from_hf(const torch::Tensor& rows, int64_t heads) {
-  // Within a head, HF row j·(hd/2) + p holds pair p's lane j; ddpd's row 2p + j holds it.
-  const int64_t width = rows.size(0) / heads;
-  auto tail = rows.sizes().slice(1).vec();
-  std::vector<int64_t> split = {heads, 2, width / 2};
-  split.insert(split.end(), tail.begin(), tail.end());
-  return rows.reshape(split).transpose(1, 2).reshape(rows.sizes()).contiguous();
-}
-
 torch::Tensor rope_rows_to_hf(const torch::Tensor& rows, int64_t heads) {
   const int64_t width = rows.size(0) / heads;
   auto tail = rows.sizes().slice(1).vec();
@@ -116,39 +96,98 @@ torch::Tensor rope_rows_to_hf(const torch::Tensor& rows, int64_t heads) {
   return rows.reshape(split).transpose(1, 2).reshape(rows.sizes()).contiguous();
 }
 
-void load_hf_weights(const std::string& dir, const ModelConfig& config,
-                     const std::vector<std::pair<std::string, torch::Tensor>>& named) {
-  const hf::SafetensorsDir weights(dir);
-  std::map<std::string, torch::Tensor> params(named.begin(), named.end());
+int64_t rope_row_in_hf(int64_t row, int64_t width) {
+  const int64_t head = row / width, lane = row % width;
+  return head * width + (lane % 2) * (width / 2) + lane / 2;
+}
+
+HfWeightSource::HfWeightSource(
+    const std::string& dir, const ModelConfig& config,
+    const std::vector<std::pair<std::string, std::vector<int64_t>>>& shapes)
+    : weights_(dir) {
+  const std::map<std::string, std::vector<int64_t>> shape_of(shapes.begin(), shapes.end());
   const std::vector<HfTensorName> names = hf_tensor_names(config);
   std::set<std::string> expected;
   for (const auto& name : names) expected.insert(name.hf);
   // A tied model's head is its embedding; some writers store it anyway, as transformers ignores.
   if (config.tie_embeddings) expected.insert("lm_head.weight");
-  for (const auto& stored : weights.names()) {
+  for (const auto& stored : weights_.names()) {
     if (!expected.count(stored) && !is_derived_buffer(stored)) {
-      throw OptionError("--init-from", weights.file_of(stored) + ": tensor '" + stored +
+      throw OptionError("--init-from", weights_.file_of(stored) + ": tensor '" + stored +
                                            "' is unexpected: the config's model has no such "
                                            "parameter");
     }
   }
-  torch::NoGradGuard no_grad;
   for (const auto& name : names) {
-    if (!weights.contains(name.hf)) {
+    if (!weights_.contains(name.hf)) {
       throw OptionError("--init-from", dir + ": tensor '" + name.hf + "' is missing");
     }
-    torch::Tensor& param = params.at(name.ddpd);
-    const hf::TensorEntry& entry = weights.entry(name.hf);
-    if (entry.shape != param.sizes().vec()) {
-      throw OptionError("--init-from", weights.file_of(name.hf) + ": tensor '" + name.hf +
+    const std::vector<int64_t>& wanted = shape_of.at(name.ddpd);
+    const hf::TensorEntry& entry = weights_.entry(name.hf);
+    if (entry.shape != wanted) {
+      throw OptionError("--init-from", weights_.file_of(name.hf) + ": tensor '" + name.hf +
                                            "' has shape " + shape_text(entry.shape) +
-                                           ", the config's model needs " +
-                                           shape_text(param.sizes().vec()));
+                                           ", the config's model needs " + shape_text(wanted));
     }
-    torch::Tensor value = read_stored(weights, name.hf);
-    if (name.rope_heads > 0) value = rope_rows_from_hf(value, name.rope_heads);
-    param.copy_(value.to(param.scalar_type()));
+    scalar_type_of(entry.dtype, name.hf);  // refuses a stored type that is not floating
+    by_ddpd_name_.emplace(name.ddpd, name);
   }
+}
+
+void HfWeightSource::read(const std::string& name, int64_t begin, int64_t end,
+                          const torch::Tensor& out) const {
+  const HfTensorName& names = by_ddpd_name_.at(name);
+  const hf::TensorEntry& entry = weights_.entry(names.hf);
+  if (begin < 0 || end < begin || end > entry.numel() || out.numel() != end - begin) {
+    throw std::invalid_argument("--init-from: elements [" + std::to_string(begin) + ", " +
+                                std::to_string(end) + ") of tensor '" + names.hf +
+                                "' do not fit it or the tensor they go to");
+  }
+  if (end == begin) return;
+  const torch::ScalarType stored = scalar_type_of(entry.dtype, names.hf);
+  if (out.device().is_cpu() && out.is_contiguous() && out.scalar_type() == stored) {
+    copy_stored(names, entry, begin, end, static_cast<uint8_t*>(out.data_ptr()));
+  } else {
+    // Converted (or moved to the device) a chunk at a time through one buffer.
+    torch::Tensor buffer = torch::empty({std::min(end - begin, kReadChunkElements)},
+                                        torch::TensorOptions().dtype(stored));
+    for (int64_t at = begin; at < end; at += kReadChunkElements) {
+      const int64_t stop = std::min(end, at + kReadChunkElements);
+      copy_stored(names, entry, at, stop, static_cast<uint8_t*>(buffer.data_ptr()));
+      out.narrow(0, at - begin, stop - at).copy_(buffer.narrow(0, 0, stop - at));
+    }
+  }
+  weights_.release(names.hf);
+}
+
+void HfWeightSource::copy_stored(const HfTensorName& names, const hf::TensorEntry& entry,
+                                 int64_t begin, int64_t end, uint8_t* to) const {
+  const size_t size = hf::element_size(entry.dtype);
+  const uint8_t* from = weights_.data(names.hf);
+  if (names.rope_heads == 0) {
+    std::memcpy(to, from + begin * size, (end - begin) * size);
+    return;
+  }
+  // Row by row: ddpd's row r is HF's rope_row_in_hf(r), and [begin, end) may start or end inside
+  // a row (an fsdp shard's edge).
+  const int64_t columns = entry.numel() / entry.shape.at(0);
+  const int64_t width = entry.shape.at(0) / names.rope_heads;
+  for (int64_t at = begin; at < end;) {
+    const int64_t row = at / columns, column = at % columns;
+    const int64_t take = std::min(end - at, columns - column);
+    std::memcpy(to + (at - begin) * size,
+                from + (rope_row_in_hf(row, width) * columns + column) * size, take * size);
+    at += take;
+  }
+}
+
+void load_hf_weights(const std::string& dir, const ModelConfig& config,
+                     const std::vector<std::pair<std::string, torch::Tensor>>& named) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+  for (const auto& [name, param] : named) shapes.emplace_back(name, param.sizes().vec());
+  const HfWeightSource weights(dir, config, shapes);
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, param] : named) weights.read(name, 0, param.numel(), param.view({-1}));
 }
 
 void save_hf_model(const std::string& dir, const ModelConfig& config, const nlohmann::json& base,

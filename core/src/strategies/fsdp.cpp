@@ -37,25 +37,11 @@
 #include <algorithm>
 #include <map>
 
+#include "device/storage_memory.h"
 #include "strategies/synchronizer_base.h"
 
 namespace ddpd::detail {
 namespace {
-
-// Frees a tensor's memory while keeping its storage object, so every view of it (module
-// parameters, tensors autograd saved) sees the memory given back by allocate_storage.
-void free_storage(const torch::Tensor& tensor) {
-  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
-  storage->set_data_ptr_noswap(at::DataPtr(nullptr, tensor.device()));
-  storage->set_nbytes(0);
-}
-
-void allocate_storage(const torch::Tensor& tensor) {
-  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
-  const size_t nbytes = tensor.numel() * tensor.element_size();
-  storage->set_data_ptr_noswap(storage->allocator()->allocate(nbytes));
-  storage->set_nbytes(nbytes);
-}
 
 // What is alive of full parameters and gradients, and its peak since reset().
 class UnshardedMeter {
@@ -110,10 +96,13 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
       : model_(model),
         comm_(std::move(comm)),
         prefetch_(options.fsdp_prefetch),
-        reshard_after_forward_(options.reshard_after_forward) {
-    broadcast_module_state(model_, *comm_);
+        reshard_after_forward_(options.reshard_after_forward),
+        source_(options.source) {
+    if (!options.same_initial_state) broadcast_module_state(model_, *comm_);
     unitwise_ = options.fsdp_whole_model ? nullptr : dynamic_cast<UnitwiseModule*>(&model_);
     build_units();
+    source_ = nullptr;  // not owned, and not needed again
+    source_names_.clear();
     std::vector<torch::Tensor> all;
     for (size_t u = 0; u < units_.size(); ++u) {
       for (size_t k = 0; k < units_[u].params.size(); ++k) {
@@ -228,53 +217,11 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
       groups.push_back(unique_parameters(model_));
       forward_order_ = {0};
     }
-    const int n = comm_->info().world_size;
-    const int64_t rank = comm_->info().rank;
-    for (size_t g = 0; g < groups.size(); ++g) {
-      FlatUnit unit;
-      unit.name = names[g];
-      int64_t numel = 0;
-      for (const auto& p : groups[g]) {
-        if (!p.requires_grad()) {
-          frozen_.push_back(p);
-          meter_.add_parameters(p.nbytes());  // stays whole on every rank
-          continue;
-        }
-        unit.params.push_back(p);
-        unit.offsets.push_back(numel);
-        numel += p.numel();
-      }
-      unit.layout = shard_layout(numel, n);
-      const auto options = groups[g].empty() ? torch::TensorOptions(torch::kFloat32)
-                                             : groups[g].front().options().requires_grad(false);
-      unit.full = torch::zeros({unit.layout.padded_numel}, options);
-      for (size_t k = 0; k < unit.params.size(); ++k) {
-        unit.full.narrow(0, unit.offsets[k], unit.params[k].numel())
-            .copy_(unit.params[k].reshape(-1));
-      }
-      unit.shard =
-          unit.full.narrow(0, rank * unit.layout.shard_numel, unit.layout.shard_numel).clone();
-      const int64_t shard_begin = rank * unit.layout.shard_numel;
-      const int64_t shard_end = shard_begin + unit.layout.shard_numel;
-      for (size_t k = 0; k < unit.params.size(); ++k) {
-        const int64_t begin =
-            std::clamp(shard_begin - unit.offsets[k], int64_t{0}, unit.params[k].numel());
-        const int64_t end =
-            std::clamp(shard_end - unit.offsets[k], int64_t{0}, unit.params[k].numel());
-        unit.piece_ranges.push_back({begin, std::max(begin, end)});
-        const int64_t at =
-            std::clamp(unit.offsets[k] + begin - shard_begin, int64_t{0}, unit.layout.shard_numel);
-        unit.piece_at.push_back(at);
-        unit.pieces.push_back(unit.shard.narrow(0, at, std::max(begin, end) - begin)
-                                  .detach()
-                                  .set_requires_grad(true));
-        // From here on the module's parameter is a view into the unit's full buffer.
-        unit.params[k].set_data(unit.full.narrow(0, unit.offsets[k], unit.params[k].numel())
-                                    .view(unit.params[k].sizes()));
-      }
-      free_storage(unit.full);
-      units_.push_back(std::move(unit));
+    if (source_) {
+      for (const auto& [name, p] : named_unique_parameters(model_))
+        source_names_[p.unsafeGetTensorImpl()] = name;
     }
+    for (size_t g = 0; g < groups.size(); ++g) units_.push_back(make_unit(names[g], groups[g]));
     // Optimizer parameters follow the model's registration order (checkpoints pair them with
     // named_unique_parameters), whatever unit holds them.
     for (const auto& p : unique_trainable_parameters(model_)) {
@@ -289,6 +236,75 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
     TORCH_CHECK(registration_order_.size() == held,
                 "fsdp: the units do not hold every trainable parameter exactly once");
     meter_.reset();
+  }
+
+  // The unit of `group`'s trainable parameters, with this rank's shard filled (from the
+  // parameters, or from source_ when they hold no memory), and the parameters turned into views
+  // of its full buffer, whose memory is then freed. Frozen parameters stay whole on every rank.
+  FlatUnit make_unit(const std::string& name, const std::vector<torch::Tensor>& group) {
+    FlatUnit unit;
+    unit.name = name;
+    int64_t numel = 0;
+    for (const auto& p : group) {
+      if (!p.requires_grad()) {
+        keep_frozen(p);
+        continue;
+      }
+      unit.params.push_back(p);
+      unit.offsets.push_back(numel);
+      numel += p.numel();
+    }
+    unit.layout = shard_layout(numel, comm_->info().world_size);
+    const int64_t shard_begin = comm_->info().rank * unit.layout.shard_numel;
+    const auto options = group.empty() ? torch::TensorOptions(torch::kFloat32)
+                                       : group.front().options().requires_grad(false);
+    if (source_) {
+      // Never written here, so never resident: the shard is read straight from the source.
+      unit.full = torch::empty({unit.layout.padded_numel}, options);
+      unit.shard = torch::zeros({unit.layout.shard_numel}, options);  // the padding stays zero
+    } else {
+      unit.full = torch::zeros({unit.layout.padded_numel}, options);
+      for (size_t k = 0; k < unit.params.size(); ++k) {
+        unit.full.narrow(0, unit.offsets[k], unit.params[k].numel())
+            .copy_(unit.params[k].reshape(-1));
+      }
+      unit.shard = unit.full.narrow(0, shard_begin, unit.layout.shard_numel).clone();
+    }
+    for (size_t k = 0; k < unit.params.size(); ++k) add_piece(unit, k, shard_begin);
+    free_storage(unit.full);
+    return unit;
+  }
+
+  // Parameter k's elements within the shard: the optimizer's leaf, read from source_ if given.
+  // From here on the module's parameter is a view into the unit's full buffer.
+  void add_piece(FlatUnit& unit, size_t k, int64_t shard_begin) {
+    const int64_t shard_end = shard_begin + unit.layout.shard_numel;
+    const torch::Tensor& param = unit.params[k];
+    const int64_t begin = std::clamp(shard_begin - unit.offsets[k], int64_t{0}, param.numel());
+    const int64_t end =
+        std::max(begin, std::clamp(shard_end - unit.offsets[k], int64_t{0}, param.numel()));
+    unit.piece_ranges.push_back({begin, end});
+    const int64_t at =
+        std::clamp(unit.offsets[k] + begin - shard_begin, int64_t{0}, unit.layout.shard_numel);
+    unit.piece_at.push_back(at);
+    const torch::Tensor piece = unit.shard.narrow(0, at, end - begin);
+    if (source_) source_->read(source_name(param), begin, end, piece);
+    unit.pieces.push_back(piece.detach().set_requires_grad(true));
+    unit.params[k].set_data(
+        unit.full.narrow(0, unit.offsets[k], param.numel()).view(param.sizes()));
+  }
+
+  void keep_frozen(const torch::Tensor& p) {
+    if (source_) {
+      allocate_storage(p);
+      source_->read(source_name(p), 0, p.numel(), p.view({-1}));
+    }
+    frozen_.push_back(p);
+    meter_.add_parameters(p.nbytes());  // stays whole on every rank
+  }
+
+  const std::string& source_name(const torch::Tensor& p) const {
+    return source_names_.at(p.unsafeGetTensorImpl());
   }
 
   // --- gathering -----------------------------------------------------------------------------
@@ -424,6 +440,10 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
   std::shared_ptr<Communicator> comm_;
   int prefetch_;
   bool reshard_after_forward_;
+  // Construction only (SyncOptions::source): where unallocated parameters' values come from, and
+  // each parameter's name there.
+  const ParameterSource* source_;
+  std::map<const void*, std::string> source_names_;
   UnitwiseModule* unitwise_ = nullptr;  // null: the whole model is one unit
   std::vector<FlatUnit> units_;
   std::vector<size_t> forward_order_;  // unit indices in the order forward runs them

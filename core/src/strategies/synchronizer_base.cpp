@@ -20,7 +20,9 @@ ReplicatedSynchronizer::ReplicatedSynchronizer(torch::nn::Module& model,
   }
   TORCH_CHECK(param_names_.size() == params_.size(),
               "trainable parameter names and tensors differ");
-  if (!options.joins_running_job) broadcast_module_state(model_, *comm_);
+  if (!options.joins_running_job && !options.same_initial_state) {
+    broadcast_module_state(model_, *comm_);
+  }
 }
 
 void ReplicatedSynchronizer::regroup(std::shared_ptr<Communicator> comm,
@@ -231,6 +233,11 @@ ShardLayout shard_layout(int64_t numel, int world_size) {
 std::unique_ptr<GradientSynchronizer> make_synchronizer(torch::nn::Module& model,
                                                         std::shared_ptr<Communicator> comm,
                                                         const SyncOptions& options) {
+  if (options.source && (options.strategy != Strategy::kFsdp || comm->info().world_size == 1 ||
+                         !options.same_initial_state)) {
+    throw std::invalid_argument(
+        "SyncOptions::source is read by fsdp at world size > 1 only, with same_initial_state");
+  }
   // The one world-size-1 substitution: with no peer, no strategy runs, and the synchroniser's
   // name() says so ("none") wherever the result reports which synchronisation ran.
   if (comm->info().world_size == 1) {

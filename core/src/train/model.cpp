@@ -1,6 +1,7 @@
 #include "ddpd/core/model.h"
 
 #include "ddpd/kernels/flash_attention.h"
+#include "device/storage_memory.h"
 
 #include <cmath>
 #include <unordered_set>
@@ -8,13 +9,31 @@
 namespace ddpd {
 namespace {
 
+// How the modules below make their parameters (ParameterMemory).
+struct ParameterMaker {
+  ParameterMemory memory = ParameterMemory::kInitialised;
+  at::Device device = at::kCPU;
+
+  bool initialises() const { return memory == ParameterMemory::kInitialised; }
+  torch::Tensor uniform(at::IntArrayRef sizes, double bound) const {
+    if (!initialises()) return unallocated(sizes);
+    return torch::empty(sizes).uniform_(-bound, bound);
+  }
+  torch::Tensor ones(at::IntArrayRef sizes) const {
+    return initialises() ? torch::ones(sizes) : unallocated(sizes);
+  }
+  torch::Tensor unallocated(at::IntArrayRef sizes) const {
+    return detail::unallocated_tensor(sizes, torch::TensorOptions().device(device));
+  }
+};
+
 // y = x W^T (+ b); W and b initialised as torch.nn.Linear's (uniform ±1/sqrt(in)).
 class LinearImpl : public torch::nn::Module {
  public:
-  LinearImpl(int64_t in, int64_t out, bool bias = false) {
+  LinearImpl(int64_t in, int64_t out, bool bias, const ParameterMaker& make) {
     const double bound = 1.0 / std::sqrt(static_cast<double>(in));
-    weight = register_parameter("weight", torch::empty({out, in}).uniform_(-bound, bound));
-    if (bias) this->bias = register_parameter("bias", torch::empty({out}).uniform_(-bound, bound));
+    weight = register_parameter("weight", make.uniform({out, in}, bound));
+    if (bias) this->bias = register_parameter("bias", make.uniform({out}, bound));
   }
   // Shares an existing weight (tied embeddings).
   explicit LinearImpl(const torch::Tensor& shared) {
@@ -28,8 +47,8 @@ TORCH_MODULE(Linear);
 
 class RMSNormImpl : public torch::nn::Module {
  public:
-  explicit RMSNormImpl(int64_t d, double eps = 1e-5) : eps_(eps) {
-    weight = register_parameter("weight", torch::ones({d}));
+  RMSNormImpl(int64_t d, double eps, const ParameterMaker& make) : eps_(eps) {
+    weight = register_parameter("weight", make.ones({d}));
   }
   torch::Tensor forward(const torch::Tensor& x) {
     return x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps_) * weight;
@@ -70,7 +89,7 @@ class Rope {
 
 class BlockImpl : public torch::nn::Module {
  public:
-  BlockImpl(const ModelConfig& c)
+  BlockImpl(const ModelConfig& c, const ParameterMaker& make)
       : heads_(c.num_heads),
         kv_heads_(c.kv_heads()),
         head_dim_(c.resolved_head_dim()),
@@ -78,15 +97,15 @@ class BlockImpl : public torch::nn::Module {
         rope_(c.resolved_head_dim(), c.rope_theta) {
     const int64_t q_width = heads_ * head_dim_, kv_width = kv_heads_ * head_dim_;
     // Registration order matches the Python peer: norms, attention, then the FFN.
-    norm1 = register_module("norm1", RMSNorm(c.d_model, c.rms_norm_eps));
-    norm2 = register_module("norm2", RMSNorm(c.d_model, c.rms_norm_eps));
-    q = register_module("q", Linear(c.d_model, q_width, c.qkv_bias));
-    k = register_module("k", Linear(c.d_model, kv_width, c.qkv_bias));
-    v = register_module("v", Linear(c.d_model, kv_width, c.qkv_bias));
-    o = register_module("o", Linear(q_width, c.d_model));
-    w1 = register_module("w1", Linear(c.d_model, c.d_ff));
-    w3 = register_module("w3", Linear(c.d_model, c.d_ff));
-    w2 = register_module("w2", Linear(c.d_ff, c.d_model));
+    norm1 = register_module("norm1", RMSNorm(c.d_model, c.rms_norm_eps, make));
+    norm2 = register_module("norm2", RMSNorm(c.d_model, c.rms_norm_eps, make));
+    q = register_module("q", Linear(c.d_model, q_width, c.qkv_bias, make));
+    k = register_module("k", Linear(c.d_model, kv_width, c.qkv_bias, make));
+    v = register_module("v", Linear(c.d_model, kv_width, c.qkv_bias, make));
+    o = register_module("o", Linear(q_width, c.d_model, false, make));
+    w1 = register_module("w1", Linear(c.d_model, c.d_ff, false, make));
+    w3 = register_module("w3", Linear(c.d_model, c.d_ff, false, make));
+    w2 = register_module("w2", Linear(c.d_ff, c.d_model, false, make));
   }
 
   torch::Tensor forward(const torch::Tensor& x) {
@@ -152,19 +171,23 @@ struct TransformerLMImpl::Layers {
   Linear head{nullptr};
 };
 
-TransformerLMImpl::TransformerLMImpl(const ModelConfig& config)
+TransformerLMImpl::TransformerLMImpl(const ModelConfig& config, ParameterMemory memory,
+                                     at::Device device)
     : config_(config), layers_(std::make_shared<Layers>()) {
-  layers_->embedding =
-      register_module("embedding", torch::nn::Embedding(config.vocab_size, config.d_model));
+  const ParameterMaker make{memory, device};
+  auto embedding = torch::nn::EmbeddingOptions(config.vocab_size, config.d_model);
+  if (!make.initialises()) embedding._weight(make.unallocated({config.vocab_size, config.d_model}));
+  layers_->embedding = register_module("embedding", torch::nn::Embedding(embedding));
   auto blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.num_layers; ++i) {
-    layers_->blocks.push_back(Block(config));
+    layers_->blocks.push_back(Block(config, make));
     blocks->push_back(layers_->blocks.back());
   }
-  layers_->final_norm = register_module("final_norm", RMSNorm(config.d_model, config.rms_norm_eps));
-  layers_->head =
-      register_module("head", config.tie_embeddings ? Linear(layers_->embedding->weight)
-                                                    : Linear(config.d_model, config.vocab_size));
+  layers_->final_norm =
+      register_module("final_norm", RMSNorm(config.d_model, config.rms_norm_eps, make));
+  layers_->head = register_module(
+      "head", config.tie_embeddings ? Linear(layers_->embedding->weight)
+                                    : Linear(config.d_model, config.vocab_size, false, make));
 }
 
 torch::Tensor TransformerLMImpl::run_unit(size_t unit,

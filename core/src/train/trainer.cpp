@@ -123,6 +123,9 @@ struct Trainer::Impl {
   // Checkpoints (train/training_checkpoint.h). The model's unique parameters' names and shapes,
   // taken before the synchroniser exists (fsdp frees the full parameters between steps).
   std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_shapes;
+  // --init-from under fsdp at world > 1: the file each rank reads its shards from while the
+  // synchroniser is built (the model holds no memory until then); null otherwise and afterwards.
+  std::unique_ptr<detail::HfWeightSource> shard_source;
 
   // What it trains on. The training thread's.
   std::unique_ptr<detail::TokenSamples> data;
@@ -138,7 +141,8 @@ struct Trainer::Impl {
 
   // The constructor's parts, in their order: the model (seeded per rank, on the device), then
   // after the synchroniser the optimizer, then the data.
-  void build_model(TrainerHooks& job_hooks);
+  // `resuming`: a checkpoint's parameters replace the initial ones.
+  void build_model(TrainerHooks& job_hooks, bool resuming);
   void build_optimizer();
   void build_data();
 
@@ -255,7 +259,7 @@ MemoryBytes Trainer::Impl::measure() {
   return bytes;
 }
 
-void Trainer::Impl::build_model(TrainerHooks& job_hooks) {
+void Trainer::Impl::build_model(TrainerHooks& job_hooks, bool resuming) {
   const at::Device device = comm->info().device;
   // Each rank initialises differently; the synchroniser broadcasts rank 0's parameters.
   torch::manual_seed(options.seed + comm->info().rank);
@@ -263,13 +267,24 @@ void Trainer::Impl::build_model(TrainerHooks& job_hooks) {
   if (device.is_cuda()) detail::reset_cuda_peak_stats(device);
   ModelConfig model_config = options.resolved_model();
   if (job_hooks.configure_model) job_hooks.configure_model(model_config);
-  model = TransformerLM(model_config);
-  model->to(device);  // before the synchroniser, whose buffers follow the parameters
+  // fsdp reads each rank's shards of an imported model from the file: no rank holds all of it.
+  const bool import_shards = !options.init_from.empty() && options.strategy == Strategy::kFsdp &&
+                             comm->info().world_size > 1 && !resuming && !joining;
+  if (import_shards) {
+    model = TransformerLM(model_config, ParameterMemory::kUnallocated, device);
+  } else {
+    model = TransformerLM(model_config);
+    model->to(device);  // before the synchroniser, whose buffers follow the parameters
+  }
   if (job_hooks.prepare_model) job_hooks.prepare_model(*model);
   const auto named = named_unique_parameters(*model);
-  // Every rank reads the same weights, so the synchroniser's broadcast changes nothing.
-  if (!options.init_from.empty()) detail::load_hf_weights(options.init_from, model_config, named);
   for (const auto& [name, p] : named) parameter_shapes.emplace_back(name, p.sizes().vec());
+  if (import_shards) {
+    shard_source =
+        std::make_unique<detail::HfWeightSource>(options.init_from, model_config, parameter_shapes);
+  } else if (!options.init_from.empty() && !resuming) {  // a resume replaces every parameter
+    detail::load_hf_weights(options.init_from, model_config, named);
+  }
 }
 
 void Trainer::Impl::export_model() {
@@ -332,22 +347,28 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
   // --threads is clamped to this host's cores: more only oversubscribes them (kMaxThreadsPerRank).
   set_compute_threads(options.threads > 0 ? std::min(options.threads, static_cast<int>(cores))
                                           : std::max(1, static_cast<int>(cores) / world));
-  m.build_model(m.hooks);
-  if (options.checkpoint_every > 0) {
-    detail::check_checkpoint_dir_writable(options, m.comm->info().rank);
-  }
-  std::optional<detail::CheckpointReader> resumed;
   const std::string resume_from =
       options.resume.empty() || m.joining
           ? ""
           : detail::resolve_resume(options.resume, options.checkpoint_dir);
+  detail::ResidentPeakWindow loading;
+  m.build_model(m.hooks, !resume_from.empty());
+  if (options.checkpoint_every > 0) {
+    detail::check_checkpoint_dir_writable(options, m.comm->info().rank);
+  }
+  std::optional<detail::CheckpointReader> resumed;
   if (!resume_from.empty()) {
     resumed.emplace(resume_from);
     detail::load_parameters(*resumed, *m.model);  // before the synchroniser shards or broadcasts
   }
   SyncOptions sync_options = sync_options_of(options);
   sync_options.joins_running_job = m.joining;
+  // Every rank read the same weights from the file (a resumed job broadcasts as before).
+  sync_options.same_initial_state = !options.init_from.empty() && resume_from.empty();
+  sync_options.source = m.shard_source.get();
   m.sync = make_synchronizer(*m.model, m.comm, sync_options);
+  m.shard_source.reset();  // unmaps the file
+  m.memory.loading_peak_rss_rise_bytes = loading.peak_rise_bytes();
   // Gradients are whole per parameter, and timed on the host clock, for the replicated
   // strategies on CPU only.
   m.recorder = std::make_unique<detail::StepRecorder>(

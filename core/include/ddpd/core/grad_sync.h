@@ -22,6 +22,19 @@ namespace ddpd {
 enum class WireDtype { kFp32, kFp16, kBf16 };
 WireDtype wire_dtype_of(GradCompression compression);
 
+// Where a synchroniser reads parameter values that the model holds no memory for
+// (ParameterMemory::kUnallocated): fsdp's import reads each rank's shard of a Hugging Face
+// checkpoint straight from the mapped file (hf_weights.h), and no rank holds the whole model.
+class ParameterSource {
+ public:
+  virtual ~ParameterSource() = default;
+  // Writes elements [begin, end) of the parameter named `name` (its name in the model, as
+  // named_unique_parameters gives it), flattened row-major, into `out`: 1-D, end - begin
+  // elements, of the parameter's dtype and device. Throws naming the tensor and its file.
+  virtual void read(const std::string& name, int64_t begin, int64_t end,
+                    const torch::Tensor& out) const = 0;
+};
+
 // Options for make_synchronizer. Defaults match DdpJobOptions.
 struct SyncOptions {
   Strategy strategy = Strategy::kBucketed;
@@ -45,6 +58,13 @@ struct SyncOptions {
   // (no broadcast of rank 0's state, which a survivor's replaces, and no shared buckets, which
   // regroup() makes with the group's other ranks).
   bool joins_running_job = false;
+  // Every rank built the same parameters (each read the same --init-from weights): construction
+  // skips rank 0's broadcast, and with it a flat copy of the whole model on every rank.
+  bool same_initial_state = false;
+  // fsdp at world > 1 only: the model's parameters hold no memory (ParameterMemory::kUnallocated)
+  // and each rank fills its shards (and any frozen parameter) from here; set same_initial_state
+  // too. Not owned; used only during make_synchronizer.
+  const ParameterSource* source = nullptr;
 };
 
 // The elements [begin, end) of a model parameter (flattened) that one optimizer parameter holds.

@@ -43,12 +43,23 @@ class UnitwiseModule {
   virtual void set_unit_hooks(UnitForwardHooks* hooks) = 0;
 };
 
+// What the model's constructor gives each parameter.
+//   kInitialised  CPU memory, initialised as torch.nn's modules do, from torch's generator (the
+//                 caller seeds it).
+//   kUnallocated  a tensor of the shape and default dtype on the given device whose storage holds
+//                 no memory, and no random draw: fsdp's import (SyncOptions::source) then fills
+//                 each rank's shard from the file, so no rank ever holds the whole model.
+//                 Reading such a parameter before that is undefined (device/storage_memory.h).
+enum class ParameterMemory { kInitialised, kUnallocated };
+
 // Units, in forward order: unit 0 the embedding, units 1..L the blocks, unit L+1 the final norm
 // with the LM head. With tied embeddings the head's weight is the embedding's, so unit 0 holds
 // the embedding, the final norm and the head, and runs first and last.
 class TransformerLMImpl : public torch::nn::Module, public UnitwiseModule {
  public:
-  explicit TransformerLMImpl(const ModelConfig& config);
+  explicit TransformerLMImpl(const ModelConfig& config,
+                             ParameterMemory memory = ParameterMemory::kInitialised,
+                             at::Device device = at::kCPU);
   // tokens: [batch, seq] int64 → logits [batch, seq, vocab].
   torch::Tensor forward(const torch::Tensor& tokens);
   const ModelConfig& config() const { return config_; }
