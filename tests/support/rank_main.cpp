@@ -441,6 +441,21 @@ int collectives(const ddpd::DdpJobOptions& options, const std::string& out) {
     check("all_reduce min " + std::to_string(n), low, torch::zeros({n}));
     comm->barrier();
   }
+  // broadcast_module_state from the last rank, in pieces that split tensors at odd places, one
+  // piece per tensor or more, and in one piece.
+  for (const int64_t chunk_bytes : {int64_t{36}, int64_t{4100}, ddpd::kBroadcastChunkBytes}) {
+    torch::nn::Module module;
+    for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{1001}, int64_t{3}, int64_t{6001}}) {
+      module.register_parameter("p" + std::to_string(n), pattern(n, rank, torch::kFloat));
+    }
+    ddpd::broadcast_module_state(module, *comm, world - 1, chunk_bytes);
+    for (const auto& item : module.named_parameters()) {
+      const torch::Tensor& p = item.value();
+      check("broadcast_module_state " + item.key() + " in " + std::to_string(chunk_bytes) +
+                " B pieces",
+            p, pattern(p.numel(), world - 1, torch::kFloat));
+    }
+  }
   report["checks"] = checks;
   report["failures"] = failures;
   report["shared_in_place"] = shared_in_place;

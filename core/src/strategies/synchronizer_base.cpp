@@ -152,16 +152,13 @@ GradReadyHooks::~GradReadyHooks() {
 
 }  // namespace detail
 
-void broadcast_module_state(torch::nn::Module& module, Communicator& comm, int root) {
+void broadcast_module_state(torch::nn::Module& module, Communicator& comm, int root,
+                            int64_t chunk_bytes) {
   if (comm.info().world_size == 1) return;
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> tensors = unique_parameters(module);
   for (const auto& b : module.buffers(/*recurse=*/true)) tensors.push_back(b);
-  if (tensors.empty()) return;
-  const bool source = comm.info().rank == root;
-  auto flat = source ? detail::flatten(tensors) : detail::empty_flat_like(tensors);
-  comm.broadcast(flat, root, "broadcast_module_state").wait();
-  if (!source) detail::unflatten_into(flat, tensors);
+  detail::broadcast_in_chunks(comm, tensors, root, "broadcast_module_state", chunk_bytes);
 }
 
 double parameter_spread(const std::vector<torch::Tensor>& parameters, Communicator& comm) {

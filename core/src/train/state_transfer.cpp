@@ -80,12 +80,10 @@ int64_t transfer_optimizer_state(const TrainingState& s, Communicator& comm, int
     moments.push_back(adam->exp_avg());
     moments.push_back(adam->exp_avg_sq());
   }
-  if (moments.empty()) return 0;
-  const bool source = comm.info().rank == root;
-  torch::Tensor flat = source ? flatten(moments) : empty_flat_like(moments);
-  comm.broadcast(flat, root, "broadcast/heal_adam_moments").wait();
-  if (!source) unflatten_into(flat, moments);
-  return flat.nbytes();
+  broadcast_in_chunks(comm, moments, root, "broadcast/heal_adam_moments");
+  int64_t bytes = 0;
+  for (const auto& m : moments) bytes += m.nbytes();
+  return bytes;
 }
 
 int64_t module_state_bytes(torch::nn::Module& module) {

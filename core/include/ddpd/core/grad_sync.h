@@ -166,8 +166,13 @@ std::unique_ptr<GradientSynchronizer> make_synchronizer(torch::nn::Module& model
                                                         std::shared_ptr<Communicator> comm,
                                                         const SyncOptions& options);
 
-// Copies rank `root`'s parameters and buffers into every rank's module (blocking).
-void broadcast_module_state(torch::nn::Module& module, Communicator& comm, int root = 0);
+// Copies rank `root`'s parameters and buffers into every rank's module (blocking), in
+// broadcasts of at most `chunk_bytes` through one reused buffer: no rank holds a flat copy of
+// the model. Measured on the `small` preset's heal (1.5 GB of parameters and moments over shm,
+// world 3 + a spare, 2 cores): 5.29 s through one flat buffer, 2.94 s in 64 MiB pieces.
+constexpr int64_t kBroadcastChunkBytes = int64_t{64} << 20;
+void broadcast_module_state(torch::nn::Module& module, Communicator& comm, int root = 0,
+                            int64_t chunk_bytes = kBroadcastChunkBytes);
 
 // Max over parameters of (max - min across ranks), element-wise. A collective. Works through
 // the parameters in chunks of at most 4 MiB, so it adds no model-sized temporary.
