@@ -7,7 +7,11 @@
 # gradient_as_bucket_view=True, static_graph=True), gloo, one compute thread per rank, bucket 25
 # MB, AdamW. 2 ranks, the same global batch and context, random tokens; ddpd bucketed.
 # Prints step ms, tokens/s, peak RSS per rank and ours/peer, with the peer's versions. The runs
-# alternate ROUNDS times so drift on a shared host hits both.
+# alternate ROUNDS times so drift on a shared host hits both (ROUNDS 0: none).
+# First it measures the import itself (--steps 0): how far rank 0's resident memory rises while
+# the model is built and its weights read (memory.loading_peak_rss_rise_bytes), under fsdp at
+# world 2 and 3, where each rank reads only its shards, and bucketed, whose share is the whole
+# model, beside the bound the import keeps: the rank's share plus the largest tensor.
 # Usage: tests/bench/bench_hf.sh [STEPS] [ROUNDS] [GLOBAL_BATCH] [CONTEXT]   (build first)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,6 +37,30 @@ model = transformers.LlamaForCausalLM(config)
 model.save_pretrained(sys.argv[1])
 print(f"model: SmolLM2-135M shape, {sum(p.numel() for p in model.parameters())/1e6:.1f} M parameters")
 PY
+
+loading() {  # STRATEGY WORLD → "rise_mb model_mb largest_mb" (rank 0's rise)
+  bash scripts/launch-local.sh "$2" -- "$worker" run ddp --init-from "$model" --strategy "$1" \
+    --batch 6 --context "$context" --steps 0 --threads 1 --json >"$tmp/load.json"
+  "$python" - "$tmp/load.json" "$model/model.safetensors" <<'PY'
+import json, sys
+from safetensors import safe_open
+rise = json.load(open(sys.argv[1]))["memory"]["loading_peak_rss_rise_bytes"]
+with safe_open(sys.argv[2], "pt") as f:
+    sizes = [f.get_slice(k).get_shape() for k in f.keys()]
+counts = [eval("*".join(map(str, s)) or "1") for s in sizes]
+print(f"{rise / 2**20:.0f} {4 * sum(counts) / 2**20:.0f} {4 * max(counts) / 2**20:.0f}")
+PY
+}
+printf '| import (--steps 0, float32) | world | rank 0 rise MiB | share + largest tensor MiB | whole model MiB |\n'
+printf '| --- | ---: | ---: | ---: | ---: |\n'
+for setting in "fsdp 2" "fsdp 3" "bucketed 2"; do
+  read -r strategy world <<<"$setting"
+  read -r rise model_mb largest_mb < <(loading "$strategy" "$world")
+  share_mb=$model_mb  # replicated: every rank holds the whole model
+  [ "$strategy" != fsdp ] || share_mb=$("$python" -c "print($model_mb / $world)")
+  bound=$("$python" -c "print(round($share_mb + $largest_mb))")
+  printf '| %s | %s | %s | %s | %s |\n' "$strategy" "$world" "$rise" "$bound" "$model_mb"
+done
 
 ours() {  # → "step_ms tokens_per_s peak_rss_mb"
   local out
@@ -62,6 +90,7 @@ for ((r = 1; r <= rounds; r++)); do
   our_ms+=("$o_ms") peer_ms+=("$p_ms")
 done
 median() { "$python" -c "import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))" "$@"; }
+[ "$rounds" -gt 0 ] || exit 0
 om=$(median "${our_ms[@]}") pm=$(median "${peer_ms[@]}")
 echo "peer: $(sed 's/ median_step_ms.*//' "$tmp/peer.line") (DistributedDataParallel, gloo, LlamaForCausalLM sdpa)"
 echo "config: 2 ranks, global batch $batch, context $context, $steps steps (2 warm-up), $(nproc) cores"
