@@ -265,20 +265,21 @@ std::vector<int64_t> loading_rises(const std::string& prefix, int world) {
   return rises;
 }
 
-// fsdp's import holds each rank's share, not the model: at world 3 each rank's resident memory
-// rises by at most its share of the float32 parameters plus the largest tensor (the one read
-// buffer), plus kProcessAllowance for what the load allocates besides tensors. The replicated
-// import of the same file, measured the same way, rises by the whole model (its share), which
-// also shows that the measurement sees the parameters.
+// fsdp's import, and its resume, hold each rank's share, not the model: at world 3 each rank's
+// resident memory rises by at most its share of the float32 parameters plus the largest tensor
+// (the one read buffer), plus kProcessAllowance for what the load allocates besides tensors. The
+// replicated import of the same file, measured the same way, rises by the whole model (its
+// share), which also shows that the measurement sees the parameters.
 //
 // The fixture holds 76 MB: a share is 25.4 MB and its largest tensor 3.1 MB, so the bound is
 // 44.5 MB with the allowance, 31 MB below the whole model, which the loader before this one held
-// on every rank (with a flat copy of it for rank 0's broadcast besides: 155 MB measured).
+// on every rank (with a flat copy of it for rank 0's broadcast besides: 155 MB measured). The
+// resume reads the checkpoint's float32 chunks through one buffer per range, a shard's piece.
 // kProcessAllowance covers what the load allocates besides the shards (module objects, the
 // headers' mapping, allocator and page-table growth): measured at 6 MB above the share, 3 MB
 // above share plus tensor, on the 2-core host; 16 MiB keeps a factor 5 over that, and it is not
 // a fraction of the model, so a loader that holds the model fails whatever the host.
-TEST(HfFsdpImport, EachRanksMemoryRisesByItsShareAndOneTensorNotTheModel) {
+TEST(HfFsdpLoad, EachRanksMemoryRisesByItsShareAndOneTensorNotTheModel) {
   constexpr int64_t kProcessAllowance = int64_t{16} << 20;
   constexpr int kWorld = 3;
   const std::string kind = "memory_wide";
@@ -289,20 +290,29 @@ TEST(HfFsdpImport, EachRanksMemoryRisesByItsShareAndOneTensorNotTheModel) {
     largest_bytes = std::max(largest_bytes, t.numel() * 4);
   }
   const int64_t share_bytes = (model_bytes + kWorld - 1) / kWorld;
-  const std::vector<std::string> flags = {"--init-from", fixture(kind), "--batch",
-                                          "6",           "--steps",     "0"};
-  const std::string fsdp =
-      run_helper("hf-fsdp-memory", joined(flags, {"--strategy", "fsdp"}), kWorld);
-  for (const int64_t rise : loading_rises(fsdp, kWorld)) {
-    EXPECT_GE(rise, share_bytes * 9 / 10);  // the shard itself is resident (its padding aside)
-    EXPECT_LE(rise, share_bytes + largest_bytes + kProcessAllowance)
-        << "model " << model_bytes << " B, share " << share_bytes << " B, largest tensor "
-        << largest_bytes << " B";
+  const std::vector<std::string> flags = {"--init-from", fixture(kind), "--batch", "6"};
+  const std::string ck = temp_dir() + "/hf-fsdp-memory-ck";
+  fs::remove_all(ck);
+  const std::vector<std::string> fsdp_flags = {"--strategy", "fsdp", "--checkpoint-dir", ck};
+  const std::string fsdp = run_helper(
+      "hf-fsdp-memory",
+      joined(joined(flags, fsdp_flags), {"--steps", "1", "--checkpoint-every", "1"}), kWorld);
+  // And its resume, which reads each rank's shards from the checkpoint the same way.
+  const std::string resumed =
+      run_helper("hf-fsdp-memory-resumed",
+                 joined(joined(flags, fsdp_flags), {"--resume", "latest", "--steps", "2"}), kWorld);
+  for (const std::string& prefix : {fsdp, resumed}) {
+    for (const int64_t rise : loading_rises(prefix, kWorld)) {
+      EXPECT_GE(rise, share_bytes * 9 / 10);  // the shard itself is resident (its padding aside)
+      EXPECT_LE(rise, share_bytes + largest_bytes + kProcessAllowance)
+          << prefix << ": model " << model_bytes << " B, share " << share_bytes
+          << " B, largest tensor " << largest_bytes << " B";
+    }
   }
   // Replicated, a rank's share is the whole model: it rises by that and no more (every rank read
   // the same weights, so no broadcast copies them).
-  const std::string replicated =
-      run_helper("hf-replicated-memory", joined(flags, {"--strategy", "bucketed"}), kWorld);
+  const std::string replicated = run_helper(
+      "hf-replicated-memory", joined(flags, {"--strategy", "bucketed", "--steps", "0"}), kWorld);
   for (const int64_t rise : loading_rises(replicated, kWorld)) {
     EXPECT_GE(rise, model_bytes);
     EXPECT_LE(rise, model_bytes + largest_bytes + kProcessAllowance);

@@ -152,9 +152,9 @@ int train(const ddpd::DdpJobOptions& options, const std::string& out, bool tie_e
   };
   hooks.prepare_model = [&](ddpd::TransformerLMImpl& model) {
     if (freeze_embedding) model.named_parameters()["embedding.weight"].set_requires_grad(false);
-    // An imported model's initial values are the file's; under fsdp its parameters hold no
-    // memory here yet (each rank reads its shards as the synchroniser is built).
-    if (options.init_from.empty()) {
+    // An imported or resumed model's initial values are its file's; under fsdp its parameters
+    // hold no memory here yet (each rank reads its shards as the synchroniser is built).
+    if (options.init_from.empty() && options.resume.empty()) {
       torch::save(clones(ddpd::unique_parameters(model)), prefix + ".init_local.pt");
     }
     int64_t trainable_bytes = 0;

@@ -290,7 +290,7 @@ void CheckpointReader::verify(const std::string& file) {
   verified_[file] = true;
 }
 
-torch::Tensor CheckpointReader::read(const std::string& name, int64_t begin, int64_t end) {
+torch::ScalarType CheckpointReader::dtype(const std::string& name) const {
   if (!has(name)) {
     throw std::runtime_error("checkpoint: '" + dir_ + "/metadata.json' has no tensor '" + name +
                              "'");
@@ -300,8 +300,19 @@ torch::Tensor CheckpointReader::read(const std::string& name, int64_t begin, int
     throw std::runtime_error("checkpoint: tensor '" + name + "' has dtype '" + dtype + "' (" +
                              dir_ + "/metadata.json; expected float32 or float64)");
   }
-  torch::Tensor out = torch::zeros({std::max<int64_t>(end - begin, 0)},
-                                   dtype == "float64" ? torch::kDouble : torch::kFloat32);
+  return dtype == "float64" ? torch::kDouble : torch::kFloat32;
+}
+
+torch::Tensor CheckpointReader::read(const std::string& name, int64_t begin, int64_t end) {
+  torch::Tensor out = torch::zeros({std::max<int64_t>(end - begin, 0)}, dtype(name));
+  read_into(name, begin, out);
+  return out;
+}
+
+void CheckpointReader::read_into(const std::string& name, int64_t begin, const torch::Tensor& out) {
+  TORCH_CHECK(out.device().is_cpu() && out.is_contiguous() && out.scalar_type() == dtype(name),
+              "checkpoint: read_into needs a contiguous CPU tensor of the stored dtype");
+  const int64_t end = begin + out.numel();
   const int64_t element = static_cast<int64_t>(out.element_size());
   char* data = static_cast<char*>(out.data_ptr());
   int64_t covered = 0;
@@ -323,7 +334,6 @@ torch::Tensor CheckpointReader::read(const std::string& name, int64_t begin, int
                              std::to_string(begin) + ", " + std::to_string(end) +
                              ") are not all in its chunks (" + dir_ + "/metadata.json)");
   }
-  return out;
 }
 
 }  // namespace ddpd::detail

@@ -66,8 +66,13 @@ class CheckpointReader {
   bool has(const std::string& name) const;
   std::vector<int64_t> shape(const std::string& name) const;
   int64_t adam_step(const std::string& name) const;
-  // Elements [begin, end) of tensor `name`, flat float32.
+  // The stored dtype of tensor `name`: float32, or float64 (a float64 model's verification run).
+  torch::ScalarType dtype(const std::string& name) const;
+  // Elements [begin, end) of tensor `name`, flat, of its stored dtype.
   torch::Tensor read(const std::string& name, int64_t begin, int64_t end);
+  // Elements [begin, begin + out.numel()) into `out`, a contiguous CPU tensor of the stored dtype,
+  // with no buffer between the file and it.
+  void read_into(const std::string& name, int64_t begin, const torch::Tensor& out);
 
  private:
   void verify(const std::string& file);

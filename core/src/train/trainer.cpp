@@ -123,9 +123,10 @@ struct Trainer::Impl {
   // Checkpoints (train/training_checkpoint.h). The model's unique parameters' names and shapes,
   // taken before the synchroniser exists (fsdp frees the full parameters between steps).
   std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_shapes;
-  // --init-from under fsdp at world > 1: the file each rank reads its shards from while the
-  // synchroniser is built (the model holds no memory until then); null otherwise and afterwards.
-  std::unique_ptr<detail::HfWeightSource> shard_source;
+  // fsdp at world > 1 with --init-from or --resume: the file each rank reads its shards from
+  // while the synchroniser is built (the model holds no memory until then); null otherwise and
+  // afterwards.
+  std::unique_ptr<ParameterSource> shard_source;
 
   // What it trains on. The training thread's.
   std::unique_ptr<detail::TokenSamples> data;
@@ -141,8 +142,8 @@ struct Trainer::Impl {
 
   // The constructor's parts, in their order: the model (seeded per rank, on the device), then
   // after the synchroniser the optimizer, then the data.
-  // `resuming`: a checkpoint's parameters replace the initial ones.
-  void build_model(TrainerHooks& job_hooks, bool resuming);
+  // With its initial parameters: random, --init-from's or `resumed`'s (null: none).
+  void build_model(TrainerHooks& job_hooks, detail::CheckpointReader* resumed);
   void build_optimizer();
   void build_data();
 
@@ -259,7 +260,7 @@ MemoryBytes Trainer::Impl::measure() {
   return bytes;
 }
 
-void Trainer::Impl::build_model(TrainerHooks& job_hooks, bool resuming) {
+void Trainer::Impl::build_model(TrainerHooks& job_hooks, detail::CheckpointReader* resumed) {
   const at::Device device = comm->info().device;
   // Each rank initialises differently; the synchroniser broadcasts rank 0's parameters.
   torch::manual_seed(options.seed + comm->info().rank);
@@ -267,10 +268,11 @@ void Trainer::Impl::build_model(TrainerHooks& job_hooks, bool resuming) {
   if (device.is_cuda()) detail::reset_cuda_peak_stats(device);
   ModelConfig model_config = options.resolved_model();
   if (job_hooks.configure_model) job_hooks.configure_model(model_config);
-  // fsdp reads each rank's shards of an imported model from the file: no rank holds all of it.
-  const bool import_shards = !options.init_from.empty() && options.strategy == Strategy::kFsdp &&
-                             comm->info().world_size > 1 && !resuming && !joining;
-  if (import_shards) {
+  // fsdp reads each rank's shards of the initial parameters from their file (the import's or the
+  // checkpoint's): no rank holds the whole model.
+  const bool read_shards = options.strategy == Strategy::kFsdp && comm->info().world_size > 1 &&
+                           !joining && (resumed || !options.init_from.empty());
+  if (read_shards) {
     model = TransformerLM(model_config, ParameterMemory::kUnallocated, device);
   } else {
     model = TransformerLM(model_config);
@@ -279,10 +281,15 @@ void Trainer::Impl::build_model(TrainerHooks& job_hooks, bool resuming) {
   if (job_hooks.prepare_model) job_hooks.prepare_model(*model);
   const auto named = named_unique_parameters(*model);
   for (const auto& [name, p] : named) parameter_shapes.emplace_back(name, p.sizes().vec());
-  if (import_shards) {
+  if (resumed && read_shards) {
+    detail::check_parameters(*resumed, *model);
+    shard_source = std::make_unique<detail::CheckpointParameterSource>(*resumed);
+  } else if (resumed) {
+    detail::load_parameters(*resumed, *model);  // before the synchroniser shards or broadcasts
+  } else if (read_shards) {
     shard_source =
         std::make_unique<detail::HfWeightSource>(options.init_from, model_config, parameter_shapes);
-  } else if (!options.init_from.empty() && !resuming) {  // a resume replaces every parameter
+  } else if (!options.init_from.empty()) {
     detail::load_hf_weights(options.init_from, model_config, named);
   }
 }
@@ -351,20 +358,17 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
       options.resume.empty() || m.joining
           ? ""
           : detail::resolve_resume(options.resume, options.checkpoint_dir);
+  std::optional<detail::CheckpointReader> resumed;
+  if (!resume_from.empty()) resumed.emplace(resume_from);
   detail::ResidentPeakWindow loading;
-  m.build_model(m.hooks, !resume_from.empty());
+  m.build_model(m.hooks, resumed ? &*resumed : nullptr);
   if (options.checkpoint_every > 0) {
     detail::check_checkpoint_dir_writable(options, m.comm->info().rank);
   }
-  std::optional<detail::CheckpointReader> resumed;
-  if (!resume_from.empty()) {
-    resumed.emplace(resume_from);
-    detail::load_parameters(*resumed, *m.model);  // before the synchroniser shards or broadcasts
-  }
   SyncOptions sync_options = sync_options_of(options);
   sync_options.joins_running_job = m.joining;
-  // Every rank read the same weights from the file (a resumed job broadcasts as before).
-  sync_options.same_initial_state = !options.init_from.empty() && resume_from.empty();
+  // Every rank read the same parameters: the import's weights or the checkpoint's.
+  sync_options.same_initial_state = resumed || !options.init_from.empty();
   sync_options.source = m.shard_source.get();
   m.sync = make_synchronizer(*m.model, m.comm, sync_options);
   m.shard_source.reset();  // unmaps the file

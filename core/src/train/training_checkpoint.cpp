@@ -118,7 +118,7 @@ void check_checkpoint_dir_writable(const DdpJobOptions& options, int rank) {
   fs::remove(probe, ec);
 }
 
-void load_parameters(CheckpointReader& reader, TransformerLMImpl& model) {
+void check_parameters(CheckpointReader& reader, TransformerLMImpl& model) {
   const auto& saved = reader.metadata().at("model");
   const ModelConfig& config = model.config();
   for (const auto& [key, value] :
@@ -137,13 +137,37 @@ void load_parameters(CheckpointReader& reader, TransformerLMImpl& model) {
                                         std::to_string(value));
     }
   }
-  torch::NoGradGuard no_grad;
   for (auto& [name, p] : named_unique_parameters(model)) {
     const std::string tensor = "param/" + name;
     if (reader.shape(tensor) != p.sizes().vec()) {
       throw OptionError("--resume", "the checkpoint's " + tensor + " has another shape");
     }
-    p.copy_(reader.read(tensor, 0, p.numel()).reshape(p.sizes()).to(p.device(), p.scalar_type()));
+  }
+}
+
+void load_parameters(CheckpointReader& reader, TransformerLMImpl& model) {
+  check_parameters(reader, model);
+  torch::NoGradGuard no_grad;
+  for (auto& [name, p] : named_unique_parameters(model)) {
+    p.copy_(reader.read("param/" + name, 0, p.numel())
+                .reshape(p.sizes())
+                .to(p.device(), p.scalar_type()));
+  }
+}
+
+void CheckpointParameterSource::read(const std::string& name, int64_t begin, int64_t end,
+                                     const torch::Tensor& out) const {
+  const std::string tensor = "param/" + name;
+  if (out.device().is_cpu() && out.is_contiguous() && out.scalar_type() == reader_.dtype(tensor)) {
+    reader_.read_into(tensor, begin, out);
+    return;
+  }
+  // Converted (or moved to the device) a piece at a time: a shard-sized buffer per read would
+  // fragment the heap as HfWeightSource's did (kReadChunkElements).
+  constexpr int64_t kPieceElements = int64_t{1} << 20;
+  for (int64_t at = begin; at < end; at += kPieceElements) {
+    const int64_t stop = std::min(end, at + kPieceElements);
+    out.narrow(0, at - begin, stop - at).copy_(reader_.read(tensor, at, stop));
   }
 }
 

@@ -39,6 +39,21 @@ void check_checkpoint_dir_writable(const DdpJobOptions& options, int rank);
 // The checkpoint's parameters into the model, on every rank, before the synchroniser shards or
 // broadcasts them. OptionError("--resume") when the model's shape differs.
 void load_parameters(CheckpointReader& reader, TransformerLMImpl& model);
+// The checks of load_parameters alone: the model's shape against the checkpoint's.
+void check_parameters(CheckpointReader& reader, TransformerLMImpl& model);
+
+// A checkpoint's parameters read by element range (SyncOptions::source): fsdp's resume reads
+// each rank's shards and never holds the whole model. Check the shapes first
+// (check_parameters). Thread contract: one thread at a time (the reader caches its checks).
+class CheckpointParameterSource final : public ParameterSource {
+ public:
+  explicit CheckpointParameterSource(CheckpointReader& reader) : reader_(reader) {}
+  void read(const std::string& name, int64_t begin, int64_t end,
+            const torch::Tensor& out) const override;
+
+ private:
+  CheckpointReader& reader_;
+};
 // The AdamW state of the parameters this rank holds.
 void load_optimizer_state(CheckpointReader& reader, const TrainingState& state);
 // The steps a checkpoint has done; OptionError("--batch") when its data position is not that

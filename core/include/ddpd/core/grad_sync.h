@@ -23,8 +23,9 @@ enum class WireDtype { kFp32, kFp16, kBf16 };
 WireDtype wire_dtype_of(GradCompression compression);
 
 // Where a synchroniser reads parameter values that the model holds no memory for
-// (ParameterMemory::kUnallocated): fsdp's import reads each rank's shard of a Hugging Face
-// checkpoint straight from the mapped file (hf_weights.h), and no rank holds the whole model.
+// (ParameterMemory::kUnallocated): fsdp reads each rank's shard of an imported Hugging Face model
+// straight from the mapped file (hf_weights.h), or of a resumed checkpoint from its files
+// (training_checkpoint.h), and no rank holds the whole model.
 class ParameterSource {
  public:
   virtual ~ParameterSource() = default;

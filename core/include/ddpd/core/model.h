@@ -47,8 +47,8 @@ class UnitwiseModule {
 //   kInitialised  CPU memory, initialised as torch.nn's modules do, from torch's generator (the
 //                 caller seeds it).
 //   kUnallocated  a tensor of the shape and default dtype on the given device whose storage holds
-//                 no memory, and no random draw: fsdp's import (SyncOptions::source) then fills
-//                 each rank's shard from the file, so no rank ever holds the whole model.
+//                 no memory, and no random draw: fsdp's import or resume (SyncOptions::source)
+//                 then fills each rank's shard from the file, so no rank holds the whole model.
 //                 Reading such a parameter before that is undefined (device/storage_memory.h).
 enum class ParameterMemory { kInitialised, kUnallocated };
 

@@ -28,8 +28,9 @@ struct TrainerHooks {
   std::function<void(ModelConfig&)> configure_model;
   // After the model is built and seeded (seed + rank), before the synchroniser broadcasts rank
   // 0's state: e.g. freeze parameters, or record this rank's own initialisation. Under fsdp at
-  // world > 1 with --init-from the parameters hold no memory yet (shapes, dtype and device only;
-  // ParameterMemory::kUnallocated): the synchroniser reads each rank's shards from the file.
+  // world > 1 with --init-from or --resume the parameters hold no memory yet (shapes, dtype and
+  // device only; ParameterMemory::kUnallocated): the synchroniser reads each rank's shards from
+  // the file.
   std::function<void(TransformerLMImpl&)> prepare_model;
   // At the start of every step, before any of its work.
   std::function<void(int64_t step)> before_step;
