@@ -16,14 +16,17 @@ struct ParameterMaker {
 
   bool initialises() const { return memory == ParameterMemory::kInitialised; }
   torch::Tensor uniform(at::IntArrayRef sizes, double bound) const {
-    if (!initialises()) return unallocated(sizes);
+    if (!initialises()) return placeholder(sizes);
     return torch::empty(sizes).uniform_(-bound, bound);
   }
   torch::Tensor ones(at::IntArrayRef sizes) const {
-    return initialises() ? torch::ones(sizes) : unallocated(sizes);
+    return initialises() ? torch::ones(sizes) : placeholder(sizes);
   }
-  torch::Tensor unallocated(at::IntArrayRef sizes) const {
-    return detail::unallocated_tensor(sizes, torch::TensorOptions().device(device));
+  // A parameter whose values come from elsewhere: memory left uninitialised, or none.
+  torch::Tensor placeholder(at::IntArrayRef sizes) const {
+    const auto options = torch::TensorOptions().device(device);
+    return memory == ParameterMemory::kUnallocated ? detail::unallocated_tensor(sizes, options)
+                                                   : torch::empty(sizes, options);
   }
 };
 
@@ -176,7 +179,7 @@ TransformerLMImpl::TransformerLMImpl(const ModelConfig& config, ParameterMemory 
     : config_(config), layers_(std::make_shared<Layers>()) {
   const ParameterMaker make{memory, device};
   auto embedding = torch::nn::EmbeddingOptions(config.vocab_size, config.d_model);
-  if (!make.initialises()) embedding._weight(make.unallocated({config.vocab_size, config.d_model}));
+  if (!make.initialises()) embedding._weight(make.placeholder({config.vocab_size, config.d_model}));
   layers_->embedding = register_module("embedding", torch::nn::Embedding(embedding));
   auto blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.num_layers; ++i) {

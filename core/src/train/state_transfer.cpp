@@ -70,9 +70,10 @@ int64_t transfer_optimizer_state(const TrainingState& s, Communicator& comm, int
     }
     AdamState* adam = adam_state_of(s.local_optimizer, p);
     if (!adam) {
+      // Uninitialised: the broadcast below writes every element.
       auto fresh = std::make_unique<AdamState>();
-      fresh->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-      fresh->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      fresh->exp_avg(torch::empty_like(p, torch::MemoryFormat::Preserve));
+      fresh->exp_avg_sq(torch::empty_like(p, torch::MemoryFormat::Preserve));
       adam = fresh.get();
       state[p.unsafeGetTensorImpl()] = std::move(fresh);
     }

@@ -46,11 +46,13 @@ class UnitwiseModule {
 // What the model's constructor gives each parameter.
 //   kInitialised  CPU memory, initialised as torch.nn's modules do, from torch's generator (the
 //                 caller seeds it).
+//   kUninitialised  memory on the given device, not initialised, and no random draw: a rank that
+//                 joins a running job (healing) takes every value from a survivor.
 //   kUnallocated  a tensor of the shape and default dtype on the given device whose storage holds
 //                 no memory, and no random draw: fsdp's import or resume (SyncOptions::source)
 //                 then fills each rank's shard from the file, so no rank holds the whole model.
 //                 Reading such a parameter before that is undefined (device/storage_memory.h).
-enum class ParameterMemory { kInitialised, kUnallocated };
+enum class ParameterMemory { kInitialised, kUninitialised, kUnallocated };
 
 // Units, in forward order: unit 0 the embedding, units 1..L the blocks, unit L+1 the final norm
 // with the LM head. With tied embeddings the head's weight is the embedding's, so unit 0 holds
