@@ -162,10 +162,14 @@ class RankRun {
   // instead, ends the wait at once) and forms that group.
   std::shared_ptr<Communicator> regroup(const DdpJobOptions& job, int generation,
                                         const CollectiveError& failure, Communicator& previous) {
+    // The transport names the peer only when it saw it leave; the coordinator's HealGroup, and
+    // the state transfer, name the rank replaced.
+    const std::string peer = failure.peer_rank() >= 0
+                                 ? "rank " + std::to_string(failure.peer_rank())
+                                 : "a rank the transport did not name";
     spdlog::warn(
-        "job={} rank={} lost a peer (rank {}): waiting for the coordinator's group "
-        "generation {}",
-        a_.job_id(), a_.rank(), failure.peer_rank(), generation);
+        "job={} rank={} lost a peer ({}): waiting for the coordinator's group generation {}",
+        a_.job_id(), a_.rank(), peer, generation);
     std::optional<v1::HealGroup> heal;
     {
       std::unique_lock<std::mutex> lock(state_mutex_);

@@ -11,7 +11,7 @@
 namespace ddpd {
 
 DDPD_ENUM_NAMES(FaultKind, "hang", "exit", "slow", "skip-collective", "crash-during-checkpoint",
-                "exit-during-heal")
+                "exit-during-heal", "exit-after-update")
 
 namespace {
 

@@ -174,6 +174,12 @@ void validate_batch(const DdpJobOptions& o, int world_size) {
           "must be > 0, got " + std::to_string(o.bucket_size_mb));
   require(!(o.shard_optimizer && strategy == Strategy::kFsdp), "--shard-optimizer",
           "fsdp already shards optimizer state; use it with another strategy");
+  require(o.shard_replicas == 0 || o.shard_replicas == 1, "--shard-replicas",
+          "must be 0 or 1, got " + std::to_string(o.shard_replicas));
+  // fsdp's shards of the parameters themselves would need the same copy; only ZeRO-1's moments
+  // have one so far (docs/healing.md).
+  require(o.shard_replicas == 0 || o.shard_optimizer, "--shard-replicas",
+          "copies ZeRO-1's optimizer shards: set --shard-optimizer (fsdp keeps no copies)");
 }
 
 void validate_optimizer_and_run(const DdpJobOptions& o) {

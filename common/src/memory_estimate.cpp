@@ -50,7 +50,9 @@ RankMemoryEstimate estimate_rank_memory(const DdpJobOptions& options, int world_
   } else {
     e.parameter_bytes = saturate(4 * parameters);
     e.gradient_bytes = saturate(4 * parameters);
-    e.optimizer_bytes = saturate(8 * parameters / (options.shard_optimizer ? n : 1));
+    // --shard-replicas 1: the ring predecessor's shard of moments too.
+    const double shards = options.shard_optimizer && n > 1 ? (1.0 + options.shard_replicas) / n : 1;
+    e.optimizer_bytes = saturate(8 * parameters * shards);
   }
   // One micro-batch of this rank's share of the global batch.
   const double rows = static_cast<double>(options.batch_size) / n /

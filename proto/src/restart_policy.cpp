@@ -17,7 +17,9 @@ bool may_restart(const v1::Job& job) {
 bool may_heal(const v1::Job& job) {
   if (!job.spec().has_ddp() || job.worker_ids_size() < 2) return false;
   const DdpJobOptions ddp = from_proto(job.spec().ddp());
-  if (ddp.no_heal || ddp.strategy == Strategy::kFsdp || ddp.shard_optimizer) return false;
+  // ZeRO-1's shards heal only where a copy of each is kept (--shard-replicas 1).
+  if (ddp.no_heal || ddp.strategy == Strategy::kFsdp) return false;
+  if (ddp.shard_optimizer && ddp.shard_replicas == 0) return false;
   int heals = 0;
   const std::string& heal = enum_name(IncidentKind::kHeal);
   for (const auto& incident : job.incidents()) heals += incident.kind() == heal;

@@ -21,6 +21,7 @@ v1::DdpSpec to_proto(const DdpJobOptions& o) {
   s.set_strategy(enum_name(o.strategy));
   s.set_bucket_size_mb(o.bucket_size_mb);
   s.set_shard_optimizer(o.shard_optimizer);
+  s.set_shard_replicas(o.shard_replicas);
   s.set_lr(o.lr);
   s.set_beta1(o.beta1);
   s.set_beta2(o.beta2);
@@ -87,6 +88,7 @@ DdpJobOptions from_proto(const v1::DdpSpec& s) {
   if (!s.strategy().empty()) o.strategy = parse_enum<Strategy>(s.strategy());
   if (s.has_bucket_size_mb()) o.bucket_size_mb = s.bucket_size_mb();
   o.shard_optimizer = s.shard_optimizer();
+  o.shard_replicas = s.shard_replicas();
   if (s.has_lr()) o.lr = s.lr();
   if (s.has_beta1()) o.beta1 = s.beta1();
   if (s.has_beta2()) o.beta2 = s.beta2();
@@ -235,6 +237,7 @@ std::string proto_field(const std::string& flag) {
       {"--max-restarts", "max_restarts"},
       {"--min-world-size", "min_world_size"},
       {"--no-heal", "no_heal"},
+      {"--shard-replicas", "shard_replicas"},
       {"--lr-schedule", "lr_schedule"},
       {"--lr-warmup-steps", "lr_warmup_steps"},
       {"--min-lr", "min_lr"},

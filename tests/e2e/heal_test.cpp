@@ -73,20 +73,25 @@ void expect_one_heal(const nlohmann::json& shown, const std::string& cause) {
   EXPECT_EQ(events_of(shown, "healed").size(), 1u) << shown["events"].dump();
 }
 
-// SIGKILL of rank 1's process at world 3, with a fourth worker idle and no checkpoint directory.
-TEST(Heal, AKilledRankIsReplacedAndTheWeightsEqualAnUninterruptedRunsBitwise) {
+// SIGKILL of rank 1's process at world 3, with a fourth worker idle and no checkpoint directory:
+// the job succeeds, the survivors' rank processes are the ones that started it, and its exported
+// weights equal an uninterrupted run's byte for byte. `extra` is added to both jobs' flags.
+void expect_killed_rank_healed_bitwise(const std::string& name,
+                                       const std::vector<std::string>& extra) {
   const int metrics_port = free_port();
-  Cluster cluster(4, "heal-kill", {"--metrics-port", std::to_string(metrics_port)});
-  const std::string reference_dir = temp_dir() + "/heal-kill-reference";
-  const std::string healed_dir = temp_dir() + "/heal-kill-healed";
+  Cluster cluster(4, name, {"--metrics-port", std::to_string(metrics_port)});
+  const std::string reference_dir = temp_dir() + "/" + name + "-reference";
+  const std::string healed_dir = temp_dir() + "/" + name + "-healed";
   fs::remove_all(reference_dir);
   fs::remove_all(healed_dir);
   auto flags = heal_job(120);
+  flags.insert(flags.end(), extra.begin(), extra.end());
   flags.insert(flags.end(), {"--export-hf", reference_dir});
   const std::string reference = cluster.submit(flags);
   ASSERT_EQ(cluster.wait_for_end(reference)["state"], "SUCCEEDED");
 
   flags = heal_job(120);
+  flags.insert(flags.end(), extra.begin(), extra.end());
   flags.insert(flags.end(), {"--export-hf", healed_dir});
   const std::string job = cluster.submit(flags);
   // The survivors' daemons and rank processes, before the fault and once healed.
@@ -121,10 +126,20 @@ TEST(Heal, AKilledRankIsReplacedAndTheWeightsEqualAnUninterruptedRunsBitwise) {
       << metrics;
   ASSERT_TRUE(fs::exists(reference_dir + "/model.safetensors"));
   for (const auto& entry : fs::directory_iterator(reference_dir)) {
-    const std::string name = entry.path().filename();
-    EXPECT_TRUE(file_bytes(entry.path()) == file_bytes(healed_dir + "/" + name))
-        << name << " of the healed run differs from the uninterrupted run's";
+    const std::string file = entry.path().filename();
+    EXPECT_TRUE(file_bytes(entry.path()) == file_bytes(healed_dir + "/" + file))
+        << file << " of the healed run differs from the uninterrupted run's";
   }
+}
+
+TEST(Heal, AKilledRankIsReplacedAndTheWeightsEqualAnUninterruptedRunsBitwise) {
+  expect_killed_rank_healed_bitwise("heal-kill", {});
+}
+
+// ZeRO-1: rank 1's optimizer shard exists only in rank 2's replica (--shard-replicas 1).
+TEST(Heal, AKilledZeroOneRankHealsFromItsSuccessorsReplicaBitwise) {
+  expect_killed_rank_healed_bitwise("heal-kill-zero1",
+                                    {"--shard-optimizer", "--shard-replicas", "1"});
 }
 
 // A rank's process stopped (SIGSTOP): its daemon kills it within two progress intervals and,

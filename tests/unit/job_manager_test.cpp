@@ -409,6 +409,42 @@ TEST_F(JobManagerTest, ARankThatFailedInsteadOfDyingIsNotHealed) {
   EXPECT_TRUE(w1.heals().empty());
 }
 
+// ZeRO-1's lost shard exists nowhere else unless --shard-replicas 1 keeps a copy on the next
+// rank: without it the job restarts from its checkpoint, with it the job heals in place.
+v1::JobSpec zero1_spec(int replicas) {
+  auto spec = ddp_spec(3);
+  spec.mutable_ddp()->set_max_restarts(1);
+  spec.mutable_ddp()->set_shard_optimizer(true);
+  spec.mutable_ddp()->set_shard_replicas(replicas);
+  return spec;
+}
+
+TEST_F(JobManagerTest, ShardedOptimizerStateWithoutReplicasRestartsInsteadOfHealing) {
+  add_worker("w0");
+  FakeLink& w1 = add_worker("w1");
+  add_worker("w2");
+  add_worker("w3");
+  const std::string id = submit(zero1_spec(0));
+  result("w1", id, 1, 0, v1::RANK_FAILURE_PROCESS_KILLED, "killed by SIGKILL");
+  EXPECT_TRUE(incidents(id, "heal").empty());
+  EXPECT_TRUE(w1.heals().empty());
+  EXPECT_EQ(job(id).state(), v1::PENDING) << "restarting once the survivors are stopped";
+}
+
+TEST_F(JobManagerTest, ShardedOptimizerStateWithReplicasHealsInPlace) {
+  FakeLink& w0 = add_worker("w0");
+  add_worker("w1");
+  add_worker("w2");
+  add_worker("w3");
+  const std::string id = submit(zero1_spec(1));
+  result("w1", id, 1, 0, v1::RANK_FAILURE_PROCESS_KILLED, "killed by SIGKILL");
+  EXPECT_EQ(job(id).state(), v1::RUNNING);
+  EXPECT_EQ(incidents(id, "heal").size(), 1u);
+  EXPECT_EQ(job(id).attempts(), 1);
+  EXPECT_EQ(job(id).worker_ids(1), "w3");
+  EXPECT_EQ(w0.heals().size(), 1u);
+}
+
 TEST_F(JobManagerTest, ARestartShrinksToTheLargestSizeThatIdleWorkersAllowDownToTheMinimum) {
   auto spec = ddp_spec(3);
   spec.mutable_ddp()->set_max_restarts(1);

@@ -46,6 +46,13 @@ TEST(JobOptions, BadValuesNameTheirFlag) {
   o.shard_optimizer = true;
   EXPECT_EQ(flag_of_error(o, 2), "--shard-optimizer");
   o = {};
+  o.shard_replicas = 1;  // without --shard-optimizer: nothing to copy
+  EXPECT_EQ(flag_of_error(o, 2), "--shard-replicas");
+  o.shard_optimizer = true;
+  EXPECT_EQ(flag_of_error(o, 2), "");
+  o.shard_replicas = 2;
+  EXPECT_EQ(flag_of_error(o, 2), "--shard-replicas");
+  o = {};
   o.min_lr = 1.0;  // above --lr
   EXPECT_EQ(flag_of_error(o, 1), "--min-lr");
   o = {};
@@ -205,6 +212,10 @@ TEST(MemoryEstimate, TinyByHandAndShardedShares) {
   EXPECT_EQ(one.activation_bytes, 4 * (2 * per_block + 512 * 10000 * 3 + 512 * 64));
   o.shard_optimizer = true;
   EXPECT_EQ(estimate_rank_memory(o, 2).optimizer_bytes, 4 * 1411392);
+  // --shard-replicas 1: the predecessor's shard besides the rank's own.
+  o.shard_replicas = 1;
+  EXPECT_EQ(estimate_rank_memory(o, 4).optimizer_bytes, 2 * (8 * 1411392 / 4));
+  o.shard_replicas = 0;
   // A context of 10^8 squares past any machine, without overflowing.
   o.context_length = 100000000;
   const auto huge = estimate_rank_memory(o, 1);
@@ -288,7 +299,7 @@ TEST(JobEnums, NamesRoundTripAndUnknownNamesNameTheFlag) {
   check_enum_names<Collective>(4);
   check_enum_names<CommDtype>(2);
   check_enum_names<CommSeries>(5);
-  check_enum_names<FaultKind>(6);
+  check_enum_names<FaultKind>(7);
   check_enum_names<IncidentKind>(8);
   EXPECT_EQ(series_of(Collective::kReduceScatter), CommSeries::kReduceScatter);
   EXPECT_EQ(choices_text({"a", "b", "c"}), "a, b or c");

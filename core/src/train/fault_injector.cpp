@@ -33,8 +33,8 @@ void FaultInjector::at_step_start(int64_t step, Communicator& comm,
                                   const std::function<bool()>& cancelled) {
   if (!fault_ || step != fault_->step || fault_->kind == FaultKind::kSlow ||
       fault_->kind == FaultKind::kCrashDuringCheckpoint ||
-      fault_->kind == FaultKind::kExitDuringHeal) {
-    return;  // slow stretches compute; the others fire in a checkpoint or a heal
+      fault_->kind == FaultKind::kExitDuringHeal || fault_->kind == FaultKind::kExitAfterUpdate) {
+    return;  // slow stretches compute; the others fire in a checkpoint, a heal or an update
   }
   announce(*fault_, step);
   if (fault_->kind == FaultKind::kExit) std::_Exit(3);
@@ -61,6 +61,12 @@ void FaultInjector::stretch_compute(int64_t step, double compute_seconds) {
   if (step == fault_->step) announce(*fault_, step);
   std::this_thread::sleep_for(
       std::chrono::duration<double>((fault_->factor - 1) * compute_seconds));
+}
+
+void FaultInjector::after_optimizer_update(int64_t step) {
+  if (!fault_ || fault_->kind != FaultKind::kExitAfterUpdate || step != fault_->step) return;
+  announce(*fault_, step);
+  std::_Exit(3);
 }
 
 void FaultInjector::during_state_transfer(int64_t resumed_step) {

@@ -27,6 +27,8 @@ class FaultInjector {
   void at_step_start(int64_t step, Communicator& comm, const std::function<bool()>& cancelled);
   // --inject slow, from its step on: sleeps (factor - 1) × the step's compute seconds.
   void stretch_compute(int64_t step, double compute_seconds);
+  // exit-after-update, right after this rank's optimizer update of `step`: exits (status 3).
+  void after_optimizer_update(int64_t step);
   // exit-during-heal, halfway through a heal's state transfer (after the parameters) that
   // resumes at `resumed_step`: exits (status 3) when it is at or after the injection's step.
   void during_state_transfer(int64_t resumed_step);

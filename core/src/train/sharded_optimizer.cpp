@@ -22,6 +22,9 @@ OptimizerFactory adamw_factory(const torch::optim::AdamWOptions& options) {
 struct ShardedOptimizer::State {
   std::shared_ptr<Communicator> comm;
   std::unique_ptr<torch::optim::Optimizer> local;
+  std::unique_ptr<torch::optim::Optimizer> replica;  // the predecessor's shard (--shard-replicas)
+  int replica_rank = -1;
+  int64_t updated_steps = 0;
   std::vector<torch::Tensor> params;                      // every parameter, in assignment order
   std::vector<int> owners;                                // owner rank of params[i]
   std::unordered_map<const void*, size_t> index_by_impl;  // into params
@@ -37,8 +40,10 @@ struct ShardedOptimizer::State {
   std::vector<PendingCollective> pending;
   std::vector<Coalesced> coalesced;
 
-  // Owners by the greedy balance of shard_owners.h, in the group's order.
-  OptimizerParamGroup assign(const OptimizerParamGroup& group) {
+  // Owners by the greedy balance of shard_owners.h, in the group's order. Returns this rank's
+  // group; `replica_group` gets the predecessor's (when it keeps replicas).
+  OptimizerParamGroup assign(const OptimizerParamGroup& group,
+                             std::vector<OptimizerParamGroup>* replica_group = nullptr) {
     const auto& group_params = group.params();
     std::vector<int64_t> bytes;
     for (const auto& p : group_params) {
@@ -48,14 +53,30 @@ struct ShardedOptimizer::State {
     }
     const std::vector<int> group_owners = assign_shard_owners(bytes, owned_bytes);
     std::vector<torch::Tensor> owned;
+    std::vector<torch::Tensor> replicated;
     for (size_t k = 0; k < group_params.size(); ++k) {
       index_by_impl[group_params[k].unsafeGetTensorImpl()] = params.size();
       params.push_back(group_params[k]);
       owners.push_back(group_owners[k]);
       if (group_owners[k] == comm->info().rank) owned.push_back(group_params[k]);
+      if (group_owners[k] == replica_rank) replicated.push_back(group_params[k]);
     }
-    if (group.has_options()) return OptimizerParamGroup(owned, group.options().clone());
-    return OptimizerParamGroup(owned);
+    auto with_options = [&group](std::vector<torch::Tensor> members) {
+      if (group.has_options()) return OptimizerParamGroup(members, group.options().clone());
+      return OptimizerParamGroup(members);
+    };
+    if (replica_group) replica_group->push_back(with_options(std::move(replicated)));
+    return with_options(std::move(owned));
+  }
+
+  // The replica steps with the owner's hyper-parameters, which the trainer sets on the local
+  // optimizer's groups (the learning-rate schedule).
+  void follow_local_options() {
+    auto& mine = local->param_groups();
+    auto& theirs = replica->param_groups();
+    for (size_t g = 0; g < mine.size() && g < theirs.size(); ++g) {
+      if (mine[g].has_options()) theirs[g].set_options(mine[g].options().clone());
+    }
   }
 
   size_t index_of(const torch::Tensor& p) const {
@@ -113,20 +134,43 @@ struct ShardedOptimizer::State {
 };
 
 ShardedOptimizer::ShardedOptimizer(std::vector<OptimizerParamGroup> groups,
-                                   OptimizerFactory factory, std::shared_ptr<Communicator> comm)
+                                   OptimizerFactory factory, std::shared_ptr<Communicator> comm,
+                                   int replicas)
     : state_(std::make_unique<State>()) {
   state_->comm = std::move(comm);
-  state_->owned_bytes.assign(state_->comm->info().world_size, 0);
+  const int world = state_->comm->info().world_size;
+  state_->owned_bytes.assign(world, 0);
+  const bool keeps_replica = replicas > 0 && world > 1;
+  if (keeps_replica) state_->replica_rank = (state_->comm->info().rank + world - 1) % world;
   std::vector<OptimizerParamGroup> local_groups;
-  for (const auto& group : groups) local_groups.push_back(state_->assign(group));
+  std::vector<OptimizerParamGroup> replica_groups;
+  for (const auto& group : groups) {
+    local_groups.push_back(state_->assign(group, keeps_replica ? &replica_groups : nullptr));
+  }
   state_->local = factory(std::move(local_groups));
   TORCH_CHECK(state_->local, "optimizer factory returned null");
+  if (keeps_replica) state_->replica = factory(std::move(replica_groups));
 }
 
 ShardedOptimizer::~ShardedOptimizer() = default;
 
-void ShardedOptimizer::step() {
-  state_->local->step();
+void ShardedOptimizer::step(const std::function<void()>& after_update) {
+  // AdamW through the fused kernel, as the plain optimizer and step_part() do: a run's bits are
+  // the same whether its updates were stepped whole or in parts (a healable run steps whole).
+  auto step_one = [](torch::optim::Optimizer& optimizer) {
+    if (auto* adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer)) {
+      detail::fused_adamw_step(*adamw);
+    } else {
+      optimizer.step();
+    }
+  };
+  step_one(*state_->local);
+  if (state_->replica) {
+    state_->follow_local_options();
+    step_one(*state_->replica);
+  }
+  ++state_->updated_steps;
+  if (after_update) after_update();
   // On the device's timeline: on CUDA the broadcasts queue behind the local step's kernels.
   detail::Timeline& timeline = state_->comm->recorder().timeline();
   const auto start = timeline.mark();
@@ -145,15 +189,25 @@ void ShardedOptimizer::step_part(const std::vector<torch::Tensor>& params) {
   TORCH_CHECK(adamw, "ShardedOptimizer::step_part: the wrapped optimizer must be AdamW");
   std::vector<size_t> indices;
   std::vector<torch::Tensor> owned;
+  std::vector<torch::Tensor> replicated;
   for (const auto& p : params) {
     indices.push_back(state_->index_of(p));
-    if (state_->owners[indices.back()] == state_->comm->info().rank) owned.push_back(p);
+    const int owner = state_->owners[indices.back()];
+    if (owner == state_->comm->info().rank) owned.push_back(p);
+    if (owner == state_->replica_rank) replicated.push_back(p);
   }
   if (!owned.empty()) detail::fused_adamw_step(*adamw, owned);  // empty would mean "all"
+  if (!replicated.empty()) {
+    state_->follow_local_options();
+    auto* replica = dynamic_cast<torch::optim::AdamW*>(state_->replica.get());
+    TORCH_CHECK(replica, "ShardedOptimizer::step_part: the replica must be AdamW");
+    detail::fused_adamw_step(*replica, replicated);
+  }
   if (state_->comm->info().world_size > 1) state_->launch_broadcasts(indices);
 }
 
 void ShardedOptimizer::finish_step() {
+  ++state_->updated_steps;  // every part's update is done
   detail::Timeline& timeline = state_->comm->recorder().timeline();
   const auto start = timeline.mark();
   state_->wait_broadcasts();
@@ -166,7 +220,9 @@ void ShardedOptimizer::zero_grad() {
 }
 
 void ShardedOptimizer::add_param_group(const OptimizerParamGroup& group) {
-  state_->local->add_param_group(state_->assign(group));
+  std::vector<OptimizerParamGroup> replica_group;
+  state_->local->add_param_group(state_->assign(group, state_->replica ? &replica_group : nullptr));
+  if (state_->replica) state_->replica->add_param_group(replica_group.at(0));
 }
 
 int ShardedOptimizer::owner_of(const torch::Tensor& parameter) const {
@@ -175,9 +231,33 @@ int ShardedOptimizer::owner_of(const torch::Tensor& parameter) const {
 
 std::vector<int64_t> ShardedOptimizer::owned_bytes_per_rank() const { return state_->owned_bytes; }
 
+int ShardedOptimizer::replica_of() const { return state_->replica_rank; }
+
+torch::optim::Optimizer* ShardedOptimizer::replica_optimizer() { return state_->replica.get(); }
+
+int64_t ShardedOptimizer::updated_steps() const { return state_->updated_steps; }
+
+void ShardedOptimizer::set_updated_steps(int64_t steps) { state_->updated_steps = steps; }
+
+void ShardedOptimizer::regroup(std::shared_ptr<Communicator> comm) {
+  TORCH_CHECK(comm->info().rank == state_->comm->info().rank &&
+                  comm->info().world_size == state_->comm->info().world_size,
+              "ShardedOptimizer::regroup: a new generation keeps every rank's number");
+  // Broadcasts of the interrupted step belong to the aborted group: none is waited for.
+  state_->pending.clear();
+  state_->coalesced.clear();
+  state_->comm = std::move(comm);
+}
+
 torch::optim::Optimizer& ShardedOptimizer::local_optimizer() { return *state_->local; }
 
 double ShardedOptimizer::last_broadcast_seconds() const { return state_->last_broadcast_seconds; }
+
+int64_t optimizer_state_bytes(ShardedOptimizer& optimizer) {
+  torch::optim::Optimizer* replica = optimizer.replica_optimizer();
+  return optimizer_state_bytes(optimizer.local_optimizer()) +
+         (replica ? optimizer_state_bytes(*replica) : 0);
+}
 
 int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer) {
   auto bytes = [](const torch::Tensor& t) -> int64_t { return t.defined() ? t.nbytes() : 0; };

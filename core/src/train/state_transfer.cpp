@@ -1,7 +1,9 @@
 #include "train/state_transfer.h"
 
 #include <chrono>
+#include <optional>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "strategies/flat_buffer.h"
@@ -14,22 +16,38 @@ struct Source {
   int64_t completed_steps = -1;
 };
 
-// Steps 1 and 2 of the protocol.
-Source choose_source(Communicator& comm, int64_t completed_steps) {
+// Step 1 (and 1'): every rank's completed and updated steps.
+std::vector<RankProgress> gather_progress(Communicator& comm, RankProgress mine) {
   const auto on = torch::TensorOptions().dtype(torch::kLong).device(comm.info().device);
-  torch::Tensor mine = torch::full({1}, completed_steps, on);
-  torch::Tensor all = torch::empty({comm.info().world_size}, on);
-  comm.all_gather(all, mine, "all_gather/heal_completed_steps").wait();
+  torch::Tensor own =
+      torch::tensor({mine.completed_steps, mine.updated_steps}, torch::kLong).to(on.device());
+  torch::Tensor all = torch::empty({2 * comm.info().world_size}, on);
+  comm.all_gather(all, own, "all_gather/heal_completed_steps").wait();
   const auto counts = all.cpu();
-  Source source;
+  std::vector<RankProgress> ranks(comm.info().world_size);
   for (int r = 0; r < comm.info().world_size; ++r) {
-    const int64_t count = counts[r].item<int64_t>();
-    if (count > source.completed_steps) source = {r, count};
+    ranks[r] = {counts[2 * r].item<int64_t>(), counts[2 * r + 1].item<int64_t>()};
+  }
+  return ranks;
+}
+
+// Step 2 of the protocol.
+Source choose_source(const std::vector<RankProgress>& ranks) {
+  Source source;
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
+    if (ranks[r].completed_steps > source.completed_steps) source = {r, ranks[r].completed_steps};
   }
   if (source.completed_steps < 0) {
     throw std::runtime_error("healing: no rank of the new group has training state");
   }
   return source;
+}
+
+int joined_rank_of(const std::vector<RankProgress>& ranks) {
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
+    if (ranks[r].completed_steps < 0) return r;
+  }
+  return -1;
 }
 
 torch::Tensor broadcast_longs(Communicator& comm, std::vector<int64_t> values, int64_t size,
@@ -49,26 +67,35 @@ AdamState* adam_state_of(torch::optim::Optimizer& optimizer, const torch::Tensor
   return it == state.end() ? nullptr : static_cast<AdamState*>(it->second.get());
 }
 
-// Steps 3 to 5 for the optimizer state: each parameter's AdamW step, then its moments.
-int64_t transfer_optimizer_state(const TrainingState& s, Communicator& comm, int root) {
-  const std::vector<torch::Tensor> params = s.sync.optimizer_parameters();
+// `params`' AdamW steps, then their moments, from `root` into `optimizer` (null: into scratch,
+// for a rank that keeps none of them). Returns the moments' bytes.
+int64_t transfer_adam_states(Communicator& comm, const std::vector<torch::Tensor>& params,
+                             torch::optim::Optimizer* optimizer, int root,
+                             const std::string& name) {
   std::vector<int64_t> steps;
   for (const auto& p : params) {
-    const AdamState* adam = adam_state_of(s.local_optimizer, p);
+    const AdamState* adam = optimizer ? adam_state_of(*optimizer, p) : nullptr;
     steps.push_back(adam ? adam->step() : -1);
   }
   const torch::Tensor agreed = broadcast_longs(comm, steps, static_cast<int64_t>(params.size()),
-                                               root, "broadcast/heal_adam_steps");
-  auto& state = s.local_optimizer.state();
+                                               root, "broadcast/" + name + "_steps");
   std::vector<torch::Tensor> moments;
   for (size_t i = 0; i < params.size(); ++i) {
     const int64_t step = agreed[static_cast<int64_t>(i)].item<int64_t>();
     const torch::Tensor& p = params[i];
+    if (!optimizer) {
+      if (step >= 0) {
+        moments.push_back(torch::empty_like(p, torch::MemoryFormat::Preserve));
+        moments.push_back(torch::empty_like(p, torch::MemoryFormat::Preserve));
+      }
+      continue;
+    }
+    auto& state = optimizer->state();
     if (step < 0) {
       state.erase(p.unsafeGetTensorImpl());
       continue;
     }
-    AdamState* adam = adam_state_of(s.local_optimizer, p);
+    AdamState* adam = adam_state_of(*optimizer, p);
     if (!adam) {
       // Uninitialised: the broadcast below writes every element.
       auto fresh = std::make_unique<AdamState>();
@@ -81,9 +108,39 @@ int64_t transfer_optimizer_state(const TrainingState& s, Communicator& comm, int
     moments.push_back(adam->exp_avg());
     moments.push_back(adam->exp_avg_sq());
   }
-  broadcast_in_chunks(comm, moments, root, "broadcast/heal_adam_moments");
+  broadcast_in_chunks(comm, moments, root, "broadcast/" + name + "_moments");
   int64_t bytes = 0;
   for (const auto& m : moments) bytes += m.nbytes();
+  return bytes;
+}
+
+// Steps 4' (each shard's parameters where the state source's are not at T, and its moments
+// where its owner or holder lacks them) and 5': see plan_sharded_heal.
+int64_t transfer_optimizer_shards(const TrainingState& s, Communicator& comm,
+                                  const ShardedHealPlan& plan) {
+  ShardedOptimizer& sharded = *s.sharded;
+  const int rank = comm.info().rank;
+  const std::vector<torch::Tensor> params = s.sync.optimizer_parameters();
+  int64_t bytes = 0;
+  for (int k = 0; k < comm.info().world_size; ++k) {
+    std::vector<torch::Tensor> shard;
+    for (const auto& p : params) {
+      if (sharded.owner_of(p) == k) shard.push_back(p);
+    }
+    if (!plan.source_at_target) {
+      torch::NoGradGuard no_grad;
+      broadcast_in_chunks(comm, shard, plan.shard_provider[k],
+                          "broadcast/heal_shard" + std::to_string(k) + "_parameters");
+      for (const auto& p : shard) bytes += p.nbytes();
+    }
+    if (!plan.moments_move[k]) continue;
+    torch::optim::Optimizer* keeper = k == rank                   ? &sharded.local_optimizer()
+                                      : k == sharded.replica_of() ? sharded.replica_optimizer()
+                                                                  : nullptr;
+    bytes += transfer_adam_states(comm, shard, keeper, plan.shard_provider[k],
+                                  "heal_shard" + std::to_string(k));
+  }
+  sharded.set_updated_steps(plan.target_step);
   return bytes;
 }
 
@@ -94,32 +151,122 @@ int64_t module_state_bytes(torch::nn::Module& module) {
   return bytes;
 }
 
+// Step 4' where the state source's parameters are not all at T: its buffers and frozen
+// parameters, which no optimizer changes. Returns their bytes.
+int64_t broadcast_fixed_state(torch::nn::Module& module, Communicator& comm, int root) {
+  std::vector<torch::Tensor> fixed;
+  for (const auto& p : unique_parameters(module)) {
+    if (!p.requires_grad()) fixed.push_back(p);
+  }
+  for (const auto& b : module.buffers(/*recurse=*/true)) fixed.push_back(b);
+  torch::NoGradGuard no_grad;
+  broadcast_in_chunks(comm, fixed, root, "broadcast/heal_fixed_state");
+  int64_t bytes = 0;
+  for (const auto& t : fixed) bytes += t.nbytes();
+  return bytes;
+}
+
+// Steps 3 and 3': the launch order from `root`, and every strategy regroups with it.
+void regroup_strategies(const TrainingState& s, std::shared_ptr<Communicator> comm, int root) {
+  Communicator& c = *comm;
+  const bool is_source = c.info().rank == root;
+  const std::vector<int64_t> order = is_source ? s.sync.launch_order() : std::vector<int64_t>{};
+  const int64_t order_size = broadcast_longs(c, {static_cast<int64_t>(order.size())}, 1, root,
+                                             "broadcast/heal_order_size")[0]
+                                 .item<int64_t>();
+  const torch::Tensor agreed_order =
+      broadcast_longs(c, order, order_size, root, "broadcast/heal_launch_order");
+  std::vector<int64_t> launch_order(order_size);
+  for (int64_t k = 0; k < order_size; ++k) launch_order[k] = agreed_order[k].item<int64_t>();
+  if (s.sharded) s.sharded->regroup(comm);
+  s.sync.regroup(std::move(comm), launch_order);
+}
+
+std::string progress_table(const std::vector<RankProgress>& ranks) {
+  std::string text;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    text += (r ? ", rank " : "rank ") + std::to_string(r) + " completed " +
+            std::to_string(ranks[r].completed_steps) + " updated " +
+            std::to_string(ranks[r].updated_steps);
+  }
+  return text;
+}
+
 }  // namespace
+
+ShardedHealPlan plan_sharded_heal(const std::vector<RankProgress>& ranks) {
+  const int world = static_cast<int>(ranks.size());
+  auto at = [&](int r, int64_t step) {
+    return ranks[r].completed_steps >= 0 && ranks[r].updated_steps == step;
+  };
+  std::optional<ShardedHealPlan> best;
+  for (int candidate = 0; candidate < world; ++candidate) {
+    const int64_t t = ranks[candidate].updated_steps;
+    if (ranks[candidate].completed_steps < 0 || (best && best->target_step >= t)) continue;
+    ShardedHealPlan plan{t, -1, false, std::vector<int>(world, -1), std::vector<bool>(world)};
+    bool whole = true;
+    for (int k = 0; k < world && whole; ++k) {
+      const int holder = (k + 1) % world;
+      plan.shard_provider[k] = at(k, t) ? k : at(holder, t) ? holder : -1;
+      plan.moments_move[k] = !at(k, t) || !at(holder, t);
+      whole = plan.shard_provider[k] >= 0;
+    }
+    if (whole) best = plan;
+  }
+  if (!best) {
+    throw std::runtime_error(
+        "healing: no step at which every optimizer shard is held by its owner or its replica's "
+        "holder (" +
+        progress_table(ranks) + ")");
+  }
+  for (int r = world - 1; r >= 0; --r) {
+    const bool clean = at(r, best->target_step) && ranks[r].completed_steps == best->target_step;
+    if (clean || (!best->source_at_target && ranks[r].completed_steps >= 0)) {
+      best->state_source = r;
+      best->source_at_target = clean;
+    }
+  }
+  return *best;
+}
 
 TransferredState transfer_training_state(const TrainingState& s, std::shared_ptr<Communicator> comm,
                                          int64_t completed_steps,
                                          const AfterParameters& after_parameters) {
   const auto start = std::chrono::steady_clock::now();
   Communicator& c = *comm;
-  const Source source = choose_source(c, completed_steps);
-  const bool is_source = c.info().rank == source.rank;
-  const std::vector<int64_t> order = is_source ? s.sync.launch_order() : std::vector<int64_t>{};
-  const int64_t order_size = broadcast_longs(c, {static_cast<int64_t>(order.size())}, 1,
-                                             source.rank, "broadcast/heal_order_size")[0]
-                                 .item<int64_t>();
-  const torch::Tensor agreed_order =
-      broadcast_longs(c, order, order_size, source.rank, "broadcast/heal_launch_order");
-  std::vector<int64_t> launch_order(order_size);
-  for (int64_t k = 0; k < order_size; ++k) launch_order[k] = agreed_order[k].item<int64_t>();
-  s.sync.regroup(std::move(comm), launch_order);
+  ShardedOptimizer* sharded = s.sharded;
+  const int64_t updated =
+      completed_steps < 0 || !sharded ? completed_steps : sharded->updated_steps();
+  const std::vector<RankProgress> ranks = gather_progress(c, {completed_steps, updated});
+  std::optional<ShardedHealPlan> plan;
+  Source source;
+  if (sharded) {
+    plan = plan_sharded_heal(ranks);
+    source = {plan->state_source, plan->target_step};
+  } else {
+    source = choose_source(ranks);
+  }
+  regroup_strategies(s, std::move(comm), source.rank);
 
   TransferredState out;
+  out.joined_rank = joined_rank_of(ranks);
   out.source_rank = source.rank;
   out.completed_steps = source.completed_steps;
-  broadcast_module_state(s.model, c, source.rank);
-  out.bytes = module_state_bytes(s.model);
+  if (!plan || plan->source_at_target) {
+    broadcast_module_state(s.model, c, source.rank);
+    out.bytes = module_state_bytes(s.model);
+  } else {
+    // The source's trainable parameters are of two steps: each shard's come from its provider
+    // (transfer_optimizer_shards), and sending the source's first would overwrite them there.
+    out.bytes = broadcast_fixed_state(s.model, c, source.rank);
+  }
   if (after_parameters) after_parameters(source.completed_steps);
-  out.bytes += transfer_optimizer_state(s, c, source.rank);
+  if (plan) {
+    out.bytes += transfer_optimizer_shards(s, c, *plan);
+  } else {
+    out.bytes += transfer_adam_states(c, s.sync.optimizer_parameters(), &s.local_optimizer,
+                                      source.rank, "heal_adam");
+  }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }

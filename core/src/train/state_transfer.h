@@ -20,11 +20,34 @@
 //     has none.
 // Nothing else travels: the data order is a function of the step (docs/data.md), and no random
 // number is drawn after initialisation (the model has no dropout), so no generator state either.
+//
+// ZeRO-1 with --shard-replicas 1 (sharded_optimizer.h): rank r's optimizer shard is also on its
+// ring successor r + 1, which steps it, and its parameters, in place right after its own. The
+// steps differ where they must:
+//  1'. all_gather of each rank's (completed steps, updated steps): a rank updates its own shard
+//      and its replica, then broadcasts its parameters, then counts the step completed. A rank
+//      whose two counts differ failed mid-broadcast: its parameters are of two steps, but its
+//      two shards' (parameters and moments) are whole at its updated count.
+//  2'. plan_sharded_heal: the step T to go on at is the largest updated count at which every
+//      shard k is held by its owner k or its holder k + 1 among the ranks with state (the owner
+//      preferred): the shard's provider. None: the heal fails, naming every rank's counts (the
+//      coordinator restarts the job from its checkpoint). The state source is the lowest rank
+//      whose counts are both T (its parameters are all at T), else the lowest with state.
+//  3'. As step 3, from the state source.
+//  4'. The parameters and buffers from the state source, as step 4, where its parameters are
+//      all at T; else its buffers and frozen parameters, and each shard's parameters from the
+//      shard's provider (sending the source's first would overwrite the provider's). Then, shard
+//      by shard in rank order, where the owner or the holder lacks shard k at T (it joined, or
+//      it updated past T), the provider broadcasts the shard's AdamW steps and moments: the
+//      owner takes them into its optimizer, the holder into its replica, any other rank reads
+//      them into scratch.
+//  5'. As step 5, and every rank's updated steps become T.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "ddpd/core/communicator.h"
 #include "train/training_checkpoint.h"
@@ -32,6 +55,7 @@
 namespace ddpd::detail {
 
 struct TransferredState {
+  int joined_rank = -1;  // the rank that came with no state: the lost rank's number
   int source_rank = -1;
   int64_t completed_steps = 0;  // the source's: where every rank goes on
   int64_t bytes = 0;            // broadcast from the source
@@ -41,6 +65,23 @@ struct TransferredState {
 // Called between steps 4's two broadcasts with the source's completed steps: --inject
 // exit-during-heal's point (fault_injector.h).
 using AfterParameters = std::function<void(int64_t resumed_step)>;
+
+// One rank's progress at a sharded heal (step 1').
+struct RankProgress {
+  int64_t completed_steps = -1;  // -1: it joins
+  int64_t updated_steps = -1;
+};
+
+struct ShardedHealPlan {
+  int64_t target_step = 0;
+  int state_source = -1;
+  bool source_at_target = false;    // every parameter of the state source is at T
+  std::vector<int> shard_provider;  // per shard (its owner's rank): a rank holding it at T
+  std::vector<bool> moments_move;   // per shard: its owner or its holder lacks it at T
+};
+
+// Step 2': throws std::runtime_error naming every rank's counts when no step has all shards.
+ShardedHealPlan plan_sharded_heal(const std::vector<RankProgress>& ranks);
 
 // `state.comm` is the new generation's; `completed_steps` is -1 on the rank that joins.
 // Throws std::runtime_error when no rank has state (every survivor was lost), and

@@ -248,7 +248,9 @@ torch::Tensor Trainer::Impl::rows_of(const detail::TokenSamples& samples, int64_
       .to(comm->info().device);
 }
 
-int64_t Trainer::Impl::optimizer_state() { return optimizer_state_bytes(local_optimizer()); }
+int64_t Trainer::Impl::optimizer_state() {
+  return sharded ? optimizer_state_bytes(*sharded) : optimizer_state_bytes(*optimizer);
+}
 
 MemoryBytes Trainer::Impl::measure() {
   auto tensors = sync->optimizer_parameters();
@@ -317,7 +319,8 @@ void Trainer::Impl::build_optimizer() {
   if (options.shard_optimizer) {
     std::vector<torch::optim::OptimizerParamGroup> groups{
         torch::optim::OptimizerParamGroup(sync->optimizer_parameters())};
-    sharded = std::make_unique<ShardedOptimizer>(std::move(groups), adamw_factory(adamw), comm);
+    sharded = std::make_unique<ShardedOptimizer>(std::move(groups), adamw_factory(adamw), comm,
+                                                 options.shard_replicas);
   } else {
     optimizer = std::make_unique<torch::optim::AdamW>(sync->optimizer_parameters(), adamw);
   }
@@ -389,6 +392,7 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
     m.start_step = detail::resumed_step(*resumed, options);
     m.step.store(m.start_step);
   }
+  if (m.sharded) m.sharded->set_updated_steps(m.start_step);
   m.completed_steps = m.joining ? -1 : m.start_step;
   m.memory.after_init = m.measure();
 } catch (const c10::Error& e) {
@@ -478,17 +482,19 @@ double Trainer::Impl::optimizer_step(StepMetrics& metrics) {
   enter(kOptimizer);
   if (options.clip_grad_norm > 0) metrics.grad_norm = clip_gradients();
   double broadcast_seconds = 0;
+  const int64_t index = step.load();
   if (sharded) {
     if (optimizer_steps_per_bucket) {
       sharded->finish_step();
     } else {
-      sharded->step();
+      sharded->step([&] { injector->after_optimizer_update(index); });
     }
     broadcast_seconds = sharded->last_broadcast_seconds();
   } else if (!optimizer_steps_per_bucket) {
     detail::fused_adamw_step(*optimizer);
   }
-  completed_steps = step.load() + 1;  // before the collectives that may follow
+  injector->after_optimizer_update(index);  // where the update did not run it already
+  completed_steps = step.load() + 1;        // before the collectives that may follow
   sync->after_optimizer_step();
   return broadcast_seconds;
 }
@@ -591,7 +597,9 @@ StepMetrics Trainer::train_step(int64_t step) {
 }
 
 bool Trainer::Impl::healable() const {
-  return options.strategy != Strategy::kFsdp && !sharded && comm->info().world_size > 1;
+  // ZeRO-1's shards heal from their replicas (--shard-replicas 1); fsdp's have none.
+  return options.strategy != Strategy::kFsdp && (!sharded || options.shard_replicas > 0) &&
+         comm->info().world_size > 1;
 }
 
 std::optional<int64_t> Trainer::Impl::heal(const Regroup& regroup, const CollectiveError& failure,
@@ -613,14 +621,16 @@ std::optional<int64_t> Trainer::Impl::heal(const Regroup& regroup, const Collect
   while (!result.steps.empty() && result.steps.back().step >= moved.completed_steps) {
     result.steps.pop_back();
   }
-  result.heals.push_back({generation, failure.peer_rank(), moved.source_rank, moved.completed_steps,
-                          moved.bytes, regroup_seconds, moved.seconds});
+  // The rank that joined has the lost rank's number; the failure names it only when the
+  // transport saw it leave.
+  const int lost = moved.joined_rank >= 0 ? moved.joined_rank : failure.peer_rank();
+  result.heals.push_back({generation, lost, moved.source_rank, moved.completed_steps, moved.bytes,
+                          regroup_seconds, moved.seconds});
   std::fprintf(stderr,
                "ddpd: healed into generation %d (rank %d lost): state of rank %d, %lld bytes in "
                "%.3f s, after %.3f s to regroup; going on at step %lld\n",
-               generation, failure.peer_rank(), moved.source_rank,
-               static_cast<long long>(moved.bytes), moved.seconds, regroup_seconds,
-               static_cast<long long>(moved.completed_steps));
+               generation, lost, moved.source_rank, static_cast<long long>(moved.bytes),
+               moved.seconds, regroup_seconds, static_cast<long long>(moved.completed_steps));
   return moved.completed_steps;
 }
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 
 #include "ddpd/common/hf_config.h"
@@ -171,8 +172,13 @@ void CheckpointParameterSource::read(const std::string& name, int64_t begin, int
   }
 }
 
-void load_optimizer_state(CheckpointReader& reader, const TrainingState& s) {
-  auto& state = s.local_optimizer.state();
+namespace {
+
+// The AdamW state of the optimizer parameters `holds` selects, into `optimizer`.
+void load_adam_states(CheckpointReader& reader, const TrainingState& s,
+                      torch::optim::Optimizer& optimizer,
+                      const std::function<bool(const torch::Tensor&)>& holds) {
+  auto& state = optimizer.state();
   const auto targets = s.sync.optimizer_parameters();
   const auto ranges = s.sync.optimizer_parameter_ranges();
   size_t index = 0;
@@ -182,7 +188,7 @@ void load_optimizer_state(CheckpointReader& reader, const TrainingState& s) {
     if (!full.requires_grad()) continue;
     const HeldRange range = ranges.at(index);
     const torch::Tensor& held = targets.at(index++);
-    if (!holds_state_of(s, held) || !reader.has("exp_avg/" + name)) continue;
+    if (!holds(held) || !reader.has("exp_avg/" + name)) continue;
     auto load = [&](const std::string& kind) {
       return reader.read(kind + "/" + name, range.begin, range.end)
           .reshape(held.sizes())
@@ -193,6 +199,19 @@ void load_optimizer_state(CheckpointReader& reader, const TrainingState& s) {
     adam->exp_avg(load("exp_avg"));
     adam->exp_avg_sq(load("exp_avg_sq"));
     state[held.unsafeGetTensorImpl()] = std::move(adam);
+  }
+}
+
+}  // namespace
+
+void load_optimizer_state(CheckpointReader& reader, const TrainingState& s) {
+  load_adam_states(reader, s, s.local_optimizer,
+                   [&s](const torch::Tensor& p) { return holds_state_of(s, p); });
+  torch::optim::Optimizer* replica = s.sharded ? s.sharded->replica_optimizer() : nullptr;
+  if (replica) {
+    load_adam_states(reader, s, *replica, [&s](const torch::Tensor& p) {
+      return s.sharded->owner_of(p) == s.sharded->replica_of();
+    });
   }
 }
 

@@ -26,7 +26,7 @@ struct TrainingState {
   TransformerLMImpl& model;
   GradientSynchronizer& sync;
   torch::optim::Optimizer& local_optimizer;  // the plain AdamW, or ZeRO-1's local one
-  const ShardedOptimizer* sharded;           // ZeRO-1 (owners of state), or null
+  ShardedOptimizer* sharded;                 // ZeRO-1 (owners of state, replicas), or null
   // The model's unique parameters' names and shapes, taken before the synchroniser existed (fsdp
   // frees the full parameters between steps, leaving them empty).
   const std::vector<std::pair<std::string, std::vector<int64_t>>>& parameter_shapes;
@@ -54,7 +54,7 @@ class CheckpointParameterSource final : public ParameterSource {
  private:
   CheckpointReader& reader_;
 };
-// The AdamW state of the parameters this rank holds.
+// The AdamW state of the parameters this rank holds, and of its replica's (--shard-replicas).
 void load_optimizer_state(CheckpointReader& reader, const TrainingState& state);
 // The steps a checkpoint has done; OptionError("--batch") when its data position is not that
 // many global batches of this job's.

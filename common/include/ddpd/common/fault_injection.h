@@ -11,6 +11,9 @@
 //   exit-during-heal  rank R's process exits halfway through the state transfer of a heal
 //         (docs/healing.md) that resumes at step S or later: after the parameters, before the
 //         optimizer state, whether it sends them or receives them
+//   exit-after-update  rank R's process exits in step S right after its optimizer update, before
+//         the collectives that follow it (ZeRO-1: its parameters' broadcasts), so its peers
+//         have updated too and fail in them
 #pragma once
 
 #include <cstdint>
@@ -29,7 +32,8 @@ enum class FaultKind {
   kSlow,
   kSkipCollective,
   kCrashDuringCheckpoint,
-  kExitDuringHeal
+  kExitDuringHeal,
+  kExitAfterUpdate
 };
 DDPD_ENUM_INFO(FaultKind, "--inject");
 

@@ -155,6 +155,9 @@ struct DdpJobOptions {
   Strategy strategy = Strategy::kBucketed;
   double bucket_size_mb = 25.0;  // bucketed only; MiB (2^20 bytes), as PyTorch DDP
   bool shard_optimizer = false;  // ZeRO-1 optimizer-state sharding (not with fsdp)
+  // ZeRO-1: copies of each rank's optimizer shard kept by its ring successor (0 or 1), so a
+  // healed job takes a lost rank's shard from memory (docs/healing.md).
+  int shard_replicas = 0;
   // AdamW hyper-parameters; defaults are torch.optim.AdamW's.
   double lr = 1e-3;
   double beta1 = 0.9;

@@ -31,16 +31,25 @@ OptimizerFactory adamw_factory(const torch::optim::AdamWOptions& options);
 // went from 1.09x to 1.03x the bucketed step (median of 3 alternating runs), as the broadcast
 // and the owners' AdamW stopped waiting for the last bucket.
 //
+// Replicas (`replicas` = 1, --shard-replicas): each rank also keeps the optimizer state of its
+// ring predecessor's shard (rank r holds shard r - 1's, mod the world size), stepped by a second
+// optimizer on the same averaged gradients right after its own. The same per-element arithmetic
+// on the same inputs gives the owner's bits, so a lost rank's shard is on its successor, at the
+// successor's step count. No byte travels for it on a healthy step: the cost is a second
+// optimizer step over 1/N of the parameters, and its state's memory (docs/healing.md).
+//
 // Thread contract: not thread-safe; call from the training thread. step() and
 // add_param_group() are collectives/deterministic assignments: every rank must call them in
 // the same order with the same parameters.
 class ShardedOptimizer {
  public:
   ShardedOptimizer(std::vector<torch::optim::OptimizerParamGroup> groups, OptimizerFactory factory,
-                   std::shared_ptr<Communicator> comm);
+                   std::shared_ptr<Communicator> comm, int replicas = 0);
   ~ShardedOptimizer();
 
-  void step();
+  // `after_update` runs between this rank's updates and the broadcasts (--inject
+  // exit-after-update's point).
+  void step(const std::function<void()>& after_update = {});
   // The owned parameters among `params` step (fused AdamW), and their broadcasts start.
   void step_part(const std::vector<torch::Tensor>& params);
   // Waits for the broadcasts step_part() launched and fills the receivers' parameters.
@@ -50,6 +59,17 @@ class ShardedOptimizer {
   void add_param_group(const torch::optim::OptimizerParamGroup& group);
 
   int owner_of(const torch::Tensor& parameter) const;
+  // The rank whose shard this rank's replica holds (its ring predecessor); -1 without replicas.
+  int replica_of() const;
+  // The optimizer stepping the predecessor's shard, or null without replicas.
+  torch::optim::Optimizer* replica_optimizer();
+  // The optimizer updates this rank has applied to its shards (step() counts one as soon as its
+  // own and its replica's are done, before the broadcasts); the trainer sets it when it starts
+  // or heals. A heal compares it with the completed steps (train/state_transfer.h).
+  int64_t updated_steps() const;
+  void set_updated_steps(int64_t steps);
+  // A heal's new group generation: the same ranks and world size, a new communicator.
+  void regroup(std::shared_ptr<Communicator> comm);
   // Bytes of parameters owned by each rank.
   std::vector<int64_t> owned_bytes_per_rank() const;
   torch::optim::Optimizer& local_optimizer();
@@ -61,6 +81,9 @@ class ShardedOptimizer {
   struct State;
   std::unique_ptr<State> state_;
 };
+
+// Bytes of optimizer state this rank holds: its own shard's, and its replica's.
+int64_t optimizer_state_bytes(ShardedOptimizer& optimizer);
 
 // Bytes held in `optimizer`'s per-parameter state (Adam/AdamW moments, SGD momentum, …).
 int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer);

@@ -20,8 +20,9 @@ int current_attempt(const v1::Job& job);
 bool may_restart(const v1::Job& job);
 
 // Whether a lost rank of the running attempt can be replaced in place (docs/healing.md): a DDP
-// job of a replicated strategy (naive, flat, overlap, bucketed) without ZeRO-1 or --no-heal, at
-// world size 2 or more, whose restarts and heals together have not used up --max-restarts.
+// job of a replicated strategy (naive, flat, overlap, bucketed) without --no-heal, and without
+// ZeRO-1 unless it keeps --shard-replicas 1, at world size 2 or more, whose restarts and heals
+// together have not used up --max-restarts.
 bool may_heal(const v1::Job& job);
 
 // Smaller world sizes a restarted job may start at, largest first: from world_size - 1 down to
