@@ -318,6 +318,7 @@ int WorkerDaemon::run() {
   hello.set_metrics_port(impl_->metrics->port());
   hello.add_backends("gloo");
   if (visible_cuda_devices() > o.cuda_device) hello.add_backends("nccl");
+  hello.set_gpu_memory_bytes(cuda_device_memory_bytes(o.cuda_device));
   auto channel = coordinator_channel(o.coordinator, o.tls_ca);
   auto stub = v1::Coordinator::NewStub(channel);
   while (!impl_->stopping) {

@@ -196,15 +196,15 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
   }
   std::lock_guard<std::mutex> lock(mutex_);
   if (request->spec().has_ddp()) {
-    // Admission by memory: a rank must fit on some worker. Workers advertise their memory in
-    // their hello; with none registered (or none advertising) there is nothing to check yet.
+    // Admission by memory: a rank must fit on some worker (admission_budget).
     v1::ListWorkersReply workers;
     manager_.list_workers(&workers);
-    int64_t largest = 0;
-    for (const auto& w : workers.workers()) largest = std::max(largest, w.hello().memory_bytes());
+    std::vector<v1::WorkerHello> hellos;
+    for (const auto& w : workers.workers()) hellos.push_back(w.hello());
+    const AdmissionBudget budget = admission_budget(request->spec(), hellos);
     try {
-      check_fits_in_memory(from_proto(request->spec().ddp()), request->spec().world_size(), largest,
-                           "the largest registered worker's memory");
+      check_fits_in_memory(from_proto(request->spec().ddp()), request->spec().world_size(),
+                           budget.bytes, budget.where);
     } catch (const OptionError& e) {
       return {grpc::StatusCode::RESOURCE_EXHAUSTED, naming_proto_field(e).what()};
     }

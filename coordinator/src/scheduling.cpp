@@ -111,4 +111,16 @@ v1::StepReport aggregate_step(const std::vector<v1::StepReport>& ranks) {
   return out;
 }
 
+AdmissionBudget admission_budget(const v1::JobSpec& spec,
+                                 const std::vector<v1::WorkerHello>& registered) {
+  // A CUDA rank's tensors live on its GPU: host memory says nothing about whether they fit.
+  const bool on_gpu = spec.has_ddp() && from_proto(spec.ddp()).device == Device::kCuda;
+  AdmissionBudget budget{0, on_gpu ? "the largest registered worker's GPU memory"
+                                   : "the largest registered worker's memory"};
+  for (const auto& hello : registered) {
+    budget.bytes = std::max(budget.bytes, on_gpu ? hello.gpu_memory_bytes() : hello.memory_bytes());
+  }
+  return budget;
+}
+
 }  // namespace ddpd::coordinator

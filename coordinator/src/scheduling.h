@@ -56,6 +56,16 @@ std::optional<Placement> place_next(const std::vector<PendingJob>& pending_in_or
 std::string pending_reason(const std::vector<PendingJob>& pending_in_order, size_t index,
                            int registered, const std::vector<IdleWorker>& idle_workers);
 
+// The memory a DDP job's rank must fit in at submission: the largest registered worker's host
+// memory, or for a CUDA job (--device cuda) its GPU's, as their hellos advertise them. `bytes` 0:
+// none advertises it, nothing to check yet. `where` names it for the refusal.
+struct AdmissionBudget {
+  int64_t bytes = 0;
+  std::string where;
+};
+AdmissionBudget admission_budget(const v1::JobSpec& spec,
+                                 const std::vector<v1::WorkerHello>& registered);
+
 // Aggregates one step over ranks: the slowest rank's times (a step ends when every rank's
 // does), the mean loss, the largest spread.
 v1::StepReport aggregate_step(const std::vector<v1::StepReport>& ranks);

@@ -99,6 +99,27 @@ TEST(Scheduler, AggregatesTheSlowestRankAndTheMeanLoss) {
   EXPECT_DOUBLE_EQ(s.param_spread(), 1e-7);
 }
 
+// Submission's memory admission: a CPU job against the workers' host memory, a CUDA job against
+// the memory of the GPU their ranks use, whichever worker has the most.
+TEST(Scheduler, AdmissionComparesACudaJobWithGpuMemoryAndACpuJobWithHostMemory) {
+  std::vector<v1::WorkerHello> workers(2);
+  workers[0].set_memory_bytes(int64_t{64} << 30);
+  workers[1].set_memory_bytes(int64_t{32} << 30);
+  workers[1].set_gpu_memory_bytes(int64_t{80} << 30);
+  v1::JobSpec spec;
+  spec.mutable_ddp()->set_model("tiny");
+  AdmissionBudget budget = admission_budget(spec, workers);
+  EXPECT_EQ(budget.bytes, int64_t{64} << 30);
+  EXPECT_EQ(budget.where, "the largest registered worker's memory");
+  spec.mutable_ddp()->set_device("cuda");
+  budget = admission_budget(spec, workers);
+  EXPECT_EQ(budget.bytes, int64_t{80} << 30);
+  EXPECT_EQ(budget.where, "the largest registered worker's GPU memory");
+  // No worker with a GPU advertises its memory: nothing to check yet (placement waits for one).
+  workers.pop_back();
+  EXPECT_EQ(admission_budget(spec, workers).bytes, 0);
+}
+
 TEST(JobStore, SurvivesReopening) {
   const std::string path = "/tmp/ddpd-store-test-" + std::to_string(getpid()) + ".db";
   v1::Job job;

@@ -33,6 +33,10 @@ at::Device bind_cuda_device(int local_rank);
 // admission compares its estimate with. Throws std::invalid_argument as bind_cuda_device does.
 int64_t cuda_free_memory_bytes(int local_rank);
 
+// Total memory of GPU `device`, bytes (cudaGetDeviceProperties, which makes no context).
+// Throws std::invalid_argument as bind_cuda_device does.
+int64_t cuda_total_memory_bytes(int device);
+
 // ProcessGroupNCCL over `store` on the current device, every collective bounded by `timeout`.
 // Throws std::invalid_argument in a CPU build.
 c10::intrusive_ptr<c10d::Backend> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store,

@@ -18,6 +18,10 @@ int64_t cuda_free_memory_bytes(int) {
   throw std::invalid_argument(std::string("backend: nccl ") + kNeedsCuda);
 }
 
+int64_t cuda_total_memory_bytes(int) {
+  throw std::invalid_argument(std::string("backend: nccl ") + kNeedsCuda);
+}
+
 at::Device bind_cuda_device(int) {
   throw std::invalid_argument(std::string("backend: nccl ") + kNeedsCuda);
 }

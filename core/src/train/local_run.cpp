@@ -56,4 +56,9 @@ std::string finish_failed_local_run(const LocalRunOptions& options,
 
 int visible_cuda_devices() { return detail::cuda_device_count(); }
 
+int64_t cuda_device_memory_bytes(int device) {
+  return device >= 0 && device < visible_cuda_devices() ? detail::cuda_total_memory_bytes(device)
+                                                        : 0;
+}
+
 }  // namespace ddpd

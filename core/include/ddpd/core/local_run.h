@@ -42,4 +42,8 @@ std::string finish_failed_local_run(const LocalRunOptions& options,
 // CUDA devices this process can see; 0 in a CPU build.
 int visible_cuda_devices();
 
+// Total memory of CUDA device `device`, bytes; 0 when this process cannot see it (a CPU build,
+// no such GPU). Makes no CUDA context, so a worker daemon may ask before it starts any rank.
+int64_t cuda_device_memory_bytes(int device);
+
 }  // namespace ddpd

@@ -135,6 +135,13 @@ int64_t cuda_free_memory_bytes(int local_rank) {
   return static_cast<int64_t>(free_bytes);
 }
 
+int64_t cuda_total_memory_bytes(int device) {
+  require_gpu_of(device);
+  cudaDeviceProp properties{};
+  C10_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+  return static_cast<int64_t>(properties.totalGlobalMem);
+}
+
 c10::intrusive_ptr<c10d::Backend> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store,
                                                   int rank, int world_size,
                                                   std::chrono::milliseconds timeout) {
