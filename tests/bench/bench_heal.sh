@@ -11,7 +11,9 @@
 #   ckpt_read_MB  checkpoint bytes read to resume (the heal reads none)
 #   step_ms       the healthy steps' median step time, uninterrupted, with --max-restarts 1
 #                 (healing armed: the optimizer steps after the whole synchronisation) and 0
-# Usage: tests/bench/bench_heal.sh [STEPS_TINY] [STEPS_SMALL]   (run scripts/build.sh first)
+# ZERO1=1: every job runs ZeRO-1 (--shard-optimizer); the healed one and the armed healthy one
+# keep --shard-replicas 1, which a heal needs, and the restarted and unarmed ones do not.
+# Usage: [ZERO1=1] tests/bench/bench_heal.sh [STEPS_TINY] [STEPS_SMALL]   (run scripts/build.sh first)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=$PWD/build/bin
@@ -21,6 +23,8 @@ done
 command -v jq >/dev/null || { echo "bench_heal.sh needs jq" >&2; exit 1; }
 steps_tiny=${1:-60}
 steps_small=${2:-16}
+sharding=() replicas=()
+if [ "${ZERO1:-0}" = 1 ]; then sharding=(--shard-optimizer) replicas=(--shard-replicas 1); fi
 work=$(mktemp -d /tmp/ddpd-bench-heal.XXXXXX)
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 export DDPD_TOKEN=bench-heal
@@ -64,7 +68,7 @@ submit() {  # model steps dir extra... → job id
   shift 3
   ctl submit ddp --world-size 3 --model "$model" --batch 6 --context 16 --threads 1 \
     --steps "$steps" --strategy bucketed --checkpoint-dir "$dir" --checkpoint-every 5 \
-    --spread-every 0 "$@" | head -n1
+    --spread-every 0 ${sharding[@]+"${sharding[@]}"} "$@" | head -n1
 }
 
 # Whether JOB's ranks have all completed a step since the fault: the `healed` incident, or three
@@ -111,11 +115,11 @@ for model in tiny small; do
   steps=$steps_tiny
   [ $model = small ] && steps=$steps_small
   kill_at=$((steps / 2))
-  read -r r t c < <(faulted $model "$steps" "$kill_at" --max-restarts 1)
+  read -r r t c < <(faulted $model "$steps" "$kill_at" --max-restarts 1 ${replicas[@]+"${replicas[@]}"})
   printf '%-6s %-8s %10s %6s %13s\n' $model heal "$r" "$t" "$c"
   read -r r t c < <(faulted $model "$steps" "$kill_at" --max-restarts 1 --no-heal)
   printf '%-6s %-8s %10s %6s %13s\n' $model restart "$r" "$t" "$c"
-  armed=$(median_step_ms $model "$steps" --max-restarts 1)
+  armed=$(median_step_ms $model "$steps" --max-restarts 1 ${replicas[@]+"${replicas[@]}"})
   plain=$(median_step_ms $model "$steps" --max-restarts 0)
   printf '%-6s healthy step: %.1f ms with healing armed, %.1f ms without (%+.1f %%)\n' \
     $model "$armed" "$plain" "$(jq -n "($armed / $plain - 1) * 100")"

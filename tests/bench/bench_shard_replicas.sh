@@ -7,18 +7,21 @@
 # world the medians of the rounds, the ratio with/without of the step, and rank 0's optimizer
 # state. The replica costs a second AdamW step over 1/N of the parameters and that much state;
 # no byte travels for it.
-# Usage: tests/bench/bench_shard_replicas.sh [STEPS] [ROUNDS]   (run scripts/build.sh first)
+# PRESET=small (or another --model preset) runs that model instead of the bench config's shape.
+# Usage: [PRESET=P] tests/bench/bench_shard_replicas.sh [STEPS] [ROUNDS]   (run scripts/build.sh)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 steps=${1:-12}
 rounds=${2:-3}
 source tests/bench/bench_config.sh
 BATCH=12  # divisible by 3 and 4
+shape=(--d-model $D --d-ff $FF --layers $L --heads $H --vocab $V)
+[ -n "${PRESET:-}" ] && shape=(--model "$PRESET")
 
 run_figures() {  # world, flags... → "median_step_ms median_optimizer_ms state_bytes" of rank 0
   local world=$1; shift
-  bash scripts/launch-local.sh "$world" -- "$worker" run ddp --d-model $D --d-ff $FF \
-    --layers $L --heads $H --vocab $V --context $CTX --batch $BATCH --steps "$steps" \
+  bash scripts/launch-local.sh "$world" -- "$worker" run ddp "${shape[@]}" \
+    --context $CTX --batch $BATCH --steps "$steps" \
     --warmup-steps 2 --threads 1 --spread-every 0 --strategy bucketed --bucket-mb $BUCKET \
     --shard-optimizer --json "$@" 2>/dev/null |
     "$python" -c '
@@ -37,7 +40,7 @@ for line in sys.stdin.read().strip().splitlines():
 }
 median() { "$python" -c 'import statistics, sys; print(f"{statistics.median(map(float, sys.argv[1:])):.2f}")' "$@"; }
 
-echo "ddpd $(git rev-parse --short HEAD), $(nproc) cores; steps $steps, rounds $rounds"
+echo "ddpd $(git rev-parse --short HEAD), $(nproc) cores; ${shape[*]}; steps $steps, rounds $rounds"
 rows=()
 for world in 3 4; do
   without=() with=() opt_without=() opt_with=()
