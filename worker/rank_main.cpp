@@ -14,6 +14,7 @@
 #include <optional>
 #include <thread>
 
+#include "ddpd/api/restart_policy.h"
 #include "ddpd/api/spec_convert.h"
 #include "ddpd/api/step_report.h"
 #include "ddpd/common/result_json.h"
@@ -160,8 +161,8 @@ class RankRun {
   // Trainer's Regroup (docs/healing.md): waits for the coordinator's HealGroup of `generation`
   // (up to the collective timeout; a cancel, when the coordinator restarts or fails the job
   // instead, ends the wait at once) and forms that group.
-  std::shared_ptr<Communicator> regroup(const DdpJobOptions& job, int generation,
-                                        const CollectiveError& failure, Communicator& previous) {
+  GroupGeneration regroup(const DdpJobOptions& job, int generation, const CollectiveError& failure,
+                          Communicator& previous) {
     // The transport names the peer only when it saw it leave; the coordinator's HealGroup, and
     // the state transfer, name the rank replaced.
     const std::string peer = failure.peer_rank() >= 0
@@ -180,7 +181,15 @@ class RankRun {
         return heal.has_value() || cancelled_;
       };
       heal_cv_.wait_for(lock, std::chrono::duration<double>(job.collective_timeout_s), found);
-      if (cancelled_ || !heal) return nullptr;
+      if (cancelled_ || !heal) return {};
+    }
+    // Shrunk in place (no spare): one rank fewer, those above the lost one a number lower.
+    const int rank_before = a_.rank();
+    a_.set_rank(rank_after_heal(*heal, a_.world_size(), a_.rank()));
+    if (heal->world_size() > 0) a_.set_world_size(heal->world_size());
+    if (a_.rank() != rank_before) {
+      spdlog::info("job={} rank {} is rank {} of {} from group generation {}", a_.job_id(),
+                   rank_before, a_.rank(), a_.world_size(), generation);
     }
     RendezvousOptions r = rendezvous(job.collective_timeout_s);
     apply_job_options(r, job);
@@ -190,10 +199,10 @@ class RankRun {
     try {
       comm = connect_generation(r, generation, &previous, [this] { return cancelled_.load(); });
     } catch (const RendezvousAbandoned&) {
-      return nullptr;  // cancelled while a peer of the new generation had not come
+      return {};  // cancelled while a peer of the new generation had not come
     }
     publish(comm, nullptr, /*keep_trainer=*/true);
-    return comm;
+    return {comm, heal->lost_rank()};
   }
 
   void send_progress() {
@@ -344,7 +353,9 @@ class RankRun {
   }
 
   const RankMainOptions options_;
-  const v1::Assignment a_;
+  // The job thread's: a shrinking HealGroup renumbers the rank in it (regroup()), on the thread
+  // that reads it.
+  v1::Assignment a_;
   std::atomic<bool> cancelled_{false};
   std::mutex events_mutex_;
   std::mutex state_mutex_;

@@ -15,6 +15,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "ddpd/api/restart_policy.h"
 #include "frame_pipe.h"
 
 extern char** environ;
@@ -57,7 +58,10 @@ std::string describe_signal(int signal_number) {
 }
 
 RankProcess::RankProcess(RankProcessOptions options, const v1::Assignment& assignment)
-    : options_(std::move(options)), assignment_(assignment) {
+    : options_(std::move(options)),
+      assignment_(assignment),
+      rank_(assignment.rank()),
+      world_size_(assignment.world_size()) {
   int to_child[2], from_child[2];
   if (pipe2(to_child, O_CLOEXEC) != 0)
     throw std::runtime_error("pipe: " + std::string(strerror(errno)));
@@ -121,7 +125,12 @@ void RankProcess::stop() {
 
 bool RankProcess::send(const rank_pipe::Control& control) {
   std::lock_guard<std::mutex> lock(mutex_);
-  return stdin_fd_ >= 0 && write_frame(stdin_fd_, control);
+  if (!(stdin_fd_ >= 0 && write_frame(stdin_fd_, control))) return false;
+  if (control.has_heal()) {  // the rank goes on under the number the HealGroup gives it
+    rank_ = rank_after_heal(control.heal(), world_size_, rank_);
+    if (control.heal().world_size() > 0) world_size_ = control.heal().world_size();
+  }
+  return true;
 }
 
 void RankProcess::arm_kill() {
@@ -205,12 +214,12 @@ bool RankProcess::wait_for_event() {
 
 v1::JobResult RankProcess::outcome_without_result(int status) const {
   v1::JobResult r;
+  std::lock_guard<std::mutex> lock(mutex_);
   r.set_job_id(assignment_.job_id());
-  r.set_rank(assignment_.rank());
+  r.set_rank(rank_);
   r.set_attempt(assignment_.attempt());
   r.set_succeeded(false);
-  r.set_named_rank(assignment_.rank());
-  std::lock_guard<std::mutex> lock(mutex_);
+  r.set_named_rank(rank_);
   const std::string at_step =
       last_step_ >= 0 ? " (the last step it reported: " + std::to_string(last_step_) + ")"
                       : " (before it reported a step)";

@@ -65,7 +65,8 @@ class RankProcess {
   // Asks the rank to stop (closes its stdin) and arms the SIGKILL. Idempotent.
   void stop();
 
-  // Writes `control` to the rank's stdin; false once stop() closed it or the rank is gone.
+  // Writes `control` to the rank's stdin; false once stop() closed it or the rank is gone. A
+  // HealGroup that shrinks the group renumbers the rank in the results built here.
   bool send(const rank_pipe::Control& control);
 
   pid_t pid() const { return pid_; }
@@ -90,6 +91,10 @@ class RankProcess {
   bool killed_ = false;
   bool spoke_ = false;  // the rank wrote an event (its silence counts from then on)
   int64_t last_step_ = -1;
+  // The rank's number and its group's size: the assignment's, until a shrinking HealGroup
+  // renumbers it (send()).
+  int rank_ = -1;
+  int world_size_ = 0;
   std::string unresponsive_;  // why the rank was killed for silence; empty: it was not
   std::thread killer_;
 };

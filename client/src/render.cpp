@@ -159,7 +159,9 @@ nlohmann::json job_json(const v1::GetJobReply& reply) {
          {"exposed_comm_seconds", s.exposed_comm_seconds()},
          {"comm_fraction", s.comm_fraction()},
          {"param_spread",
-          s.has_param_spread() ? nlohmann::json(s.param_spread()) : nlohmann::json(nullptr)}});
+          s.has_param_spread() ? nlohmann::json(s.param_spread()) : nlohmann::json(nullptr)},
+         {"first_sample", s.first_sample()},
+         {"samples", s.samples()}});
   }
   return out;
 }

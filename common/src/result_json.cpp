@@ -112,7 +112,8 @@ nlohmann::json to_json(const TrainingResult& result) {
                        {"resumed_step", h.resumed_step},
                        {"state_bytes", h.state_bytes},
                        {"regroup_seconds", h.regroup_seconds},
-                       {"transfer_seconds", h.transfer_seconds}});
+                       {"transfer_seconds", h.transfer_seconds},
+                       {"world_size", h.world_size}});
     }
     out["heals"] = std::move(heals);
   }

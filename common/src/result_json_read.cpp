@@ -257,7 +257,7 @@ TrainingResult training_result_from_json(const nlohmann::json& json) {
       result.heals.push_back({h.get<int>("generation"), h.get<int>("lost_rank"),
                               h.get<int>("source_rank"), h.get<int64_t>("resumed_step"),
                               h.get<int64_t>("state_bytes"), h.get<double>("regroup_seconds"),
-                              h.get<double>("transfer_seconds")});
+                              h.get<double>("transfer_seconds"), h.get_or<int>("world_size", 0)});
     }
   }
   return result;

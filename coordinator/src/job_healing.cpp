@@ -37,7 +37,11 @@ bool JobManager::try_heal(JobEntry& entry, int lost_rank, const std::string& los
   // (fail_or_restart says why).
   if (entry.healing_since) return false;
   WorkerEntry* spare = spare_for(entry, lost_worker);
-  if (!spare) return false;
+  if (!spare) {
+    if (!may_shrink_in_place(job, lost_rank)) return false;
+    shrink_in_place(entry, lost_rank, reason);
+    return true;
+  }
   ++entry.generation;
   ++heals_started_;
   // The store outlives every rank but rank 0's process: lose rank 0, and the spare serves it.
@@ -63,20 +67,7 @@ bool JobManager::try_heal(JobEntry& entry, int lost_rank, const std::string& los
                       "), its state from a survivor");
   store_.save_job(job, entry.sequence);
 
-  v1::HealGroup heal;
-  heal.set_job_id(job.job_id());
-  heal.set_generation(entry.generation);
-  heal.set_master_addr(entry.master_addr);
-  heal.set_master_port(entry.master_port);
-  heal.set_lost_rank(lost_rank);
-  for (int rank = 0; rank < job.worker_ids_size(); ++rank) {
-    if (rank == lost_rank) continue;
-    WorkerEntry* survivor = find_worker(job.worker_ids(rank));
-    if (!survivor || !survivor->link || survivor->job_id != job.job_id()) continue;
-    v1::CoordinatorMessage message;
-    *message.mutable_heal() = heal;
-    survivor->link->send(message);
-  }
+  send_heal(entry, lost_rank, /*skipped_rank=*/lost_rank);
 
   const int attempt = current_attempt(job);
   v1::Assignment assignment;
@@ -98,6 +89,54 @@ bool JobManager::try_heal(JobEntry& entry, int lost_rank, const std::string& los
   spare->link->send(message);
   on_change_();
   return true;
+}
+
+void JobManager::send_heal(const JobEntry& entry, int lost_rank, int skipped_rank) {
+  const v1::Job& job = entry.job;
+  v1::HealGroup heal;
+  heal.set_job_id(job.job_id());
+  heal.set_generation(entry.generation);
+  heal.set_master_addr(entry.master_addr);
+  heal.set_master_port(entry.master_port);
+  heal.set_lost_rank(lost_rank);
+  heal.set_world_size(job.worker_ids_size());
+  for (int rank = 0; rank < job.worker_ids_size(); ++rank) {
+    if (rank == skipped_rank) continue;
+    WorkerEntry* survivor = find_worker(job.worker_ids(rank));
+    if (!survivor || !survivor->link || survivor->job_id != job.job_id()) continue;
+    v1::CoordinatorMessage message;
+    *message.mutable_heal() = heal;
+    survivor->link->send(message);
+  }
+}
+
+void JobManager::shrink_in_place(JobEntry& entry, int lost_rank, const std::string& reason) {
+  v1::Job& job = entry.job;
+  ++entry.generation;
+  ++heals_started_;
+  const int world = job.worker_ids_size() - 1;
+  job.mutable_worker_ids()->erase(job.mutable_worker_ids()->begin() + lost_rank);
+  job.mutable_ranks()->DeleteSubrange(lost_rank, 1);
+  for (int rank = 0; rank < world; ++rank) {
+    job.mutable_ranks(rank)->set_rank(rank);
+    if (WorkerEntry* w = find_worker(job.worker_ids(rank))) w->rank = rank;
+  }
+  // Keyed by the old numbers, and of steps the old group did not complete.
+  entry.progress_marks.clear();
+  entry.partial_steps.clear();
+  entry.healing_since = clock_.steady_now();
+  entry.last_advance = clock_.steady_now();
+  entry.stall_reported = false;
+  record_incident(entry, IncidentKind::kHeal, lost_rank,
+                  "heal " + std::to_string(entry.generation) + " after: " + reason +
+                      "; no idle worker replaces rank " + std::to_string(lost_rank) + ": the " +
+                      std::to_string(world) + " survivors go on in group generation " +
+                      std::to_string(entry.generation) + ", those above rank " +
+                      std::to_string(lost_rank) + " one number lower, each with a larger share " +
+                      "of the same global batch");
+  store_.save_job(job, entry.sequence);
+  send_heal(entry, lost_rank, /*skipped_rank=*/-1);
+  on_change_();
 }
 
 void JobManager::note_healed(JobEntry& entry, int64_t step) {

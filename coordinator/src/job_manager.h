@@ -82,8 +82,11 @@ struct Refusal {
 //     forms over: the same unless rank 0 was lost, then the spare's); the spare gets the lost
 //     rank's number in an Assignment with join_generation; a `heal` incident records who
 //     replaced whom, and a `healed` incident the first step the ranks complete after it. With
-//     no spare, or a job that may not heal, 7 applies; so it does to a loss or failure while a
-//     heal is under way (before its `healed` incident), and the restart's reason says so.
+//     no spare, a job that may_shrink_in_place() shrinks instead: the lost rank's entries go,
+//     the survivors above it are renumbered one lower (worker_ids, ranks, each worker's rank),
+//     and their HealGroup carries the smaller world size. Otherwise 7 applies; so it does to a
+//     loss or failure while a heal is under way (before its `healed` incident), and the
+//     restart's reason says so.
 // On construction, jobs found RUNNING in the store are restarted the same way when restarts are
 // left, else marked FAILED ("coordinator restarted").
 //
@@ -196,6 +199,11 @@ class JobManager {
   bool try_heal(JobEntry& job, int lost_rank, const std::string& lost_worker,
                 const std::string& reason);
   WorkerEntry* spare_for(const JobEntry& job, const std::string& lost_worker);
+  // Step 8 without a spare: the survivors go on one rank fewer, renumbered.
+  void shrink_in_place(JobEntry& job, int lost_rank, const std::string& reason);
+  // Step 8's HealGroup, for the job's current worker_ids, to every rank but `skipped_rank` (the
+  // lost one; -1 where the ranks were renumbered without it already).
+  void send_heal(const JobEntry& job, int lost_rank, int skipped_rank);
   void note_healed(JobEntry& job, int64_t step);
   void record_failure(JobEntry& job, const WorkerEntry& worker, const v1::JobResult& result);
   // Monitoring (job_monitor.cpp).

@@ -26,6 +26,19 @@ bool may_heal(const v1::Job& job) {
   return current_attempt(job) + heals < ddp.max_restarts;
 }
 
+bool may_shrink_in_place(const v1::Job& job, int lost_rank) {
+  const int world = job.worker_ids_size();
+  if (!may_heal(job) || lost_rank <= 0 || lost_rank >= world) return false;
+  const DdpJobOptions ddp = from_proto(job.spec().ddp());
+  return ddp.min_world_size > 0 && ddp.min_world_size <= world - 1 && !ddp.shard_optimizer &&
+         ddp.batch_size % (static_cast<int64_t>(world - 1) * ddp.grad_accum) == 0;
+}
+
+int rank_after_heal(const v1::HealGroup& heal, int world_before, int rank) {
+  const bool shrank = heal.world_size() > 0 && heal.world_size() < world_before;
+  return shrank && rank > heal.lost_rank() ? rank - 1 : rank;
+}
+
 std::vector<int> restart_fallback_sizes(const v1::Job& job) {
   std::vector<int> sizes;
   if (job.attempts() == 0 || !job.spec().has_ddp()) return sizes;

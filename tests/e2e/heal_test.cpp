@@ -73,6 +73,31 @@ void expect_one_heal(const nlohmann::json& shown, const std::string& cause) {
   EXPECT_EQ(events_of(shown, "healed").size(), 1u) << shown["events"].dump();
 }
 
+// Ranks 0 and 2's daemons and rank processes before a fault, and the daemons' children once the
+// job has healed (while it still trains): each survivor keeps the process that started the job.
+struct Survivors {
+  std::vector<std::pair<int, int>> before;  // (daemon pid, rank process pid)
+  std::vector<std::vector<int>> once_healed;
+
+  void record(Cluster& cluster, const std::string& job) {
+    for (int rank : {0, 2}) {
+      before.emplace_back(cluster.worker(worker_index_of_rank(cluster, job, rank)).pid(),
+                          rank_process_of(cluster, job, rank));
+    }
+  }
+  void record_healed() {
+    for (const auto& [daemon, rank_pid] : before) once_healed.push_back(child_pids(daemon));
+  }
+  void expect_kept() const {
+    ASSERT_EQ(once_healed.size(), 2u);
+    for (size_t k = 0; k < 2; ++k) {
+      EXPECT_GT(before[k].second, 0);
+      EXPECT_EQ(once_healed[k], std::vector<int>{before[k].second})
+          << "survivor " << k << "'s rank process is not the one that started the job";
+    }
+  }
+};
+
 // SIGKILL of rank 1's process at world 3, with a fourth worker idle and no checkpoint directory:
 // the job succeeds, the survivors' rank processes are the ones that started it, and its exported
 // weights equal an uninterrupted run's byte for byte. `extra` is added to both jobs' flags.
@@ -94,31 +119,18 @@ void expect_killed_rank_healed_bitwise(const std::string& name,
   flags.insert(flags.end(), extra.begin(), extra.end());
   flags.insert(flags.end(), {"--export-hf", healed_dir});
   const std::string job = cluster.submit(flags);
-  // The survivors' daemons and rank processes, before the fault and once healed.
-  std::vector<std::pair<int, int>> survivors;
-  std::vector<std::vector<int>> children_once_healed;
+  Survivors survivors;
   const auto [seconds, shown] = fault_and_heal(
       cluster, job,
       [&] {
-        for (int rank : {0, 2}) {
-          survivors.emplace_back(cluster.worker(worker_index_of_rank(cluster, job, rank)).pid(),
-                                 rank_process_of(cluster, job, rank));
-        }
+        survivors.record(cluster, job);
         ASSERT_TRUE(signal_rank(cluster, job, 1, SIGKILL));
       },
-      [&] {
-        for (const auto& [daemon, rank_pid] : survivors)
-          children_once_healed.push_back(child_pids(daemon));
-      });
+      [&] { survivors.record_healed(); });
   expect_one_heal(shown, "failed: its process was killed by SIGKILL");
   std::printf("[ heal     ] killed rank 1: healed incident %.2f s after the SIGKILL; %s\n", seconds,
               events_of(shown, "healed")[0]["message"].get<std::string>().c_str());
-  ASSERT_EQ(children_once_healed.size(), 2u);
-  for (size_t k = 0; k < 2; ++k) {
-    EXPECT_GT(survivors[k].second, 0);
-    EXPECT_EQ(children_once_healed[k], std::vector<int>{survivors[k].second})
-        << "survivor " << k << "'s rank process is not the one that started the job";
-  }
+  survivors.expect_kept();
   // /metrics: one heal, and its time in the histogram.
   const std::string metrics = http_get(metrics_port, "/metrics").body;
   EXPECT_NE(metrics.find("\nddpd_coordinator_heals_total 1\n"), std::string::npos) << metrics;
@@ -189,6 +201,74 @@ TEST(Heal, ARankWhoseWorkerIsLostIsReplacedByAnIdleWorker) {
       "[ heal     ] lost worker: healed incident %.2f s after the SIGSTOP (--worker-timeout "
       "3 s)\n",
       seconds);
+}
+
+// No idle worker, and --min-world-size 2: rank 1's worker daemon is killed (SIGKILL; its rank
+// process dies with it), and the survivors go on in place as ranks 0 and 1 of 2, in the
+// processes that started the job. The sample ledger, from every rank's step reports
+// (first_sample, samples): no sample is trained twice; 2 rows a rank before the loss and 3
+// after; every step after it has its whole batch; and before it, only the step the loss
+// interrupted may lack reports (a rank that finished it may not have reported it before it went).
+TEST(Heal, ALostWorkerWithNoSpareShrinksTheJobInPlaceAndTrainsEverySampleOnce) {
+  constexpr int kSteps = 150, kBatch = 6;
+  Cluster cluster(3, "heal-shrink");
+  auto flags = heal_job(kSteps);
+  flags.insert(flags.end(), {"--min-world-size", "2"});
+  const std::string job = cluster.submit(flags);
+  Survivors survivors;
+  const auto [seconds, shown] = fault_and_heal(
+      cluster, job,
+      [&] {
+        survivors.record(cluster, job);
+        cluster.worker(worker_index_of_rank(cluster, job, 1)).signal(SIGKILL);
+      },
+      [&] { survivors.record_healed(); });
+  ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
+  EXPECT_EQ(shown["attempts"], 1) << "shrunk in place, not restarted";
+  EXPECT_TRUE(events_of(shown, "restart").empty()) << shown["events"].dump();
+  const auto heals = events_of(shown, "heal");
+  ASSERT_EQ(heals.size(), 1u) << shown["events"].dump();
+  EXPECT_EQ(heals[0]["rank"], 1);
+  EXPECT_NE(heals[0]["message"].get<std::string>().find(
+                "no idle worker replaces rank 1: the 2 survivors go on in group generation 1"),
+            std::string::npos)
+      << heals[0]["message"];
+  EXPECT_EQ(shown["workers"].size(), 2u);
+  survivors.expect_kept();
+  std::printf(
+      "[ heal     ] worker of rank 1 killed, no spare: shrunk to 2 ranks, healed %.2f s "
+      "after the kill\n",
+      seconds);
+
+  std::vector<int> trained(kSteps * kBatch, 0);
+  std::vector<int> reports_per_step(kSteps, 0);
+  int64_t first_shrunk_step = kSteps;
+  for (const auto& r : shown["rank_steps"]) {
+    const int64_t step = r["step"], first = r["first_sample"], samples = r["samples"];
+    ASSERT_TRUE(samples == 2 || samples == 3) << r.dump();
+    if (samples == 3) first_shrunk_step = std::min(first_shrunk_step, step);
+    EXPECT_GE(first, step * kBatch) << r.dump();
+    EXPECT_LE(first + samples, (step + 1) * kBatch) << r.dump();
+    for (int64_t g = first; g < first + samples; ++g) ++trained.at(g);
+    ++reports_per_step.at(step);
+  }
+  ASSERT_LT(first_shrunk_step, kSteps) << "no step ran at world 2";
+  for (size_t g = 0; g < trained.size(); ++g) {
+    EXPECT_LE(trained[g], 1) << "sample " << g << " trained twice";
+  }
+  int partial_steps = 0;
+  for (int64_t step = 0; step < kSteps; ++step) {
+    int covered = 0;
+    for (int g = 0; g < kBatch; ++g) covered += trained[step * kBatch + g];
+    if (step >= first_shrunk_step) {
+      EXPECT_EQ(covered, kBatch) << "step " << step << " at world 2";
+      EXPECT_EQ(reports_per_step[step], 2) << "step " << step;
+    } else if (covered != kBatch) {
+      ++partial_steps;
+      EXPECT_EQ(step, first_shrunk_step - 1) << "step " << step << " lacks samples";
+    }
+  }
+  EXPECT_LE(partial_steps, 1);
 }
 
 // The worker of a `workers`-worker cluster that the job does not run on (at world 3).

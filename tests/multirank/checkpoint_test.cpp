@@ -37,12 +37,6 @@ std::string layout_name(const Layout& l) {
   return l.strategy + (l.zero1 ? "-zero1" : "") + "-w" + std::to_string(l.world);
 }
 
-std::vector<std::string> with(std::vector<std::string> flags,
-                              const std::vector<std::string>& more) {
-  flags.insert(flags.end(), more.begin(), more.end());
-  return flags;
-}
-
 // 8 uninterrupted steps in `first`'s layout; returns the output prefix.
 std::string uninterrupted(const Layout& first) {
   return run_helper("ck-full-" + layout_name(first), with(layout_flags(first), {"--steps", "8"}),

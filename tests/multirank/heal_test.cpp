@@ -150,6 +150,93 @@ INSTANTIATE_TEST_SUITE_P(AfterTheUpdate, Healing,
                          ::testing::Values("bucketed+after-update", "zero1+after-update"));
 INSTANTIATE_TEST_SUITE_P(ShardedWithReplicas, Healing, ::testing::Values("zero1", "zero1+resumed"));
 
+// Shrinking in place: rank 1 of 3 exits at the start of step 3 and no replacement comes. Ranks 0
+// and 2 go on as ranks 0 and 1 of a group of 2, each reading 3 of the batch's 6 rows instead of
+// 2. The reference is today's reshard-resume path at that step: 3 steps at world 3 with a
+// checkpoint, resumed at world 2. Both take the same state (rank 0's, whole: the survivors had
+// not begun step 3's update) into the same world-2 steps, and a sum over two ranks is exact in
+// either order, so the bound derived for a resume at another world size is 0 here.
+struct LedgerEntry {
+  int64_t step, first_sample, samples;
+};
+
+std::vector<LedgerEntry> read_ledger(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<LedgerEntry> entries;
+  LedgerEntry e{};
+  while (in >> e.step >> e.first_sample >> e.samples) entries.push_back(e);
+  return entries;
+}
+
+TEST(Shrinking, SurvivorsGoOnAtWorldTwoAsAResumeThereWouldAndTrainEverySampleOnce) {
+  constexpr int kSteps = 6, kBatch = 6;
+  const std::string checkpoints = temp_dir() + "/shrink-reference-checkpoints";
+  run_helper("shrink-reference-a",
+             with(job_flags("bucketed", kLostAtStep),
+                  {"--checkpoint-dir", checkpoints, "--checkpoint-every", "3"}),
+             kWorld);
+  const std::string reference = run_helper(
+      "shrink-reference-b",
+      with(job_flags("bucketed", kSteps), {"--checkpoint-dir", checkpoints, "--resume", "latest"}),
+      kWorld - 1);
+
+  const std::string prefix = temp_dir() + "/shrunk";
+  const auto outcomes = run_ranks(
+      rank_command(prefix, with(job_flags("bucketed", kSteps),
+                                {"--heal", "--shrink-without", std::to_string(kLostRank),
+                                 "--inject", "exit:rank=1,step=" + std::to_string(kLostAtStep)})),
+      kWorld, std::chrono::seconds(120));
+  ASSERT_EQ(outcomes.size(), 3u);
+  EXPECT_EQ(outcomes[kLostRank].exit_code, 3) << outcomes[kLostRank].err;
+  const auto expected = load_tensors(rank_file(reference, 0, "final.pt"));
+  for (int survivor : {0, 2}) {
+    ASSERT_EQ(outcomes[survivor].exit_code, 0) << outcomes[survivor].err;
+    EXPECT_NE(outcomes[survivor].err.find("going on at step 3 with 2 ranks"), std::string::npos)
+        << outcomes[survivor].err;
+    const auto final_params = load_tensors(rank_file(prefix, survivor, "final.pt"));
+    EXPECT_EQ(max_abs_diff(final_params, expected), 0.0)
+        << "survivor " << survivor << " differs from the resume at world 2";
+    const auto heals = load_json(rank_file(prefix, survivor, "json"))["result"]["heals"];
+    ASSERT_EQ(heals.size(), 1u);
+    EXPECT_EQ(heals[0]["world_size"], kWorld - 1);
+    EXPECT_EQ(heals[0]["lost_rank"], kLostRank);
+    EXPECT_EQ(heals[0]["resumed_step"], kLostAtStep);
+  }
+
+  // The ledger: every sample of the 6 global batches trained exactly once, over all three
+  // processes' completed steps; 2 rows a rank before the loss, 3 after.
+  std::vector<int> trained(kSteps * kBatch, 0);
+  for (int rank = 0; rank < kWorld; ++rank) {
+    for (const LedgerEntry& e : read_ledger(rank_file(prefix, rank, "ledger"))) {
+      EXPECT_EQ(e.samples, e.step < kLostAtStep ? 2 : 3) << "rank " << rank << " step " << e.step;
+      EXPECT_GE(e.first_sample, e.step * kBatch);
+      EXPECT_LE(e.first_sample + e.samples, (e.step + 1) * kBatch);
+      for (int64_t g = e.first_sample; g < e.first_sample + e.samples; ++g) ++trained.at(g);
+    }
+  }
+  for (size_t g = 0; g < trained.size(); ++g) {
+    EXPECT_EQ(trained[g], 1) << "sample " << g << " trained " << trained[g] << " times";
+  }
+}
+
+// A batch that does not split over the survivors: each refuses the same way before any
+// collective of the new group, and fails, naming the flag.
+TEST(Shrinking, ABatchThatDoesNotSplitOverTheSurvivorsFailsNamingIt) {
+  std::vector<std::string> flags = job_flags("bucketed");
+  flags[5] = "9";  // --batch 9: 3 rows a rank at world 3, 4.5 at 2
+  ASSERT_EQ(flags[4], "--batch");
+  flags.insert(flags.end(), {"--heal", "--shrink-without", "1", "--inject", "exit:rank=1,step=3"});
+  const auto outcomes =
+      run_ranks(rank_command(temp_dir() + "/shrink-odd", flags), kWorld, std::chrono::seconds(120));
+  for (int survivor : {0, 2}) {
+    EXPECT_NE(outcomes[survivor].exit_code, 0);
+    EXPECT_NE(outcomes[survivor].err.find("shrinking in place from 3 to 2 ranks: --batch 9 does "
+                                          "not split into 2 ranks x --grad-accum 1"),
+              std::string::npos)
+        << outcomes[survivor].err;
+  }
+}
+
 // Without --shard-replicas, ZeRO-1's lost shards exist nowhere else: the survivors fail as a run
 // without --heal does, naming the lost rank, and nothing waits for a spare.
 TEST(HealingLimits, ShardedOptimizerStateFailsInsteadOfRegrouping) {

@@ -77,6 +77,13 @@ inline std::string run_helper(const std::string& name, std::vector<std::string> 
   return prefix;
 }
 
+// `flags` followed by `more`.
+inline std::vector<std::string> with(std::vector<std::string> flags,
+                                     const std::vector<std::string>& more) {
+  flags.insert(flags.end(), more.begin(), more.end());
+  return flags;
+}
+
 inline std::string rank_file(const std::string& prefix, int rank, const std::string& what) {
   return prefix + ".rank" + std::to_string(rank) + "." + what;
 }

@@ -71,9 +71,12 @@ std::string rank_prefix(const std::string& out, int rank) {
 
 // --heal: a lost rank's survivors regroup, generation after generation, at the same endpoint
 // (the test starts the replacement: --join-generation G joins generation G as its rank).
+// --shrink-without R: no replacement comes; the survivors of rank R's loss go on one rank fewer,
+// those above R one number lower (as the coordinator's shrinking HealGroup says).
 struct HealFlags {
   bool heal = false;
   int join_generation = 0;
+  int shrink_without = -1;
 };
 
 // The coordinator's part of healing, played through the store: the first survivor to regroup
@@ -96,9 +99,13 @@ class HealSignal {
     watcher_.join();
   }
 
-  std::shared_ptr<ddpd::Communicator> regroup(const ddpd::RendezvousOptions& rendezvous,
-                                              int generation, ddpd::Communicator& previous) {
+  std::shared_ptr<ddpd::Communicator> regroup(ddpd::RendezvousOptions rendezvous, int generation,
+                                              ddpd::Communicator& previous, int shrink_without) {
     store_->set("test-heal/" + std::to_string(generation), std::vector<uint8_t>{1});
+    if (shrink_without >= 0) {
+      rendezvous.rank = previous.info().rank - (previous.info().rank > shrink_without ? 1 : 0);
+      rendezvous.world_size = previous.info().world_size - 1;
+    }
     auto next = ddpd::connect_generation(rendezvous, generation, &previous);
     std::lock_guard<std::mutex> lock(mutex_);
     current_ = next;
@@ -179,10 +186,19 @@ int train(const ddpd::DdpJobOptions& options, const std::string& out, bool tie_e
   if (healing.heal || joins) {
     signal = std::make_unique<HealSignal>(comm, healing.join_generation);
     regroup = [&](int generation, const ddpd::CollectiveError&, ddpd::Communicator& previous) {
-      return signal->regroup(rendezvous, generation, previous);
+      return ddpd::GroupGeneration{
+          signal->regroup(rendezvous, generation, previous, healing.shrink_without),
+          healing.shrink_without};
     };
   }
-  const auto result = trainer.run({}, {}, regroup);
+  // The sample ledger: a line per completed step, as the step completes, so that a rank that is
+  // lost later has left its steps behind: "step first_sample samples".
+  std::ofstream ledger(prefix + ".ledger");
+  const auto result = trainer.run(
+      [&](const ddpd::StepMetrics& m) {
+        ledger << m.step << ' ' << m.first_sample << ' ' << m.samples << std::endl;
+      },
+      {}, regroup);
   torch::save(clones(trainer.full_parameters()), prefix + ".final.pt");
   report["result"] = ddpd::to_json(result);
   report["journal"] = ddpd::journal_json(comm->recorder().journal());
@@ -515,6 +531,8 @@ int main(int argc, char** argv) {
   train_cmd->add_flag("--freeze-embedding", freeze_embedding);
   HealFlags healing;
   train_cmd->add_flag("--heal", healing.heal, "Regroup at the same endpoint when a rank is lost");
+  train_cmd->add_option("--shrink-without", healing.shrink_without,
+                        "With --heal: regroup without this rank, one rank fewer");
   train_cmd->add_option("--join-generation", healing.join_generation,
                         "Join a healed group of this generation, as the rank that replaces");
 

@@ -449,6 +449,7 @@ TEST_F(JobManagerTest, ARestartShrinksToTheLargestSizeThatIdleWorkersAllowDownTo
   auto spec = ddp_spec(3);
   spec.mutable_ddp()->set_max_restarts(1);
   spec.mutable_ddp()->set_min_world_size(2);
+  spec.mutable_ddp()->set_no_heal(true);  // else it shrinks in place (the test below)
   add_worker("w0");
   FakeLink& w1 = add_worker("w1");
   add_worker("w2");
@@ -465,6 +466,79 @@ TEST_F(JobManagerTest, ARestartShrinksToTheLargestSizeThatIdleWorkersAllowDownTo
   EXPECT_EQ(links_["w2"]->assignments().back().world_size(), 2);
   EXPECT_NE(incidents(id, "restart").at(0).message().find("world size 3 → 2, from the start"),
             std::string::npos);
+}
+
+// No idle worker, and --min-world-size allows one rank fewer: the survivors go on in place,
+// renumbered, and the job ends when the two of them have.
+TEST_F(JobManagerTest, ALostWorkerWithNoSpareShrinksTheJobInPlace) {
+  auto spec = ddp_spec(3);
+  spec.mutable_ddp()->set_max_restarts(1);
+  spec.mutable_ddp()->set_min_world_size(2);
+  FakeLink& w0 = add_worker("w0");
+  FakeLink& w1 = add_worker("w1");
+  FakeLink& w2 = add_worker("w2");
+  const std::string id = submit(spec);
+  manager_->lost("w1", &w1, "its connection broke");
+  ASSERT_EQ(job(id).state(), v1::RUNNING);
+  EXPECT_EQ(job(id).attempts(), 1) << "no restart";
+  ASSERT_EQ(job(id).worker_ids_size(), 2);
+  EXPECT_EQ(job(id).worker_ids(1), "w2");
+  ASSERT_EQ(job(id).ranks_size(), 2);
+  EXPECT_EQ(job(id).ranks(1).rank(), 1);
+  EXPECT_EQ(job(id).ranks(1).worker_id(), "w2");
+  for (const FakeLink* survivor : {&w0, &w2}) {
+    EXPECT_EQ(survivor->cancels(id), 0);
+    ASSERT_EQ(survivor->heals().size(), 1u);
+    EXPECT_EQ(survivor->heals()[0].world_size(), 2);
+    EXPECT_EQ(survivor->heals()[0].lost_rank(), 1);
+    EXPECT_EQ(survivor->heals()[0].generation(), 1);
+  }
+  EXPECT_EQ(rank_after_heal(w2.heals()[0], 3, 2), 1);
+  EXPECT_EQ(rank_after_heal(w0.heals()[0], 3, 0), 0);
+  const auto heals = incidents(id, "heal");
+  ASSERT_EQ(heals.size(), 1u);
+  EXPECT_EQ(heals[0].rank(), 1);
+  EXPECT_NE(heals[0].message().find("no idle worker replaces rank 1: the 2 survivors go on"),
+            std::string::npos)
+      << heals[0].message();
+  // Steps complete with two reports now, under the new numbers.
+  clock_.advance(0.5);
+  step("w0", id, 0, 3, 0.1);
+  step("w2", id, 1, 3, 0.1);
+  EXPECT_EQ(incidents(id, "healed").size(), 1u);
+  result("w0", id, 0, 0);
+  result("w2", id, 1, 0);
+  EXPECT_EQ(job(id).state(), v1::SUCCEEDED);
+}
+
+// Where the survivors cannot go on one rank fewer, the job restarts as before: rank 0's process
+// serves the store, ZeRO-1's shards are laid out for the old world, the batch must split.
+TEST_F(JobManagerTest, AShrinkInPlaceNeedsRankZeroAReplicatedStateAndABatchThatSplits) {
+  auto spec = ddp_spec(3);
+  spec.mutable_ddp()->set_max_restarts(1);
+  spec.mutable_ddp()->set_min_world_size(2);
+  v1::Job job;
+  *job.mutable_spec() = spec;
+  job.set_attempts(1);
+  for (const char* id : {"w0", "w1"}) job.add_worker_ids(id);
+  EXPECT_FALSE(may_shrink_in_place(job, 1)) << "below --min-world-size";
+  job.add_worker_ids("w2");
+  EXPECT_TRUE(may_shrink_in_place(job, 1));
+  EXPECT_TRUE(may_shrink_in_place(job, 2));
+  EXPECT_FALSE(may_shrink_in_place(job, 0)) << "rank 0 serves the store";
+  job.mutable_spec()->mutable_ddp()->set_batch_size(9);
+  EXPECT_FALSE(may_shrink_in_place(job, 1)) << "--batch 9 over 2 ranks";
+  job.mutable_spec()->mutable_ddp()->set_batch_size(12);
+  job.mutable_spec()->mutable_ddp()->set_grad_accum(4);
+  EXPECT_FALSE(may_shrink_in_place(job, 1)) << "--batch 12 over 2 ranks x --grad-accum 4";
+  job.mutable_spec()->mutable_ddp()->set_grad_accum(2);
+  EXPECT_TRUE(may_shrink_in_place(job, 1));
+  job.mutable_spec()->mutable_ddp()->set_shard_optimizer(true);
+  job.mutable_spec()->mutable_ddp()->set_shard_replicas(1);
+  EXPECT_FALSE(may_shrink_in_place(job, 1)) << "ZeRO-1's shards are laid out for 3";
+  job.mutable_spec()->mutable_ddp()->set_shard_optimizer(false);
+  job.mutable_spec()->mutable_ddp()->set_min_world_size(0);
+  EXPECT_FALSE(may_shrink_in_place(job, 1)) << "no --min-world-size";
 }
 
 TEST_F(JobManagerTest, AStallIsReportedOnceNamingTheRankThatHasNotJoinedAndFailsTheJob) {

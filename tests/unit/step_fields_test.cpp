@@ -25,15 +25,15 @@ size_t listed_fields() {
 }
 
 // StepMetrics' members, counted by the compiler: the structured binding below compiles only while
-// StepMetrics has exactly these 17. A member added to it stops this file from compiling until it is
+// StepMetrics has exactly these 19. A member added to it stops this file from compiling until it is
 // added here, and the list (step_fields.h) must then hold it too for the test to pass.
 TEST(StepFields, TheListCoversEveryMemberOfStepMetricsButItsSpans) {
   StepMetrics m;
   [[maybe_unused]] auto& [step, loss, step_seconds, forward_seconds, backward_seconds,
                           optimizer_seconds, comm_seconds, exposed_comm_seconds, comm_fraction,
-                          tokens_per_second, gradient_sync_bytes, checkpoint_seconds, lr, grad_norm,
-                          param_spread, eval_loss, spans] = m;
-  constexpr size_t kMembers = 17;
+                          tokens_per_second, gradient_sync_bytes, first_sample, samples,
+                          checkpoint_seconds, lr, grad_norm, param_spread, eval_loss, spans] = m;
+  constexpr size_t kMembers = 19;
   EXPECT_EQ(listed_fields() + 1, kMembers)
       << "a member of StepMetrics is missing from ddpd/common/step_fields.h";
   // And each listed member is a distinct one: the list names no member twice.

@@ -186,6 +186,9 @@ struct Trainer::Impl {
   bool healable() const;
   // The next group generation from `regroup`, and every rank's state from the source
   // (train/state_transfer.h). Returns the step to go on at; nullopt when regroup gave no group.
+  // A group of fewer ranks than before (a shrink in place, no spare): throws std::runtime_error
+  // where the state or the batch cannot be split over `world` ranks.
+  void check_shrink(int world_before, int world) const;
   std::optional<int64_t> heal(const Regroup& regroup, const CollectiveError& failure,
                               TrainingResult& result);
   // The rank that joins: the state of the group it joined.
@@ -546,6 +549,8 @@ StepMetrics Trainer::train_step(int64_t step) {
   timeline.anchor();
   StepMetrics metrics;
   metrics.step = step;
+  metrics.first_sample = step * m.options.batch_size + comm.info().rank * m.local_batch;
+  metrics.samples = m.local_batch;
   const auto p_start = timeline.mark();
   m.sync->zero_grad();
   const auto p_zeroed = timeline.mark();
@@ -605,10 +610,15 @@ bool Trainer::Impl::healable() const {
 std::optional<int64_t> Trainer::Impl::heal(const Regroup& regroup, const CollectiveError& failure,
                                            TrainingResult& result) {
   const auto start = std::chrono::steady_clock::now();
-  std::shared_ptr<Communicator> next = regroup(generation + 1, failure, *comm);
+  const int world_before = comm->info().world_size;
+  GroupGeneration group = regroup(generation + 1, failure, *comm);
+  std::shared_ptr<Communicator> next = std::move(group.comm);
   if (!next) return std::nullopt;
   const double regroup_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const int world = next->info().world_size;
+  // Every survivor checks the same facts, so all refuse together, before any collective.
+  if (world != world_before) check_shrink(world_before, world);
   ++generation;
   {
     std::lock_guard<std::mutex> lock(comm_swap);
@@ -617,21 +627,42 @@ std::optional<int64_t> Trainer::Impl::heal(const Regroup& regroup, const Collect
   const detail::TransferredState moved = transfer_state(std::move(next), completed_steps);
   completed_steps = moved.completed_steps;
   step.store(moved.completed_steps);
+  // The same global batch in fewer, larger shares: the global sample order is the world's
+  // (docs/data.md), so no sample is skipped or read twice.
+  local_batch = options.batch_size / world;
+  micro_batch = local_batch / options.grad_accum;
   // A step this rank reported that the source had not completed is trained again.
   while (!result.steps.empty() && result.steps.back().step >= moved.completed_steps) {
     result.steps.pop_back();
   }
-  // The rank that joined has the lost rank's number; the failure names it only when the
-  // transport saw it leave.
-  const int lost = moved.joined_rank >= 0 ? moved.joined_rank : failure.peer_rank();
+  // The rank that joined has the lost rank's number; the regroup names it where it knows, the
+  // failure only when the transport saw it leave.
+  const int lost = moved.joined_rank >= 0 ? moved.joined_rank
+                   : group.lost_rank >= 0 ? group.lost_rank
+                                          : failure.peer_rank();
   result.heals.push_back({generation, lost, moved.source_rank, moved.completed_steps, moved.bytes,
-                          regroup_seconds, moved.seconds});
+                          regroup_seconds, moved.seconds, world});
   std::fprintf(stderr,
                "ddpd: healed into generation %d (rank %d lost): state of rank %d, %lld bytes in "
-               "%.3f s, after %.3f s to regroup; going on at step %lld\n",
+               "%.3f s, after %.3f s to regroup; going on at step %lld with %d ranks\n",
                generation, lost, moved.source_rank, static_cast<long long>(moved.bytes),
-               moved.seconds, regroup_seconds, static_cast<long long>(moved.completed_steps));
+               moved.seconds, regroup_seconds, static_cast<long long>(moved.completed_steps),
+               world);
   return moved.completed_steps;
+}
+
+void Trainer::Impl::check_shrink(int world_before, int world) const {
+  const std::string what = "healing: shrinking in place from " + std::to_string(world_before) +
+                           " to " + std::to_string(world) + " ranks: ";
+  if (sharded) {
+    throw std::runtime_error(what + "ZeRO-1's optimizer shards are laid out for " +
+                             std::to_string(world_before) + " ranks (restart to reshard them)");
+  }
+  if (options.batch_size % (static_cast<int64_t>(world) * options.grad_accum) != 0) {
+    throw std::runtime_error(what + "--batch " + std::to_string(options.batch_size) +
+                             " does not split into " + std::to_string(world) + " ranks x " +
+                             "--grad-accum " + std::to_string(options.grad_accum));
+  }
 }
 
 detail::TransferredState Trainer::Impl::transfer_state(std::shared_ptr<Communicator> next,
@@ -655,7 +686,7 @@ void Trainer::Impl::take_state_as_joiner(TrainingResult& result) {
   step.store(moved.completed_steps);
   joining = false;
   result.heals.push_back({generation, comm->info().rank, moved.source_rank, moved.completed_steps,
-                          moved.bytes, 0.0, moved.seconds});
+                          moved.bytes, 0.0, moved.seconds, comm->info().world_size});
 }
 
 void Trainer::Impl::describe_run(TrainingResult& result) const {

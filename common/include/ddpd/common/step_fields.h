@@ -37,6 +37,8 @@ void for_each_step_field(Visit&& visit) {
   visit("grad_norm", &M::grad_norm, P::kOptional);
   visit("eval_loss", &M::eval_loss, P::kOptional);
   visit("gradient_sync_bytes", &M::gradient_sync_bytes, P::kZeroWhenAbsent);
+  visit("first_sample", &M::first_sample, P::kZeroWhenAbsent);
+  visit("samples", &M::samples, P::kZeroWhenAbsent);
 }
 
 }  // namespace ddpd

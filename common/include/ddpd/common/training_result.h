@@ -36,6 +36,10 @@ struct StepMetrics {
   // Bytes this rank put into the step's gradient all-reduces and reduce-scatters: what gradient
   // synchronisation moved (the trainable parameters' bytes for the replicated strategies).
   int64_t gradient_sync_bytes = 0;
+  // This rank's rows of the global sample order (docs/data.md): [first_sample, first_sample +
+  // samples). What a sample ledger checks across ranks, world sizes and heals.
+  int64_t first_sample = 0;
+  int64_t samples = 0;
   double checkpoint_seconds = 0;       // the stall of a checkpoint saved after this step (0: none)
   double lr = 0;                       // the learning rate the optimizer step used
   std::optional<double> grad_norm;     // global gradient norm before clipping (--clip-grad-norm)
@@ -133,6 +137,7 @@ struct HealRecord {
   int64_t state_bytes = 0;      // broadcast from the source
   double regroup_seconds = 0;   // from the failure to the new group
   double transfer_seconds = 0;  // the state's broadcast
+  int world_size = 0;           // the new generation's ranks: fewer than before where it shrank
 };
 
 struct TrainingResult {

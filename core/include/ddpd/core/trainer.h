@@ -49,11 +49,17 @@ struct TrainerProgress {
 };
 
 // Healing (docs/healing.md): what run() asks for when a collective of a replicated strategy fails
-// (not a desync, not a cancel): the communicator of group generation `generation` (1, 2, …), in
-// which a replacement holds the lost rank's number (connect_generation in rendezvous.h), or null
-// to fail as a run without healing does. Called on the training thread; it may block.
-using Regroup = std::function<std::shared_ptr<Communicator>(
-    int generation, const CollectiveError& failure, Communicator& previous)>;
+// (not a desync, not a cancel): group generation `generation` (1, 2, …), or a null `comm` to fail
+// as a run without healing does. Called on the training thread; it may block.
+//  - Healed: the same world, in which a replacement holds the lost rank's number.
+//  - Shrunk in place (no spare): one rank fewer, the survivors above the lost rank one number
+//    lower; every rank keeps its share of the same global batch (docs/data.md).
+struct GroupGeneration {
+  std::shared_ptr<Communicator> comm;  // connect_generation's (rendezvous.h)
+  int lost_rank = -1;                  // the rank replaced or removed, in the old numbering
+};
+using Regroup = std::function<GroupGeneration(int generation, const CollectiveError& failure,
+                                              Communicator& previous)>;
 
 // run() was told to stop (its `cancelled` returned true, or the communicator was aborted).
 class JobCancelled : public std::runtime_error {

@@ -25,6 +25,17 @@ bool may_restart(const v1::Job& job);
 // together have not used up --max-restarts.
 bool may_heal(const v1::Job& job);
 
+// Whether a lost rank's survivors can go on in place one rank fewer, where no idle worker can
+// replace it (docs/healing.md): may_heal, and besides --min-world-size at most world - 1, no
+// ZeRO-1 (its optimizer shards are laid out for the old world), a --batch that splits into
+// world - 1 ranks x --grad-accum, and a lost rank other than 0 (rank 0's process serves the
+// group's store). The running group is the job's worker_ids.
+bool may_shrink_in_place(const v1::Job& job, int lost_rank);
+
+// A survivor's rank in the group a HealGroup forms: its own where the group keeps its size (a
+// replacement takes the lost number), one lower above the lost rank where it shrank.
+int rank_after_heal(const v1::HealGroup& heal, int world_before, int rank);
+
 // Smaller world sizes a restarted job may start at, largest first: from world_size - 1 down to
 // --min-world-size, those that divide the global batch. None for a first attempt, a comm job, or
 // a job without --min-world-size.
