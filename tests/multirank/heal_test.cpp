@@ -201,6 +201,8 @@ TEST(Shrinking, SurvivorsGoOnAtWorldTwoAsAResumeThereWouldAndTrainEverySampleOnc
     EXPECT_EQ(heals[0]["world_size"], kWorld - 1);
     EXPECT_EQ(heals[0]["lost_rank"], kLostRank);
     EXPECT_EQ(heals[0]["resumed_step"], kLostAtStep);
+    // Both survivors stopped at the same step boundary, with the same bits: nothing moves.
+    EXPECT_EQ(heals[0]["state_bytes"], 0);
   }
 
   // The ledger: every sample of the 6 global batches trained exactly once, over all three

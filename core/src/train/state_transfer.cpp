@@ -43,6 +43,14 @@ Source choose_source(const std::vector<RankProgress>& ranks) {
   return source;
 }
 
+// Whether every rank (none joining) has completed `steps`.
+bool every_rank_at(const std::vector<RankProgress>& ranks, int64_t steps) {
+  for (const auto& r : ranks) {
+    if (r.completed_steps != steps) return false;
+  }
+  return true;
+}
+
 int joined_rank_of(const std::vector<RankProgress>& ranks) {
   for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
     if (ranks[r].completed_steps < 0) return r;
@@ -252,6 +260,10 @@ TransferredState transfer_training_state(const TrainingState& s, std::shared_ptr
   out.joined_rank = joined_rank_of(ranks);
   out.source_rank = source.rank;
   out.completed_steps = source.completed_steps;
+  if (!plan && every_rank_at(ranks, source.completed_steps)) {
+    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return out;  // step 4 of the header: the same bits on every rank already
+  }
   if (!plan || plan->source_at_target) {
     broadcast_module_state(s.model, c, source.rank);
     out.bytes = module_state_bytes(s.model);

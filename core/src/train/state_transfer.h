@@ -14,7 +14,10 @@
 //     synchroniser's agreed launch order, and each optimizer parameter's AdamW step (-1: no
 //     state yet); then the launch order itself, when it has one.
 //  4. It broadcasts the parameters and buffers (one flat tensor), then the AdamW moments of the
-//     parameters that have state (exp_avg and exp_avg_sq, one flat tensor).
+//     parameters that have state (exp_avg and exp_avg_sq, one flat tensor). Not where no rank
+//     joins and every rank has completed the same steps (a shrink in place whose survivors all
+//     stopped at one step boundary): a replicated strategy's ranks then hold the same bits
+//     already (the same averaged gradients through the same arithmetic), and nothing moves.
 //  5. Every rank adopts them: the synchroniser regroups over the new communicator with that
 //     launch order, and AdamW state is created where it was missing, dropped where the source
 //     has none.
