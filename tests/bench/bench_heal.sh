@@ -13,7 +13,11 @@
 #                 (healing armed: the optimizer steps after the whole synchronisation) and 0
 # ZERO1=1: every job runs ZeRO-1 (--shard-optimizer); the healed one and the armed healthy one
 # keep --shard-replicas 1, which a heal needs, and the restarted and unarmed ones do not.
-# Usage: [ZERO1=1] tests/bench/bench_heal.sh [STEPS_TINY] [STEPS_SMALL]   (run scripts/build.sh first)
+# SHRINK=1: three workers, none idle, and --min-world-size 2; rank 1's worker daemon is SIGKILLed
+# (its rank process dies with it), so the heal is a shrink in place to 2 ranks and the restart
+# resumes at world 2; the worker is started again after each run.
+# Usage: [ZERO1=1 | SHRINK=1] tests/bench/bench_heal.sh [STEPS_TINY] [STEPS_SMALL]
+#        (run scripts/build.sh first)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=$PWD/build/bin
@@ -25,26 +29,39 @@ steps_tiny=${1:-60}
 steps_small=${2:-16}
 sharding=() replicas=()
 if [ "${ZERO1:-0}" = 1 ]; then sharding=(--shard-optimizer) replicas=(--shard-replicas 1); fi
+shrink=${SHRINK:-0} workers=4 shrinking=()
+if [ "$shrink" = 1 ]; then workers=3 shrinking=(--min-world-size 2); fi
 work=$(mktemp -d /tmp/ddpd-bench-heal.XXXXXX)
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 export DDPD_TOKEN=bench-heal
 pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
+cleanup() {
+  kill "${pids[@]}" 2>/dev/null || true
+  pkill -f -- "--coordinator 127.0.0.1:$port " 2>/dev/null || true  # workers started again
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
 trap cleanup EXIT
 
 "$bin/ddpd-coordinator" --listen "127.0.0.1:$port" --db "$work/db" --worker-timeout 3 \
   >"$work/coordinator.log" 2>&1 &
 pids+=($!)
-for i in 0 1 2 3; do
-  "$bin/ddpd-worker" serve --coordinator "127.0.0.1:$port" --worker-id "bench-w$i" \
-    --heartbeat 0.5 >"$work/worker$i.log" 2>&1 &
-  pids+=($!)
-done
+# Worker daemons are found by their id (worker_pid), since one started again inside faulted()'s
+# subshell is not in this shell's pids.
+start_worker() {  # index
+  "$bin/ddpd-worker" serve --coordinator "127.0.0.1:$port" --worker-id "bench-w$1" \
+    --heartbeat 0.5 >>"$work/worker$1.log" 2>&1 &
+}
+worker_pid() { pgrep -f -- "--worker-id bench-w$1 " | head -n1; }
+for i in $(seq 0 $((workers - 1))); do start_worker "$i"; done
 ctl() { "$bin/ddpctl" --coordinator "127.0.0.1:$port" "$@"; }
-for _ in $(seq 100); do
-  [ "$(ctl workers 2>/dev/null | grep -c ' IDLE ')" = 4 ] && break
-  sleep 0.2
-done
+wait_idle() {
+  for _ in $(seq 100); do
+    [ "$(ctl workers 2>/dev/null | grep -c ' IDLE ')" = "$workers" ] && return
+    sleep 0.2
+  done
+}
+wait_idle
 
 show() { ctl show "$1" --json; }
 wait_end() {  # job → its final show --json
@@ -60,7 +77,7 @@ rank_pid() {
   local worker index
   worker=$(show "$1" | jq -r ".workers[$2]")
   index=${worker##*-w}
-  pgrep -P "${pids[$((index + 1))]}" | head -n1
+  pgrep -P "$(worker_pid "$index")" | head -n1
 }
 
 submit() {  # model steps dir extra... → job id
@@ -68,30 +85,50 @@ submit() {  # model steps dir extra... → job id
   shift 3
   ctl submit ddp --world-size 3 --model "$model" --batch 6 --context 16 --threads 1 \
     --steps "$steps" --strategy bucketed --checkpoint-dir "$dir" --checkpoint-every 5 \
-    --spread-every 0 ${sharding[@]+"${sharding[@]}"} "$@" | head -n1
+    --spread-every 0 ${sharding[@]+"${sharding[@]}"} ${shrinking[@]+"${shrinking[@]}"} "$@" |
+    head -n1
 }
 
-# Whether JOB's ranks have all completed a step since the fault: the `healed` incident, or three
-# step reports of the restarted attempt.
+# Whether JOB's ranks have all completed a step since the fault: the `healed` incident, or a
+# step report of the restarted attempt from each of its ranks (2 of them where it shrank).
 recovered() {
-  show "$1" | jq -e '([.events[] | select(.kind == "healed")] | length) > 0
-                     or ([.rank_steps[] | select(.attempt == 1)] | length) >= 3' >/dev/null
+  show "$1" | jq -e --argjson ranks $((3 - shrink)) \
+    '([.events[] | select(.kind == "healed")] | length) > 0
+     or ([.rank_steps[] | select(.attempt == 1)] | length) >= $ranks' >/dev/null
+}
+
+# The fault: rank 1's process, or under SHRINK=1 its worker daemon (started again afterwards).
+kill_rank1() {  # job → the worker index killed (-1: its process only)
+  if [ "$shrink" = 1 ]; then
+    local worker index
+    worker=$(show "$1" | jq -r ".workers[1]")
+    index=${worker##*-w}
+    kill -9 "$(worker_pid "$index")"
+    echo "$index"
+  else
+    kill -9 "$(rank_pid "$1" 1)"
+    echo -1
+  fi
 }
 
 # One faulted run: prints "recover_s twice ckpt_read_MB".
 faulted() {  # model steps kill_at extra...
   local model=$1 steps=$2 kill_at=$3 dir="$work/ckpt-$RANDOM"
   shift 3
-  local job killed_at recover reported shown resumed read=0
+  local job killed_at recover reported shown resumed read=0 killed
   job=$(submit "$model" "$steps" "$dir" "$@")
   until [ "$(max_step "$job")" -ge "$kill_at" ]; do sleep 0.1; done
-  kill -9 "$(rank_pid "$job" 1)"
+  killed=$(kill_rank1 "$job")
   killed_at=$(date +%s.%N)
   reported=$(max_step "$job")
   until recovered "$job"; do sleep 0.05; done
   recover=$(jq -n "$(date +%s.%N) - $killed_at")
   shown=$(wait_end "$job")
   [ "$(jq -r .state <<<"$shown")" = SUCCEEDED ] || { echo "job $job did not succeed" >&2; exit 1; }
+  if [ "$killed" -ge 0 ]; then
+    start_worker "$killed"
+    wait_idle
+  fi
   if [ "$(jq '[.events[] | select(.kind == "heal")] | length' <<<"$shown")" = 1 ]; then
     resumed=$(jq '.heals[0].resumed_step' <<<"$shown")
     jq -r '.heals[0] | "  (rank 0: regroup \(.regroup_seconds) s, state \(.state_bytes / 1e6) MB in \(.transfer_seconds) s from rank \(.source_rank))"' <<<"$shown" >&2
