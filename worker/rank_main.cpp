@@ -202,6 +202,7 @@ class RankRun {
       return {};  // cancelled while a peer of the new generation had not come
     }
     publish(comm, nullptr, /*keep_trainer=*/true);
+    if (a_.rank() != rank_before) started(*comm);  // relabels the daemon's series
     return {comm, heal->lost_rank()};
   }
 
@@ -251,6 +252,7 @@ class RankRun {
     rank_pipe::RankEvent e;
     e.mutable_started()->set_transport(enum_name(comm.info().transport));
     e.mutable_started()->set_transport_note(comm.info().transport_note);
+    e.mutable_started()->set_rank(comm.info().rank);
     write(e);
   }
 

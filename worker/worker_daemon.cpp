@@ -131,9 +131,9 @@ struct WorkerDaemon::Impl {
   void relay(const v1::Assignment& a, const rank_pipe::RankEvent& e, SessionWriter& writer) {
     if (e.has_started()) {
       if (a.spec().has_comm()) {
-        metrics->comm_job_started(a.job_id(), a.rank(), e.started().transport());
+        metrics->comm_job_started(a.job_id(), e.started().rank(), e.started().transport());
       } else {
-        metrics->ddp_job_started(a.job_id(), a.rank(),
+        metrics->ddp_job_started(a.job_id(), e.started().rank(),
                                  enum_name(from_proto(a.spec().ddp()).strategy),
                                  e.started().transport());
       }

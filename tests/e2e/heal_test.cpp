@@ -211,15 +211,20 @@ TEST(Heal, ARankWhoseWorkerIsLostIsReplacedByAnIdleWorker) {
 // interrupted may lack reports (a rank that finished it may not have reported it before it went).
 TEST(Heal, ALostWorkerWithNoSpareShrinksTheJobInPlaceAndTrainsEverySampleOnce) {
   constexpr int kSteps = 150, kBatch = 6;
-  Cluster cluster(3, "heal-shrink");
+  const std::vector<int> metrics_ports{free_port(), free_port(), free_port()};
+  Cluster cluster(3, "heal-shrink", {}, [&](int i) {
+    return std::vector<std::string>{"--metrics-port", std::to_string(metrics_ports[i])};
+  });
   auto flags = heal_job(kSteps);
   flags.insert(flags.end(), {"--min-world-size", "2"});
   const std::string job = cluster.submit(flags);
   Survivors survivors;
+  int renumbered_worker = -1;  // rank 2's, which goes on as rank 1
   const auto [seconds, shown] = fault_and_heal(
       cluster, job,
       [&] {
         survivors.record(cluster, job);
+        renumbered_worker = worker_index_of_rank(cluster, job, 2);
         cluster.worker(worker_index_of_rank(cluster, job, 1)).signal(SIGKILL);
       },
       [&] { survivors.record_healed(); });
@@ -235,6 +240,11 @@ TEST(Heal, ALostWorkerWithNoSpareShrinksTheJobInPlaceAndTrainsEverySampleOnce) {
       << heals[0]["message"];
   EXPECT_EQ(shown["workers"].size(), 2u);
   survivors.expect_kept();
+  // The renumbered rank's worker labels its series with the new number from the shrink on.
+  ASSERT_GE(renumbered_worker, 0);
+  const std::string metrics = http_get(metrics_ports.at(renumbered_worker), "/metrics").body;
+  EXPECT_NE(metrics.find("ddpd_steps_total{job_id=\"" + job + "\",rank=\"1\""), std::string::npos)
+      << metrics;
   std::printf(
       "[ heal     ] worker of rank 1 killed, no spare: shrunk to 2 ranks, healed %.2f s "
       "after the kill\n",
