@@ -5,7 +5,8 @@
 # job twice, with checkpoints every 5 steps: healed (--max-restarts 1) and restarted
 # (--max-restarts 1 --no-heal). For each model (tiny, small) it prints:
 #   recover_s     from the SIGKILL until `ddpctl show` has every rank's report of a step trained
-#                 after it (polled every 0.05 s, both paths alike)
+#                 after it (polled every 0.05 s, both paths alike), less the stall of a
+#                 checkpoint saved right after that step (it delays the step's reports)
 #   twice         steps trained twice: from the one it resumed at to the last one started before
 #                 the kill (the steps reported by then, plus the one in flight)
 #   ckpt_read_MB  checkpoint bytes read to resume (the heal reads none)
@@ -115,7 +116,7 @@ kill_rank1() {  # job → the worker index killed (-1: its process only)
 faulted() {  # model steps kill_at extra...
   local model=$1 steps=$2 kill_at=$3 dir="$work/ckpt-$RANDOM"
   shift 3
-  local job killed_at recover reported shown resumed read=0 killed
+  local job killed_at recover reported shown resumed read=0 killed stall
   job=$(submit "$model" "$steps" "$dir" "$@")
   until [ "$(max_step "$job")" -ge "$kill_at" ]; do sleep 0.1; done
   killed=$(kill_rank1 "$job")
@@ -137,6 +138,14 @@ faulted() {  # model steps kill_at extra...
       sed -n 's/.*resuming step-0*\([0-9][0-9]*\).*/\1/p')
     resumed=${resumed:-0}
     [ "$resumed" -gt 0 ] && read=$(du -sb "$dir/step-$(printf %06d "$resumed")" | cut -f1)
+  fi
+  # A checkpoint saved right after the first step it trained delays that step's reports: its
+  # stall is the job's, not the recovery's.
+  stall=$(jq --argjson s "$resumed" \
+    '[.rank_steps[] | select(.step == $s) | .checkpoint_seconds] | max // 0' <<<"$shown")
+  if [ "$(jq -n "$stall > 0")" = true ]; then
+    echo "  (less the checkpoint after step $resumed: $stall s)" >&2
+    recover=$(jq -n "$recover - $stall")
   fi
   printf '%.2f %d %.1f\n' "$recover" "$((reported + 2 - resumed))" "$(jq -n "$read / 1e6")"
 }
