@@ -351,6 +351,7 @@ class RankRun {
     } catch (const std::exception& e) {
       fail(v1::RANK_FAILURE_ERROR, e.what());
     }
+    r.set_rank(a_.rank());  // as it ended: a shrink in place renumbers it
     return r;
   }
 

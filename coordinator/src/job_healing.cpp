@@ -121,6 +121,14 @@ void JobManager::shrink_in_place(JobEntry& entry, int lost_rank, const std::stri
     job.mutable_ranks(rank)->set_rank(rank);
     if (WorkerEntry* w = find_worker(job.worker_ids(rank))) w->rank = rank;
   }
+  // The store lived in rank 0's process: lose it, and the new rank 0 serves the next one on its
+  // worker's rendezvous port (connect_generation opens it where the endpoint changed).
+  if (lost_rank == 0) {
+    if (const WorkerEntry* first = find_worker(job.worker_ids(0))) {
+      entry.master_addr = first->hello.advertised_host();
+      entry.master_port = first->hello.rendezvous_port();
+    }
+  }
   // Keyed by the old numbers, and of steps the old group did not complete.
   entry.progress_marks.clear();
   entry.partial_steps.clear();
@@ -132,8 +140,9 @@ void JobManager::shrink_in_place(JobEntry& entry, int lost_rank, const std::stri
                       "; no idle worker replaces rank " + std::to_string(lost_rank) + ": the " +
                       std::to_string(world) + " survivors go on in group generation " +
                       std::to_string(entry.generation) + ", those above rank " +
-                      std::to_string(lost_rank) + " one number lower, each with a larger share " +
-                      "of the same global batch");
+                      std::to_string(lost_rank) + " one number lower (store " + entry.master_addr +
+                      ":" + std::to_string(entry.master_port) +
+                      "), each with a larger share of the same global batch");
   store_.save_job(job, entry.sequence);
   send_heal(entry, lost_rank, /*skipped_rank=*/-1);
   on_change_();

@@ -84,7 +84,8 @@ struct Refusal {
 //     replaced whom, and a `healed` incident the first step the ranks complete after it. With
 //     no spare, a job that may_shrink_in_place() shrinks instead: the lost rank's entries go,
 //     the survivors above it are renumbered one lower (worker_ids, ranks, each worker's rank),
-//     and their HealGroup carries the smaller world size. Otherwise 7 applies; so it does to a
+//     and their HealGroup carries the smaller world size (and, where rank 0 was lost, the new
+//     rank 0's rendezvous endpoint for the store). Otherwise 7 applies; so it does to a
 //     loss or failure while a heal is under way (before its `healed` incident), and the
 //     restart's reason says so.
 // On construction, jobs found RUNNING in the store are restarted the same way when restarts are

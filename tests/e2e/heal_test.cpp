@@ -239,6 +239,9 @@ TEST(Heal, ALostWorkerWithNoSpareShrinksTheJobInPlaceAndTrainsEverySampleOnce) {
             std::string::npos)
       << heals[0]["message"];
   EXPECT_EQ(shown["workers"].size(), 2u);
+  // Each survivor's result under its new number: both ranks of the shrunk job succeeded.
+  ASSERT_EQ(shown["ranks"].size(), 2u) << shown["ranks"].dump();
+  for (const auto& rank : shown["ranks"]) EXPECT_EQ(rank["state"], "succeeded") << rank.dump();
   survivors.expect_kept();
   // The renumbered rank's worker labels its series with the new number from the shrink on.
   ASSERT_GE(renumbered_worker, 0);
@@ -279,6 +282,34 @@ TEST(Heal, ALostWorkerWithNoSpareShrinksTheJobInPlaceAndTrainsEverySampleOnce) {
     }
   }
   EXPECT_LE(partial_steps, 1);
+}
+
+// Rank 0's worker daemon killed with no spare: its process served the store, so the survivors
+// renumber and meet at the new rank 0's (old rank 1's) rendezvous port, and that rank writes the
+// job's result.
+TEST(Heal, ALostRankZeroWithNoSpareShrinksAndTheStoreMovesToTheNewRankZero) {
+  Cluster cluster(3, "heal-shrink-rank0");
+  auto flags = heal_job(150);
+  flags.insert(flags.end(), {"--min-world-size", "2"});
+  const std::string job = cluster.submit(flags);
+  const auto [seconds, shown] = fault_and_heal(
+      cluster, job, [&] { cluster.worker(worker_index_of_rank(cluster, job, 0)).signal(SIGKILL); });
+  ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
+  EXPECT_TRUE(events_of(shown, "restart").empty()) << shown["events"].dump();
+  const auto heals = events_of(shown, "heal");
+  ASSERT_EQ(heals.size(), 1u) << shown["events"].dump();
+  EXPECT_EQ(heals[0]["rank"], 0);
+  EXPECT_NE(heals[0]["message"].get<std::string>().find("no idle worker replaces rank 0"),
+            std::string::npos)
+      << heals[0]["message"];
+  EXPECT_EQ(shown["workers"].size(), 2u);
+  for (const auto& rank : shown["ranks"]) EXPECT_EQ(rank["state"], "succeeded") << rank.dump();
+  ASSERT_TRUE(shown.contains("heals")) << "the new rank 0 wrote no result";
+  EXPECT_EQ(shown["heals"][0]["world_size"], 2);
+  std::printf(
+      "[ heal     ] worker of rank 0 killed, no spare: shrunk to 2 ranks, store moved, "
+      "healed %.2f s after the kill\n",
+      seconds);
 }
 
 // The worker of a `workers`-worker cluster that the job does not run on (at world 3).

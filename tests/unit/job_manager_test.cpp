@@ -65,6 +65,14 @@ v1::JobSpec ddp_spec(int world_size) {
   return spec;
 }
 
+// World 3 that may heal once and shrink to 2 ranks.
+v1::JobSpec shrinkable_spec() {
+  auto spec = ddp_spec(3);
+  spec.mutable_ddp()->set_max_restarts(1);
+  spec.mutable_ddp()->set_min_world_size(2);
+  return spec;
+}
+
 class JobManagerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -471,9 +479,7 @@ TEST_F(JobManagerTest, ARestartShrinksToTheLargestSizeThatIdleWorkersAllowDownTo
 // No idle worker, and --min-world-size allows one rank fewer: the survivors go on in place,
 // renumbered, and the job ends when the two of them have.
 TEST_F(JobManagerTest, ALostWorkerWithNoSpareShrinksTheJobInPlace) {
-  auto spec = ddp_spec(3);
-  spec.mutable_ddp()->set_max_restarts(1);
-  spec.mutable_ddp()->set_min_world_size(2);
+  const auto spec = shrinkable_spec();
   FakeLink& w0 = add_worker("w0");
   FakeLink& w1 = add_worker("w1");
   FakeLink& w2 = add_worker("w2");
@@ -511,12 +517,33 @@ TEST_F(JobManagerTest, ALostWorkerWithNoSpareShrinksTheJobInPlace) {
   EXPECT_EQ(job(id).state(), v1::SUCCEEDED);
 }
 
-// Where the survivors cannot go on one rank fewer, the job restarts as before: rank 0's process
-// serves the store, ZeRO-1's shards are laid out for the old world, the batch must split.
-TEST_F(JobManagerTest, AShrinkInPlaceNeedsRankZeroAReplicatedStateAndABatchThatSplits) {
-  auto spec = ddp_spec(3);
-  spec.mutable_ddp()->set_max_restarts(1);
-  spec.mutable_ddp()->set_min_world_size(2);
+// Rank 0's process served the store: the survivors renumber, and the new rank 0 (old rank 1)
+// serves generation 1's store on its worker's rendezvous port.
+TEST_F(JobManagerTest, ShrinkingWithoutRankZeroMovesTheStoreToTheNewRankZero) {
+  const auto spec = shrinkable_spec();
+  FakeLink& w0 = add_worker("w0");
+  FakeLink& w1 = add_worker("w1");
+  FakeLink& w2 = add_worker("w2");
+  const std::string id = submit(spec);
+  manager_->lost("w0", &w0, "its connection broke");
+  ASSERT_EQ(job(id).state(), v1::RUNNING);
+  ASSERT_EQ(job(id).worker_ids_size(), 2);
+  EXPECT_EQ(job(id).worker_ids(0), "w1");
+  for (const FakeLink* survivor : {&w1, &w2}) {
+    ASSERT_EQ(survivor->heals().size(), 1u);
+    EXPECT_EQ(survivor->heals()[0].master_addr(), "10.0.0.2");
+    EXPECT_EQ(survivor->heals()[0].master_port(), 29500);
+    EXPECT_EQ(survivor->heals()[0].world_size(), 2);
+  }
+  EXPECT_EQ(rank_after_heal(w1.heals()[0], 3, 1), 0);
+  EXPECT_NE(incidents(id, "heal").at(0).message().find("(store 10.0.0.2:29500)"), std::string::npos)
+      << incidents(id, "heal").at(0).message();
+}
+
+// Where the survivors cannot go on one rank fewer, the job restarts as before: ZeRO-1's shards
+// are laid out for the old world, the batch must split, --min-world-size must allow it.
+TEST_F(JobManagerTest, AShrinkInPlaceNeedsAReplicatedStateAndABatchThatSplits) {
+  const auto spec = shrinkable_spec();
   v1::Job job;
   *job.mutable_spec() = spec;
   job.set_attempts(1);
@@ -525,7 +552,7 @@ TEST_F(JobManagerTest, AShrinkInPlaceNeedsRankZeroAReplicatedStateAndABatchThatS
   job.add_worker_ids("w2");
   EXPECT_TRUE(may_shrink_in_place(job, 1));
   EXPECT_TRUE(may_shrink_in_place(job, 2));
-  EXPECT_FALSE(may_shrink_in_place(job, 0)) << "rank 0 serves the store";
+  EXPECT_TRUE(may_shrink_in_place(job, 0)) << "the new rank 0 serves the store";
   job.mutable_spec()->mutable_ddp()->set_batch_size(9);
   EXPECT_FALSE(may_shrink_in_place(job, 1)) << "--batch 9 over 2 ranks";
   job.mutable_spec()->mutable_ddp()->set_batch_size(12);
