@@ -18,12 +18,13 @@ std::string job_id_for(int64_t sequence) {
   return buf;
 }
 
-// The job's complete steps (every rank reported), by step, from the reports in the store.
+// The job's complete steps (every rank reported), by step, from the reports in the store. A job
+// that shrank in place has fewer ranks now than its steps before the shrink had.
 std::map<int64_t, std::vector<v1::StepReport>> complete_steps(JobStore& store, const v1::Job& job) {
   std::map<int64_t, std::vector<v1::StepReport>> by_step;
   for (auto& s : store.load_steps(job.job_id())) by_step[s.step()].push_back(s);
   for (auto it = by_step.begin(); it != by_step.end();) {
-    const bool complete = static_cast<int>(it->second.size()) == job.worker_ids_size();
+    const bool complete = static_cast<int>(it->second.size()) >= job.worker_ids_size();
     it = complete ? std::next(it) : by_step.erase(it);
   }
   return by_step;

@@ -517,6 +517,30 @@ TEST_F(JobManagerTest, ALostWorkerWithNoSpareShrinksTheJobInPlace) {
   EXPECT_EQ(job(id).state(), v1::SUCCEEDED);
 }
 
+// The steps before a shrink were reported by 3 ranks, those after it by 2: a coordinator that
+// starts again on the store replays every one of them.
+TEST_F(JobManagerTest, StepsFromBeforeAndAfterAShrinkAreReplayedAfterACoordinatorRestart) {
+  add_worker("w0");
+  FakeLink& w1 = add_worker("w1");
+  add_worker("w2");
+  const std::string id = submit(shrinkable_spec());
+  for (int s = 0; s < 3; ++s) {
+    for (int rank = 0; rank < 3; ++rank) step(job(id).worker_ids(rank), id, rank, s, 0.1);
+  }
+  manager_->lost("w1", &w1, "its connection broke");
+  for (int s = 3; s < 5; ++s) {
+    for (int rank = 0; rank < 2; ++rank) step(job(id).worker_ids(rank), id, rank, s, 0.1);
+  }
+  manager_->stop();
+  links_.clear();
+  open();
+  std::vector<int64_t> replayed;
+  for (const auto& e : *manager_->events(id)) {
+    if (e.has_step()) replayed.push_back(e.step().step());
+  }
+  EXPECT_EQ(replayed, (std::vector<int64_t>{0, 1, 2, 3, 4}));
+}
+
 // Rank 0's process served the store: the survivors renumber, and the new rank 0 (old rank 1)
 // serves generation 1's store on its worker's rendezvous port.
 TEST_F(JobManagerTest, ShrinkingWithoutRankZeroMovesTheStoreToTheNewRankZero) {
