@@ -29,6 +29,14 @@ void unflatten_into(const torch::Tensor& flat, const std::vector<torch::Tensor>&
   TORCH_CHECK(offset == flat.numel(), "unflatten_into: ", flat.numel(), " elements for ", offset);
 }
 
+namespace {
+
+// A tensor of at least this many bytes (or a quarter of a piece, where pieces are smaller) is
+// broadcast as itself, a piece at a time: no copy into the buffer and out of it.
+constexpr int64_t kInPlaceBytes = int64_t{1} << 20;
+
+}  // namespace
+
 void broadcast_in_chunks(Communicator& comm, const std::vector<torch::Tensor>& tensors, int root,
                          const std::string& name, int64_t chunk_bytes) {
   if (tensors.empty()) return;
@@ -42,20 +50,31 @@ void broadcast_in_chunks(Communicator& comm, const std::vector<torch::Tensor>& t
   }
   const int64_t capacity =
       std::min(total, std::max<int64_t>(1, chunk_bytes / tensors.front().element_size()));
-  torch::Tensor buffer = torch::empty({capacity}, flat.front().options());
+  const int64_t in_place_bytes = std::min(kInPlaceBytes, chunk_bytes / 4);
+  auto in_place = [&](size_t i) {
+    return static_cast<int64_t>(flat[i].nbytes()) >= in_place_bytes;
+  };
+  torch::Tensor buffer;  // for the small tensors, made at the first
   const bool source = comm.info().rank == root;
   size_t tensor = 0;
-  int64_t offset = 0;  // within flat[tensor]
   while (tensor < flat.size()) {
-    // The next piece: slices of consecutive tensors, each copied to (or from) its place in it.
+    if (in_place(tensor)) {
+      const int64_t numel = flat[tensor].numel();
+      for (int64_t at = 0; at < numel; at += capacity) {
+        torch::Tensor piece = flat[tensor].narrow(0, at, std::min(capacity, numel - at));
+        comm.broadcast(piece, root, name).wait();
+      }
+      ++tensor;
+      continue;
+    }
+    // The next piece: consecutive small tensors, each copied to (or from) its place in it.
+    if (!buffer.defined()) buffer = torch::empty({capacity}, flat.front().options());
     std::vector<std::pair<torch::Tensor, int64_t>> slices;
     int64_t filled = 0;
-    while (tensor < flat.size() && filled < capacity) {
-      const int64_t take = std::min(capacity - filled, flat[tensor].numel() - offset);
-      slices.emplace_back(flat[tensor].narrow(0, offset, take), filled);
-      filled += take;
-      offset += take;
-      if (offset == flat[tensor].numel()) ++tensor, offset = 0;
+    while (tensor < flat.size() && !in_place(tensor) && filled + flat[tensor].numel() <= capacity) {
+      slices.emplace_back(flat[tensor], filled);
+      filled += flat[tensor].numel();
+      ++tensor;
     }
     torch::Tensor piece = buffer.narrow(0, 0, filled);
     if (source) {

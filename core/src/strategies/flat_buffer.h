@@ -22,10 +22,12 @@ torch::Tensor empty_flat_like(const std::vector<torch::Tensor>& tensors);
 // Copies consecutive slices of `flat` back into `tensors` (the inverse of flatten).
 void unflatten_into(const torch::Tensor& flat, const std::vector<torch::Tensor>& tensors);
 
-// Broadcasts the contiguous `tensors` (one dtype and device) from `root` a piece at a time: each
-// piece of at most `chunk_bytes` is copied into one reused buffer, broadcast as `name`, and
-// copied out on the other ranks. The same bytes as one flat broadcast, without a flat copy of all
-// of them on every rank, every page of it faulted in fresh (kBroadcastChunkBytes has the figures).
+// Broadcasts the contiguous `tensors` (one dtype and device) from `root` a piece at a time: small
+// tensors are packed into pieces of at most `chunk_bytes` in one reused buffer, broadcast as
+// `name`, and copied out on the other ranks; a tensor of 1 MiB or more (or a quarter of a piece)
+// is broadcast as itself, in pieces of at most `chunk_bytes`, with no copy. The same bytes as one
+// flat broadcast, without a flat copy of all of them on every rank, every page of it faulted in
+// fresh (kBroadcastChunkBytes has the figures).
 void broadcast_in_chunks(Communicator& comm, const std::vector<torch::Tensor>& tensors, int root,
                          const std::string& name, int64_t chunk_bytes = kBroadcastChunkBytes);
 
