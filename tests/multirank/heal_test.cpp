@@ -168,49 +168,58 @@ std::vector<LedgerEntry> read_ledger(const std::string& path) {
   return entries;
 }
 
-TEST(Shrinking, SurvivorsGoOnAtWorldTwoAsAResumeThereWouldAndTrainEverySampleOnce) {
+// World 3 to 2, and 2 to 1 (the last survivor goes on alone).
+class ShrinkingFrom : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShrinkingFrom, SurvivorsGoOnAsAResumeAtTheSmallerWorldWouldAndTrainEverySampleOnce) {
   constexpr int kSteps = 6, kBatch = 6;
-  const std::string checkpoints = temp_dir() + "/shrink-reference-checkpoints";
-  run_helper("shrink-reference-a",
+  const int world = GetParam();
+  const std::string tag = "-from" + std::to_string(world);
+  const std::string checkpoints = temp_dir() + "/shrink-reference-checkpoints" + tag;
+  run_helper("shrink-reference-a" + tag,
              with(job_flags("bucketed", kLostAtStep),
                   {"--checkpoint-dir", checkpoints, "--checkpoint-every", "3"}),
-             kWorld);
+             world);
   const std::string reference = run_helper(
-      "shrink-reference-b",
+      "shrink-reference-b" + tag,
       with(job_flags("bucketed", kSteps), {"--checkpoint-dir", checkpoints, "--resume", "latest"}),
-      kWorld - 1);
+      world - 1);
 
-  const std::string prefix = temp_dir() + "/shrunk";
+  const std::string prefix = temp_dir() + "/shrunk" + tag;
   const auto outcomes = run_ranks(
       rank_command(prefix, with(job_flags("bucketed", kSteps),
                                 {"--heal", "--shrink-without", std::to_string(kLostRank),
                                  "--inject", "exit:rank=1,step=" + std::to_string(kLostAtStep)})),
-      kWorld, std::chrono::seconds(120));
-  ASSERT_EQ(outcomes.size(), 3u);
+      world, std::chrono::seconds(120));
+  ASSERT_EQ(outcomes.size(), static_cast<size_t>(world));
   EXPECT_EQ(outcomes[kLostRank].exit_code, 3) << outcomes[kLostRank].err;
   const auto expected = load_tensors(rank_file(reference, 0, "final.pt"));
-  for (int survivor : {0, 2}) {
+  for (int survivor = 0; survivor < world; ++survivor) {
+    if (survivor == kLostRank) continue;
     ASSERT_EQ(outcomes[survivor].exit_code, 0) << outcomes[survivor].err;
-    EXPECT_NE(outcomes[survivor].err.find("going on at step 3 with 2 ranks"), std::string::npos)
+    EXPECT_NE(outcomes[survivor].err.find("going on at step 3 with " + std::to_string(world - 1) +
+                                          " ranks"),
+              std::string::npos)
         << outcomes[survivor].err;
     const auto final_params = load_tensors(rank_file(prefix, survivor, "final.pt"));
     EXPECT_EQ(max_abs_diff(final_params, expected), 0.0)
-        << "survivor " << survivor << " differs from the resume at world 2";
+        << "survivor " << survivor << " differs from the resume at world " << world - 1;
     const auto heals = load_json(rank_file(prefix, survivor, "json"))["result"]["heals"];
     ASSERT_EQ(heals.size(), 1u);
-    EXPECT_EQ(heals[0]["world_size"], kWorld - 1);
+    EXPECT_EQ(heals[0]["world_size"], world - 1);
     EXPECT_EQ(heals[0]["lost_rank"], kLostRank);
     EXPECT_EQ(heals[0]["resumed_step"], kLostAtStep);
-    // Both survivors stopped at the same step boundary, with the same bits: nothing moves.
+    // The survivors stopped at the same step boundary, with the same bits: nothing moves.
     EXPECT_EQ(heals[0]["state_bytes"], 0);
   }
 
-  // The ledger: every sample of the 6 global batches trained exactly once, over all three
-  // processes' completed steps; 2 rows a rank before the loss, 3 after.
+  // The ledger: every sample of the 6 global batches trained exactly once, over all the
+  // processes' completed steps; a rank's share grows from 6 / world rows to 6 / (world - 1).
   std::vector<int> trained(kSteps * kBatch, 0);
-  for (int rank = 0; rank < kWorld; ++rank) {
+  for (int rank = 0; rank < world; ++rank) {
     for (const LedgerEntry& e : read_ledger(rank_file(prefix, rank, "ledger"))) {
-      EXPECT_EQ(e.samples, e.step < kLostAtStep ? 2 : 3) << "rank " << rank << " step " << e.step;
+      EXPECT_EQ(e.samples, e.step < kLostAtStep ? kBatch / world : kBatch / (world - 1))
+          << "rank " << rank << " step " << e.step;
       EXPECT_GE(e.first_sample, e.step * kBatch);
       EXPECT_LE(e.first_sample + e.samples, (e.step + 1) * kBatch);
       for (int64_t g = e.first_sample; g < e.first_sample + e.samples; ++g) ++trained.at(g);
@@ -220,6 +229,9 @@ TEST(Shrinking, SurvivorsGoOnAtWorldTwoAsAResumeThereWouldAndTrainEverySampleOnc
     EXPECT_EQ(trained[g], 1) << "sample " << g << " trained " << trained[g] << " times";
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Shrinking, ShrinkingFrom, ::testing::Values(3, 2),
+                         [](const auto& info) { return "World" + std::to_string(info.param); });
 
 // A batch that does not split over the survivors: each refuses the same way before any
 // collective of the new group, and fails, naming the flag.
