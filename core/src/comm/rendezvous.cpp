@@ -228,12 +228,22 @@ std::shared_ptr<Communicator> connect_cpu(const RendezvousOptions& options,
   if (choice.transport == GroupTransport::kShm) {
     group = c10::make_intrusive<shm::ShmProcessGroup>(std::move(*choice.segment), options.rank,
                                                       options.world_size, options.timeout);
+    comm_options.make_backend = [timeout = options.timeout](const auto& store, int rank,
+                                                            int world_size) {
+      TransportChoice shm =
+          choose_transport(Transport::kShm, *store, rank, world_size, shm::kDefaultSlotBytes);
+      return c10::intrusive_ptr<c10d::Backend>(c10::make_intrusive<shm::ShmProcessGroup>(
+          std::move(*shm.segment), rank, world_size, timeout));
+    };
   } else {
     std::string bind = options.local_address;
     if (bind.empty() && is_loopback(options.master_addr)) bind = "127.0.0.1";
+    comm_options.make_backend = [timeout = options.timeout, bind](const auto& store, int rank,
+                                                                  int world_size) {
+      return make_gloo_backend(store, rank, world_size, timeout, bind);
+    };
     try {
-      group = make_gloo_backend(rendezvous.store, options.rank, options.world_size, options.timeout,
-                                bind);
+      group = comm_options.make_backend(rendezvous.store, options.rank, options.world_size);
     } catch (const std::exception& e) {
       throw std::runtime_error("creating the gloo process group (rendezvous " + endpoint +
                                ", rank " + std::to_string(options.rank) + ") failed: " + e.what());
@@ -244,11 +254,14 @@ std::shared_ptr<Communicator> connect_cpu(const RendezvousOptions& options,
 }
 
 std::shared_ptr<Communicator> connect_nccl(const RendezvousOptions& options,
-                                           const CommunicatorOptions& comm_options,
+                                           CommunicatorOptions comm_options,
                                            const RendezvousStore& rendezvous) {
+  comm_options.make_backend = [timeout = options.timeout](const auto& store, int rank,
+                                                          int world_size) {
+    return detail::make_nccl_group(store, rank, world_size, timeout);
+  };
   try {
-    auto group = detail::make_nccl_group(rendezvous.store, options.rank, options.world_size,
-                                         options.timeout);
+    auto group = comm_options.make_backend(rendezvous.store, options.rank, options.world_size);
     return std::make_shared<Communicator>(group, options.rank, options.world_size, comm_options,
                                           rendezvous.store, rendezvous.server);
   } catch (const std::invalid_argument&) {

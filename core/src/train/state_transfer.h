@@ -18,6 +18,11 @@
 //     joins and every rank has completed the same steps (a shrink in place whose survivors all
 //     stopped at one step boundary): a replicated strategy's ranks then hold the same bits
 //     already (the same averaged gradients through the same arithmetic), and nothing moves.
+//     Where the rank that joined is the only one whose count differs from the source's, on a
+//     host transport (shm, Gloo) with more than two ranks, the source and that rank alone form a
+//     group of two (Communicator::split, under "split/heal_state/" of the generation's store)
+//     and the broadcasts go over it; the other survivors hold the source's bits already and go
+//     on to step 5. A failure there names the job's rank.
 //  5. Every rank adopts them: the synchroniser regroups over the new communicator with that
 //     launch order, and AdamW state is created where it was missing, dropped where the source
 //     has none.
@@ -61,7 +66,8 @@ struct TransferredState {
   int joined_rank = -1;  // the rank that came with no state: the lost rank's number
   int source_rank = -1;
   int64_t completed_steps = 0;  // the source's: where every rank goes on
-  int64_t bytes = 0;            // broadcast from the source
+  int64_t bytes = 0;            // broadcast from the source; 0 on a rank outside the pair
+                                // that step 4 sends to (a survivor that holds the state)
   double seconds = 0;
 };
 

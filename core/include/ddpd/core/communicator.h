@@ -109,6 +109,12 @@ struct CommunicatorOptions {
   // host:port of the rendezvous store the group formed over; empty at world size 1. A group of a
   // later generation (connect_generation) keeps the store when the endpoint stays the same.
   std::string rendezvous_endpoint;
+  // Makes a backend of this group's transport, of `world_size` ranks over `store`, this process
+  // being `rank` (rendezvous sets it): split()'s groups. Null: the group cannot split (world
+  // size 1, or a backend made by hand).
+  std::function<c10::intrusive_ptr<c10d::Backend>(const c10::intrusive_ptr<c10d::Store>& store,
+                                                  int rank, int world_size)>
+      make_backend;
 };
 
 // Who a communicator is: its rank and world size, and the options it runs with (transport:
@@ -193,6 +199,15 @@ class Communicator {
   PendingReduceScatter reduce_scatter_sum_async(at::Tensor& output, const at::Tensor& input,
                                                 const std::string& name);
   void barrier();
+
+  // c10d's split_group: a communicator of `members` (ranks of this group, ascending; rank i of
+  // the new group is members[i]) over this group's transport, formed through this group's store
+  // under "split/<tag>/". Only the members call it, each once per tag and generation; it blocks
+  // until every member has (the backend's own exchange, within the timeout). The new group has
+  // this one's options and shares its abort(): a cancel ends its waits too. Throws
+  // std::logic_error when this rank is not a member or the group cannot split, and
+  // std::runtime_error as connect() does when the group does not form.
+  std::shared_ptr<Communicator> split(const std::vector<int>& members, const std::string& tag);
 
  private:
   // Keeps the previous generation's store and its server (rendezvous.h).
