@@ -127,9 +127,12 @@ struct WorkerDaemon::Impl {
   }
 
   // The rank's events: steps to the coordinator, the metrics and the debug log; progress for
-  // the heartbeats.
-  void relay(const v1::Assignment& a, const rank_pipe::RankEvent& e, SessionWriter& writer) {
+  // the heartbeats. `rank` is the rank's number now: the assignment's, until a shrink in place
+  // renumbers it (a second Started event says so).
+  void relay(const v1::Assignment& a, int& rank, const rank_pipe::RankEvent& e,
+             SessionWriter& writer) {
     if (e.has_started()) {
+      rank = e.started().rank();
       if (a.spec().has_comm()) {
         metrics->comm_job_started(a.job_id(), e.started().rank(), e.started().transport());
       } else {
@@ -141,7 +144,7 @@ struct WorkerDaemon::Impl {
       const StepMetrics m = from_report(e.step());
       metrics->record_step(m);
       spdlog::debug("job={} rank={} step={} loss={:.4f} step_ms={:.2f} comm_fraction={:.3f}",
-                    a.job_id(), a.rank(), m.step, m.loss, m.step_seconds * 1e3, m.comm_fraction);
+                    a.job_id(), rank, m.step, m.loss, m.step_seconds * 1e3, m.comm_fraction);
       v1::WorkerMessage step;
       step.set_job_id(a.job_id());
       *step.mutable_step() = e.step();
@@ -171,7 +174,8 @@ struct WorkerDaemon::Impl {
         running_rank = rank;
       }
       spdlog::info("job={} rank={} runs in process {}", a.job_id(), a.rank(), rank->pid());
-      result = rank->run([&](const rank_pipe::RankEvent& e) { relay(a, e, writer); });
+      int rank_now = a.rank();
+      result = rank->run([&](const rank_pipe::RankEvent& e) { relay(a, rank_now, e, writer); });
     } catch (const std::exception& e) {
       result.set_job_id(a.job_id());
       result.set_rank(a.rank());
@@ -189,7 +193,8 @@ struct WorkerDaemon::Impl {
       progress.reset();
     }
     if (!result.succeeded()) {
-      spdlog::warn("job={} rank={} failed: {}", a.job_id(), a.rank(), result.error());
+      // The rank as the job ended (a shrink in place renumbers it).
+      spdlog::warn("job={} rank={} failed: {}", a.job_id(), result.rank(), result.error());
     }
     metrics->job_finished(result.succeeded());
     v1::WorkerMessage done;
