@@ -312,6 +312,35 @@ TEST(Heal, ALostRankZeroWithNoSpareShrinksAndTheStoreMovesToTheNewRankZero) {
       seconds);
 }
 
+// ZeRO-1 with replicas, no spare: rank 1's worker is SIGKILLed, its optimizer shard is on rank 2,
+// and the survivors lay every shard out again for 2 ranks in place (tests/multirank/heal_test.cpp
+// checks the bits against a resume at world 2).
+TEST(Heal, AZeroOneJobWithNoSpareShrinksInPlaceAndLaysItsShardsOutAgain) {
+  Cluster cluster(3, "heal-shrink-zero1");
+  auto flags = heal_job(150);
+  flags.insert(flags.end(),
+               {"--min-world-size", "2", "--shard-optimizer", "--shard-replicas", "1"});
+  const std::string job = cluster.submit(flags);
+  const auto [seconds, shown] = fault_and_heal(
+      cluster, job, [&] { cluster.worker(worker_index_of_rank(cluster, job, 1)).signal(SIGKILL); });
+  ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
+  EXPECT_EQ(shown["attempts"], 1) << "shrunk in place, not restarted";
+  EXPECT_TRUE(events_of(shown, "restart").empty()) << shown["events"].dump();
+  const auto heals = events_of(shown, "heal");
+  ASSERT_EQ(heals.size(), 1u) << shown["events"].dump();
+  EXPECT_NE(heals[0]["message"].get<std::string>().find("no idle worker replaces rank 1"),
+            std::string::npos)
+      << heals[0]["message"];
+  for (const auto& rank : shown["ranks"]) EXPECT_EQ(rank["state"], "succeeded") << rank.dump();
+  ASSERT_TRUE(shown.contains("heals")) << shown.dump();
+  EXPECT_EQ(shown["heals"][0]["world_size"], 2);
+  EXPECT_GT(shown["heals"][0]["state_bytes"].get<int64_t>(), 0) << "the moments moved";
+  std::printf(
+      "[ heal     ] ZeRO-1, worker of rank 1 killed, no spare: shards laid out for 2 ranks, "
+      "healed %.2f s after the kill, %lld bytes moved\n",
+      seconds, static_cast<long long>(shown["heals"][0]["state_bytes"].get<int64_t>()));
+}
+
 // The worker of a `workers`-worker cluster that the job does not run on (at world 3).
 int idle_worker(Cluster& cluster, const std::string& job, int workers) {
   std::set<int> used;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -177,28 +178,34 @@ std::vector<LedgerEntry> read_ledger(const std::string& path) {
   return entries;
 }
 
-// World 3 to 2, and 2 to 1 (the last survivor goes on alone).
-class ShrinkingFrom : public ::testing::TestWithParam<int> {};
+// World 3 to 2, and 2 to 1 (the last survivor goes on alone); bucketed, and ZeRO-1 with
+// replicas, whose optimizer shards are laid out again for the smaller world from their owners
+// and replicas (state_transfer.h, steps 1''-5''), as the resume reshards them from its checkpoint.
+class ShrinkingFrom : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 
 TEST_P(ShrinkingFrom, SurvivorsGoOnAsAResumeAtTheSmallerWorldWouldAndTrainEverySampleOnce) {
   constexpr int kSteps = 6, kBatch = 6;
-  const int world = GetParam();
-  const std::string tag = "-from" + std::to_string(world);
+  const auto& [world, strategy] = GetParam();
+  // "+after-update": the survivors updated step 3 and failed in its broadcasts; they go on at 4.
+  const int resumed = kLostAtStep + (exits_after_update(strategy) ? 1 : 0);
+  const std::string tag = "-" + strategy + "-from" + std::to_string(world);
   const std::string checkpoints = temp_dir() + "/shrink-reference-checkpoints" + tag;
   run_helper("shrink-reference-a" + tag,
-             with(job_flags("bucketed", kLostAtStep),
-                  {"--checkpoint-dir", checkpoints, "--checkpoint-every", "3"}),
+             with(job_flags(strategy, resumed),
+                  {"--checkpoint-dir", checkpoints, "--checkpoint-every", std::to_string(resumed)}),
              world);
   const std::string reference = run_helper(
       "shrink-reference-b" + tag,
-      with(job_flags("bucketed", kSteps), {"--checkpoint-dir", checkpoints, "--resume", "latest"}),
+      with(job_flags(strategy, kSteps), {"--checkpoint-dir", checkpoints, "--resume", "latest"}),
       world - 1);
 
   const std::string prefix = temp_dir() + "/shrunk" + tag;
   const auto outcomes = run_ranks(
-      rank_command(prefix, with(job_flags("bucketed", kSteps),
-                                {"--heal", "--shrink-without", std::to_string(kLostRank),
-                                 "--inject", "exit:rank=1,step=" + std::to_string(kLostAtStep)})),
+      rank_command(prefix,
+                   with(job_flags(strategy, kSteps),
+                        {"--heal", "--shrink-without", std::to_string(kLostRank), "--inject",
+                         (exits_after_update(strategy) ? "exit-after-update" : "exit") +
+                             std::string(":rank=1,step=") + std::to_string(kLostAtStep)})),
       world, std::chrono::seconds(120));
   ASSERT_EQ(outcomes.size(), static_cast<size_t>(world));
   EXPECT_EQ(outcomes[kLostRank].exit_code, 3) << outcomes[kLostRank].err;
@@ -206,8 +213,8 @@ TEST_P(ShrinkingFrom, SurvivorsGoOnAsAResumeAtTheSmallerWorldWouldAndTrainEveryS
   for (int survivor = 0; survivor < world; ++survivor) {
     if (survivor == kLostRank) continue;
     ASSERT_EQ(outcomes[survivor].exit_code, 0) << outcomes[survivor].err;
-    EXPECT_NE(outcomes[survivor].err.find("going on at step 3 with " + std::to_string(world - 1) +
-                                          " ranks"),
+    EXPECT_NE(outcomes[survivor].err.find("going on at step " + std::to_string(resumed) + " with " +
+                                          std::to_string(world - 1) + " ranks"),
               std::string::npos)
         << outcomes[survivor].err;
     const auto final_params = load_tensors(rank_file(prefix, survivor, "final.pt"));
@@ -217,9 +224,15 @@ TEST_P(ShrinkingFrom, SurvivorsGoOnAsAResumeAtTheSmallerWorldWouldAndTrainEveryS
     ASSERT_EQ(heals.size(), 1u);
     EXPECT_EQ(heals[0]["world_size"], world - 1);
     EXPECT_EQ(heals[0]["lost_rank"], kLostRank);
-    EXPECT_EQ(heals[0]["resumed_step"], kLostAtStep);
-    // The survivors stopped at the same step boundary, with the same bits: nothing moves.
-    EXPECT_EQ(heals[0]["state_bytes"], 0);
+    EXPECT_EQ(heals[0]["resumed_step"], resumed);
+    // The survivors stopped at the same step boundary, with the same bits: nothing moves but,
+    // under ZeRO-1 from 3 ranks, the moments that a new owner or its successor lacked. From 2,
+    // the survivor held both shards (its own and its replica).
+    if (sharded(strategy) && world > 2) {
+      EXPECT_GT(heals[0]["state_bytes"].get<int64_t>(), 0);
+    } else if (!exits_after_update(strategy)) {
+      EXPECT_EQ(heals[0]["state_bytes"], 0);
+    }
   }
 
   // The ledger: every sample of the 6 global batches trained exactly once, over all the
@@ -235,12 +248,25 @@ TEST_P(ShrinkingFrom, SurvivorsGoOnAsAResumeAtTheSmallerWorldWouldAndTrainEveryS
     }
   }
   for (size_t g = 0; g < trained.size(); ++g) {
-    EXPECT_EQ(trained[g], 1) << "sample " << g << " trained " << trained[g] << " times";
+    // A step every survivor updated but whose broadcasts failed is trained once and reported by
+    // no rank (docs/healing.md).
+    const bool unreported = resumed > kLostAtStep && static_cast<int>(g) / kBatch == kLostAtStep;
+    EXPECT_EQ(trained[g], unreported ? 0 : 1)
+        << "sample " << g << " trained " << trained[g] << " times";
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shrinking, ShrinkingFrom, ::testing::Values(3, 2),
-                         [](const auto& info) { return "World" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(Shrinking, ShrinkingFrom,
+                         ::testing::Combine(::testing::Values(3, 2),
+                                            ::testing::Values("bucketed", "zero1",
+                                                              "zero1+after-update")),
+                         [](const auto& info) {
+                           std::string name = "World" + std::to_string(std::get<0>(info.param)) +
+                                              "_" + std::get<1>(info.param);
+                           std::replace(name.begin(), name.end(), '+', '_');
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 // A batch that does not split over the survivors: each refuses the same way before any
 // collective of the new group, and fails, naming the flag.

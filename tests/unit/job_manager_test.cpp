@@ -566,7 +566,7 @@ TEST_F(JobManagerTest, ShrinkingWithoutRankZeroMovesTheStoreToTheNewRankZero) {
 
 // Where the survivors cannot go on one rank fewer, the job restarts as before: ZeRO-1's shards
 // are laid out for the old world, the batch must split, --min-world-size must allow it.
-TEST_F(JobManagerTest, AShrinkInPlaceNeedsAReplicatedStateAndABatchThatSplits) {
+TEST_F(JobManagerTest, AShrinkInPlaceNeedsAStateTheSurvivorsHoldAndABatchThatSplits) {
   const auto spec = shrinkable_spec();
   v1::Job job;
   *job.mutable_spec() = spec;
@@ -585,9 +585,11 @@ TEST_F(JobManagerTest, AShrinkInPlaceNeedsAReplicatedStateAndABatchThatSplits) {
   job.mutable_spec()->mutable_ddp()->set_grad_accum(2);
   EXPECT_TRUE(may_shrink_in_place(job, 1));
   job.mutable_spec()->mutable_ddp()->set_shard_optimizer(true);
+  EXPECT_FALSE(may_shrink_in_place(job, 1)) << "ZeRO-1 without replicas: rank 1's shard is lost";
   job.mutable_spec()->mutable_ddp()->set_shard_replicas(1);
-  EXPECT_FALSE(may_shrink_in_place(job, 1)) << "ZeRO-1's shards are laid out for 3";
+  EXPECT_TRUE(may_shrink_in_place(job, 1)) << "rank 1's shard is on rank 2, and is laid out again";
   job.mutable_spec()->mutable_ddp()->set_shard_optimizer(false);
+  job.mutable_spec()->mutable_ddp()->set_shard_replicas(0);
   job.mutable_spec()->mutable_ddp()->set_min_world_size(0);
   EXPECT_FALSE(may_shrink_in_place(job, 1)) << "no --min-world-size";
 }

@@ -21,6 +21,9 @@ OptimizerFactory adamw_factory(const torch::optim::AdamWOptions& options) {
 
 struct ShardedOptimizer::State {
   std::shared_ptr<Communicator> comm;
+  OptimizerFactory factory;
+  bool keeps_replicas = false;      // --shard-replicas 1 (a world of one keeps none)
+  std::vector<size_t> group_sizes;  // parameters per group, in `params` order
   std::unique_ptr<torch::optim::Optimizer> local;
   std::unique_ptr<torch::optim::Optimizer> replica;  // the predecessor's shard (--shard-replicas)
   int replica_rank = -1;
@@ -30,6 +33,9 @@ struct ShardedOptimizer::State {
   std::unordered_map<const void*, size_t> index_by_impl;  // into params
   std::vector<int64_t> owned_bytes;                       // per rank
   double last_broadcast_seconds = 0;
+
+  // Assigns every group's parameters owners over comm's world and builds the optimizers.
+  void lay_out(const std::vector<OptimizerParamGroup>& groups);
 
   // Broadcasts launched and not yet waited for; receivers' coalesced buffers are unflattened
   // into their parameters once they land.
@@ -138,19 +144,66 @@ ShardedOptimizer::ShardedOptimizer(std::vector<OptimizerParamGroup> groups,
                                    int replicas)
     : state_(std::make_unique<State>()) {
   state_->comm = std::move(comm);
-  const int world = state_->comm->info().world_size;
-  state_->owned_bytes.assign(world, 0);
-  const bool keeps_replica = replicas > 0 && world > 1;
-  if (keeps_replica) state_->replica_rank = (state_->comm->info().rank + world - 1) % world;
+  state_->factory = std::move(factory);
+  state_->keeps_replicas = replicas > 0;
+  state_->lay_out(groups);
+}
+
+void ShardedOptimizer::State::lay_out(const std::vector<OptimizerParamGroup>& groups) {
+  const int world = comm->info().world_size;
+  owned_bytes.assign(world, 0);
+  params.clear();
+  owners.clear();
+  index_by_impl.clear();
+  group_sizes.clear();
+  const bool keeps_replica = keeps_replicas && world > 1;
+  replica_rank = keeps_replica ? (comm->info().rank + world - 1) % world : -1;
   std::vector<OptimizerParamGroup> local_groups;
   std::vector<OptimizerParamGroup> replica_groups;
   for (const auto& group : groups) {
-    local_groups.push_back(state_->assign(group, keeps_replica ? &replica_groups : nullptr));
+    local_groups.push_back(assign(group, keeps_replica ? &replica_groups : nullptr));
+    group_sizes.push_back(group.params().size());
   }
-  state_->local = factory(std::move(local_groups));
-  TORCH_CHECK(state_->local, "optimizer factory returned null");
-  if (keeps_replica) state_->replica = factory(std::move(replica_groups));
+  local = factory(std::move(local_groups));
+  TORCH_CHECK(local, "optimizer factory returned null");
+  replica = keeps_replica ? factory(std::move(replica_groups)) : nullptr;
 }
+
+torch::optim::Optimizer* ShardedOptimizer::PreviousLayout::holder_of(int owner) const {
+  if (owner == rank) return local.get();
+  return owner == replica_rank ? replica.get() : nullptr;
+}
+
+ShardedOptimizer::PreviousLayout ShardedOptimizer::reshard(std::shared_ptr<Communicator> comm) {
+  State& s = *state_;
+  // The groups as they were given: every parameter, with the options the local optimizer's
+  // groups carry (the learning-rate schedule's latest).
+  std::vector<OptimizerParamGroup> groups;
+  size_t next = 0;
+  for (size_t g = 0; g < s.group_sizes.size(); ++g) {
+    std::vector<torch::Tensor> members(s.params.begin() + next,
+                                       s.params.begin() + next + s.group_sizes[g]);
+    next += s.group_sizes[g];
+    const auto& local_group = s.local->param_groups().at(g);
+    groups.push_back(local_group.has_options()
+                         ? OptimizerParamGroup(members, local_group.options().clone())
+                         : OptimizerParamGroup(members));
+  }
+  PreviousLayout previous{std::move(s.local), std::move(s.replica), s.owners, s.comm->info().rank,
+                          s.replica_rank};
+  s.pending.clear();  // the interrupted step's broadcasts belong to the aborted group
+  s.coalesced.clear();
+  s.comm = std::move(comm);
+  s.lay_out(groups);
+  return previous;
+}
+
+torch::optim::Optimizer* ShardedOptimizer::keeper_of(int owner) {
+  if (owner == state_->comm->info().rank) return state_->local.get();
+  return owner == state_->replica_rank ? state_->replica.get() : nullptr;
+}
+
+const std::vector<torch::Tensor>& ShardedOptimizer::parameters() const { return state_->params; }
 
 ShardedOptimizer::~ShardedOptimizer() = default;
 
@@ -223,6 +276,7 @@ void ShardedOptimizer::add_param_group(const OptimizerParamGroup& group) {
   std::vector<OptimizerParamGroup> replica_group;
   state_->local->add_param_group(state_->assign(group, state_->replica ? &replica_group : nullptr));
   if (state_->replica) state_->replica->add_param_group(replica_group.at(0));
+  state_->group_sizes.push_back(group.params().size());
 }
 
 int ShardedOptimizer::owner_of(const torch::Tensor& parameter) const {

@@ -174,8 +174,10 @@ int64_t broadcast_fixed_state(torch::nn::Module& module, Communicator& comm, int
   return bytes;
 }
 
-// Steps 3 and 3': the launch order from `root`, and every strategy regroups with it.
-void regroup_strategies(const TrainingState& s, std::shared_ptr<Communicator> comm, int root) {
+// Steps 3 and 3': the launch order from `root`, and every strategy regroups with it (ZeRO-1's
+// optimizer too, unless a shrink resharded it already: step 3'').
+void regroup_strategies(const TrainingState& s, std::shared_ptr<Communicator> comm, int root,
+                        bool sharded_regrouped = false) {
   Communicator& c = *comm;
   const bool is_source = c.info().rank == root;
   const std::vector<int64_t> order = is_source ? s.sync.launch_order() : std::vector<int64_t>{};
@@ -186,7 +188,7 @@ void regroup_strategies(const TrainingState& s, std::shared_ptr<Communicator> co
       broadcast_longs(c, order, order_size, root, "broadcast/heal_launch_order");
   std::vector<int64_t> launch_order(order_size);
   for (int64_t k = 0; k < order_size; ++k) launch_order[k] = agreed_order[k].item<int64_t>();
-  if (s.sharded) s.sharded->regroup(comm);
+  if (s.sharded && !sharded_regrouped) s.sharded->regroup(comm);
   s.sync.regroup(std::move(comm), launch_order);
 }
 
@@ -244,6 +246,128 @@ int64_t transfer_to_joined_rank(const TrainingState& s, Communicator& comm,
   }
 }
 
+// `params`' AdamW state moved from `from` into `into`, on this rank, without a copy.
+void adopt_adam_states(const std::vector<torch::Tensor>& params, torch::optim::Optimizer& from,
+                       torch::optim::Optimizer& into) {
+  for (const auto& p : params) {
+    auto it = from.state().find(p.unsafeGetTensorImpl());
+    if (it != from.state().end()) into.state()[p.unsafeGetTensorImpl()] = std::move(it->second);
+  }
+}
+
+// Step 5'': `params`' AdamW steps and moments from `root`, which reads them from `from` (the
+// optimizer of its previous layout that held them), into `into` (this rank's new keeper of
+// them; null: scratch). Returns the moments' bytes.
+int64_t move_adam_states(Communicator& comm, const std::vector<torch::Tensor>& params,
+                         torch::optim::Optimizer* from, torch::optim::Optimizer* into, int root,
+                         const std::string& name) {
+  const bool is_root = comm.info().rank == root;
+  TORCH_CHECK(!is_root || from, "healing: the provider of shard ", name, " holds no state for it");
+  const int64_t bytes = transfer_adam_states(comm, params, is_root ? from : into, root, name);
+  if (is_root && into) adopt_adam_states(params, *from, *into);
+  return bytes;
+}
+
+// Step 5'': each old shard k's moments, by the new owner of its parameters, from k's provider to
+// that owner and its successor (the new holder of its replica); where both held k at T already
+// (each is k's old owner or holder, at T), each moves its own copy into its new optimizer and
+// nothing travels. Returns the bytes broadcast.
+int64_t move_moments_for_reshard(Communicator& c, ShardedOptimizer& sharded,
+                                 const ShardedOptimizer::PreviousLayout& previous,
+                                 const ShardedHealPlan& plan,
+                                 const std::vector<RankProgress>& by_old_rank,
+                                 const ShrinkFrom& shrink) {
+  const int world = c.info().world_size;
+  const auto old_rank_of = [&](int rank) { return rank >= shrink.lost_rank ? rank + 1 : rank; };
+  const auto new_rank_of = [&](int old) { return old > shrink.lost_rank ? old - 1 : old; };
+  const std::vector<torch::Tensor>& params = sharded.parameters();
+  int64_t bytes = 0;
+  for (int k = 0; k < shrink.world_size; ++k) {
+    const auto holds_at_target = [&](int rank) {
+      const int q = old_rank_of(rank);
+      return (q == k || q == (k + 1) % shrink.world_size) && by_old_rank[q].completed_steps >= 0 &&
+             by_old_rank[q].updated_steps == plan.target_step;
+    };
+    for (int owner = 0; owner < world; ++owner) {
+      std::vector<torch::Tensor> moving;
+      for (size_t i = 0; i < params.size(); ++i) {
+        if (previous.owners[i] == k && sharded.owner_of(params[i]) == owner) {
+          moving.push_back(params[i]);
+        }
+      }
+      if (moving.empty()) continue;
+      torch::optim::Optimizer* keeper = sharded.keeper_of(owner);
+      const int successor = (owner + 1) % world;  // world 1 keeps no replica: itself
+      if (holds_at_target(owner) && holds_at_target(successor)) {
+        if (keeper) adopt_adam_states(moving, *previous.holder_of(k), *keeper);
+        continue;
+      }
+      bytes += move_adam_states(c, moving, previous.holder_of(k), keeper,
+                                new_rank_of(plan.shard_provider[k]),
+                                "reshard_" + std::to_string(k) + "_to_" + std::to_string(owner));
+    }
+  }
+  return bytes;
+}
+
+// Step 4'' where some survivor's parameters are not all at T: as step 4', by the old layout.
+int64_t move_parameters_for_reshard(const TrainingState& s, Communicator& comm,
+                                    const ShardedHealPlan& plan, const std::vector<int>& owners,
+                                    const std::function<int(int)>& new_rank_of, int source) {
+  if (plan.source_at_target) {
+    broadcast_module_state(s.model, comm, source);
+    return module_state_bytes(s.model);
+  }
+  int64_t bytes = broadcast_fixed_state(s.model, comm, source);
+  const std::vector<torch::Tensor>& params = s.sharded->parameters();
+  torch::NoGradGuard no_grad;
+  for (int k = 0; k < static_cast<int>(plan.shard_provider.size()); ++k) {
+    std::vector<torch::Tensor> shard;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (owners[i] == k) shard.push_back(params[i]);
+    }
+    broadcast_in_chunks(comm, shard, new_rank_of(plan.shard_provider[k]),
+                        "broadcast/reshard_shard" + std::to_string(k) + "_parameters");
+    for (const auto& p : shard) bytes += p.nbytes();
+  }
+  return bytes;
+}
+
+// Steps 2''-5'': ZeRO-1 shrinking in place (the protocol in state_transfer.h).
+TransferredState reshard_in_place(const TrainingState& s, std::shared_ptr<Communicator> comm,
+                                  const std::vector<RankProgress>& ranks, const ShrinkFrom& shrink,
+                                  const AfterParameters& after_parameters) {
+  Communicator& c = *comm;
+  if (shrink.lost_rank < 0 || shrink.lost_rank >= shrink.world_size) {
+    throw std::runtime_error("healing: ZeRO-1 shrinking in place from " +
+                             std::to_string(shrink.world_size) +
+                             " ranks needs the lost rank's number to lay its shards out again");
+  }
+  const auto new_rank_of = [&](int old) { return old > shrink.lost_rank ? old - 1 : old; };
+  std::vector<RankProgress> by_old_rank(shrink.world_size);  // the lost rank's: no state
+  for (int r = 0; r < shrink.world_size; ++r) {
+    if (r != shrink.lost_rank) by_old_rank[r] = ranks.at(new_rank_of(r));
+  }
+  const ShardedHealPlan plan = plan_sharded_heal(by_old_rank);
+  const int source = new_rank_of(plan.state_source);
+  ShardedOptimizer& sharded = *s.sharded;
+  const ShardedOptimizer::PreviousLayout previous = sharded.reshard(comm);
+  regroup_strategies(s, std::move(comm), source, /*sharded_regrouped=*/true);
+
+  TransferredState out{-1, source, plan.target_step, 0, 0};
+  bool whole = true;  // every survivor's parameters and shards at T
+  for (const auto& r : ranks) {
+    whole = whole && r.completed_steps == plan.target_step && r.updated_steps == r.completed_steps;
+  }
+  if (!whole) {
+    out.bytes += move_parameters_for_reshard(s, c, plan, previous.owners, new_rank_of, source);
+  }
+  if (after_parameters) after_parameters(plan.target_step);
+  out.bytes += move_moments_for_reshard(c, sharded, previous, plan, by_old_rank, shrink);
+  sharded.set_updated_steps(plan.target_step);
+  return out;
+}
+
 }  // namespace
 
 ShardedHealPlan plan_sharded_heal(const std::vector<RankProgress>& ranks) {
@@ -283,13 +407,19 @@ ShardedHealPlan plan_sharded_heal(const std::vector<RankProgress>& ranks) {
 
 TransferredState transfer_training_state(const TrainingState& s, std::shared_ptr<Communicator> comm,
                                          int64_t completed_steps,
-                                         const AfterParameters& after_parameters) {
+                                         const AfterParameters& after_parameters,
+                                         const ShrinkFrom& shrink) {
   const auto start = std::chrono::steady_clock::now();
   Communicator& c = *comm;
   ShardedOptimizer* sharded = s.sharded;
   const int64_t updated =
       completed_steps < 0 || !sharded ? completed_steps : sharded->updated_steps();
   const std::vector<RankProgress> ranks = gather_progress(c, {completed_steps, updated});
+  if (sharded && shrink.world_size > c.info().world_size) {
+    TransferredState out = reshard_in_place(s, std::move(comm), ranks, shrink, after_parameters);
+    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return out;
+  }
   std::optional<ShardedHealPlan> plan;
   Source source;
   if (sharded) {

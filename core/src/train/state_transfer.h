@@ -50,6 +50,21 @@
 //      owner takes them into its optimizer, the holder into its replica, any other rank reads
 //      them into scratch.
 //  5'. As step 5, and every rank's updated steps become T.
+//
+// ZeRO-1 with --shard-replicas 1 shrinking in place (no rank joins; the group is one smaller):
+//  1''. As step 1', over the new group.
+//  2''. plan_sharded_heal over the old group's numbering, the lost rank holding nothing: each
+//       old shard's provider is its owner or its successor among the survivors.
+//  3''. ShardedOptimizer::reshard lays the owners and replicas out again for N - 1 ranks, with
+//       empty optimizers; then as step 3, without the sharded regroup.
+//  4''. The parameters: nothing where every survivor's counts are both T (they hold the same
+//       bits); else as step 4'.
+//  5''. For each old shard k and new owner o, the AdamW steps and moments of k's parameters
+//       that o now owns, from k's provider (its previous layout's optimizer) to o, which keeps
+//       them, and o's successor, which keeps them as its replica; any other rank reads them
+//       into scratch. Where o and its successor both held k at T (each k's owner or holder),
+//       nothing travels: each moves its own copy into its new optimizer. Every rank's updated
+//       steps become T.
 #pragma once
 
 #include <cstdint>
@@ -92,12 +107,19 @@ struct ShardedHealPlan {
 // Step 2': throws std::runtime_error naming every rank's counts when no step has all shards.
 ShardedHealPlan plan_sharded_heal(const std::vector<RankProgress>& ranks);
 
+// The group a shrink in place left: its size, and the rank lost from it (in its numbering).
+struct ShrinkFrom {
+  int world_size = 0;  // 0: not a shrink
+  int lost_rank = -1;
+};
+
 // `state.comm` is the new generation's; `completed_steps` is -1 on the rank that joins.
 // Throws std::runtime_error when no rank has state (every survivor was lost), and
 // CollectiveError as the broadcasts do (a rank of the new group was lost while it ran).
 TransferredState transfer_training_state(const TrainingState& state,
                                          std::shared_ptr<Communicator> comm,
                                          int64_t completed_steps,
-                                         const AfterParameters& after_parameters = {});
+                                         const AfterParameters& after_parameters = {},
+                                         const ShrinkFrom& shrink = {});
 
 }  // namespace ddpd::detail

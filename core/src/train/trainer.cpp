@@ -187,7 +187,7 @@ struct Trainer::Impl {
   // The next group generation from `regroup`, and every rank's state from the source
   // (train/state_transfer.h). Returns the step to go on at; nullopt when regroup gave no group.
   // A group of fewer ranks than before (a shrink in place, no spare): throws std::runtime_error
-  // where the state or the batch cannot be split over `world` ranks.
+  // where the batch cannot be split over `world` ranks.
   void check_shrink(int world_before, int world) const;
   std::optional<int64_t> heal(const Regroup& regroup, const CollectiveError& failure,
                               TrainingResult& result);
@@ -195,7 +195,8 @@ struct Trainer::Impl {
   void take_state_as_joiner(TrainingResult& result);
   // transfer_training_state over `next`, with --inject exit-during-heal's point; a collective
   // failure is rethrown naming the generation that was healing.
-  detail::TransferredState transfer_state(std::shared_ptr<Communicator> next, int64_t steps_done);
+  detail::TransferredState transfer_state(std::shared_ptr<Communicator> next, int64_t steps_done,
+                                          const detail::ShrinkFrom& shrink = {});
   // What run() reports besides the steps and heals: the run's configuration, summary and profile.
   void describe_run(TrainingResult& result) const;
 
@@ -624,7 +625,12 @@ std::optional<int64_t> Trainer::Impl::heal(const Regroup& regroup, const Collect
     std::lock_guard<std::mutex> lock(comm_swap);
     comm = next;  // the old group was aborted by connect_generation; its Communicator ends here
   }
-  const detail::TransferredState moved = transfer_state(std::move(next), completed_steps);
+  const detail::ShrinkFrom shrink =
+      world == world_before
+          ? detail::ShrinkFrom{}
+          : detail::ShrinkFrom{world_before,
+                               group.lost_rank >= 0 ? group.lost_rank : failure.peer_rank()};
+  const detail::TransferredState moved = transfer_state(std::move(next), completed_steps, shrink);
   completed_steps = moved.completed_steps;
   step.store(moved.completed_steps);
   // The same global batch in fewer, larger shares: the global sample order is the world's
@@ -654,10 +660,6 @@ std::optional<int64_t> Trainer::Impl::heal(const Regroup& regroup, const Collect
 void Trainer::Impl::check_shrink(int world_before, int world) const {
   const std::string what = "healing: shrinking in place from " + std::to_string(world_before) +
                            " to " + std::to_string(world) + " ranks: ";
-  if (sharded) {
-    throw std::runtime_error(what + "ZeRO-1's optimizer shards are laid out for " +
-                             std::to_string(world_before) + " ranks (restart to reshard them)");
-  }
   if (options.batch_size % (static_cast<int64_t>(world) * options.grad_accum) != 0) {
     throw std::runtime_error(what + "--batch " + std::to_string(options.batch_size) +
                              " does not split into " + std::to_string(world) + " ranks x " +
@@ -666,13 +668,14 @@ void Trainer::Impl::check_shrink(int world_before, int world) const {
 }
 
 detail::TransferredState Trainer::Impl::transfer_state(std::shared_ptr<Communicator> next,
-                                                       int64_t steps_done) {
+                                                       int64_t steps_done,
+                                                       const detail::ShrinkFrom& shrink) {
   // A rank of the new group lost while the state moves fails the heal: no second heal is tried
   // (the coordinator restarts the job from its checkpoint), so every rank fails, naming it.
   try {
     return detail::transfer_training_state(
         training_state(), std::move(next), steps_done,
-        [this](int64_t resumed_step) { injector->during_state_transfer(resumed_step); });
+        [this](int64_t resumed_step) { injector->during_state_transfer(resumed_step); }, shrink);
   } catch (const CollectiveError& e) {
     throw CollectiveError("healing into group generation " + std::to_string(generation) +
                               ": the state transfer failed: " + e.what(),

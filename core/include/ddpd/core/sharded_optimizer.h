@@ -70,6 +70,26 @@ class ShardedOptimizer {
   void set_updated_steps(int64_t steps);
   // A heal's new group generation: the same ranks and world size, a new communicator.
   void regroup(std::shared_ptr<Communicator> comm);
+  // What a layout held before reshard(): its optimizers, with their state, and its owners.
+  struct PreviousLayout {
+    std::unique_ptr<torch::optim::Optimizer> local;
+    std::unique_ptr<torch::optim::Optimizer> replica;  // null without replicas
+    std::vector<int> owners;                           // by parameter, in the old group's ranks
+    int rank = -1;                                     // this rank's number in the old group
+    int replica_rank = -1;
+    // The optimizer that held `owner`'s shard's state on this rank (its own, or its replica);
+    // null where it held none.
+    torch::optim::Optimizer* holder_of(int owner) const;
+  };
+  // A shrink in place (docs/healing.md): the owners and replicas laid out again, by the same
+  // greedy balance, for `comm`'s world size, with empty optimizers built by the factory; the
+  // previous layout is returned for the state transfer to move its state from. Not a collective.
+  PreviousLayout reshard(std::shared_ptr<Communicator> comm);
+  // The optimizer this rank keeps `owner`'s shard's state in (its own, or its replica); null
+  // where it keeps none.
+  torch::optim::Optimizer* keeper_of(int owner);
+  // Every parameter, in the order owners are assigned (the groups' order).
+  const std::vector<torch::Tensor>& parameters() const;
   // Bytes of parameters owned by each rank.
   std::vector<int64_t> owned_bytes_per_rank() const;
   torch::optim::Optimizer& local_optimizer();

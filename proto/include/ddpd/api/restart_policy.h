@@ -26,9 +26,10 @@ bool may_restart(const v1::Job& job);
 bool may_heal(const v1::Job& job);
 
 // Whether a lost rank's survivors can go on in place one rank fewer, where no idle worker can
-// replace it (docs/healing.md): may_heal, and besides --min-world-size at most world - 1, no
-// ZeRO-1 (its optimizer shards are laid out for the old world), and a --batch that splits into
-// world - 1 ranks x --grad-accum. The running group is the job's worker_ids.
+// replace it (docs/healing.md): may_heal (ZeRO-1 only with --shard-replicas 1: its shards are
+// laid out again for world - 1 from the owners and their replicas), and besides
+// --min-world-size at most world - 1, and a --batch that splits into world - 1 ranks x
+// --grad-accum. The running group is the job's worker_ids.
 bool may_shrink_in_place(const v1::Job& job, int lost_rank);
 
 // A survivor's rank in the group a HealGroup forms: its own where the group keeps its size (a
