@@ -205,8 +205,9 @@ std::string progress_table(const std::vector<RankProgress>& ranks) {
 // Step 4's receivers: where the rank that joined is the only one whose completed steps are not
 // the source's, on a host transport with a survivor to spare, the source and that rank (the other
 // survivors hold the source's bits already); else none, and the whole group takes part. On the
-// small model (1,544 MB) at world 4 over shm on 2 cores, a broadcast to every rank took 1.5-1.8
-// s. NCCL's broadcast costs little more for more ranks, and a new communicator more than it saves.
+// small model (1,544 MB) at world 3 plus a spare over shm on 2 cores, the heal recovered in 6.7 s
+// against 7.4-8.8 s with a broadcast to every rank (bench_heal.sh). NCCL's broadcast costs little
+// more for more ranks, and a new communicator more than it saves.
 std::vector<int> sole_receiver_pair(const std::vector<RankProgress>& ranks, const Source& source,
                                     const CommunicatorInfo& info) {
   const int joined = joined_rank_of(ranks);
@@ -278,13 +279,12 @@ int64_t move_moments_for_reshard(Communicator& c, ShardedOptimizer& sharded,
                                  const std::vector<RankProgress>& by_old_rank,
                                  const ShrinkFrom& shrink) {
   const int world = c.info().world_size;
-  const auto old_rank_of = [&](int rank) { return rank >= shrink.lost_rank ? rank + 1 : rank; };
-  const auto new_rank_of = [&](int old) { return old > shrink.lost_rank ? old - 1 : old; };
+  const ShrinkFrom::Renumbering numbers{shrink.lost_rank};
   const std::vector<torch::Tensor>& params = sharded.parameters();
   int64_t bytes = 0;
   for (int k = 0; k < shrink.world_size; ++k) {
     const auto holds_at_target = [&](int rank) {
-      const int q = old_rank_of(rank);
+      const int q = numbers.old_rank_of(rank);
       return (q == k || q == (k + 1) % shrink.world_size) && by_old_rank[q].completed_steps >= 0 &&
              by_old_rank[q].updated_steps == plan.target_step;
     };
@@ -303,7 +303,7 @@ int64_t move_moments_for_reshard(Communicator& c, ShardedOptimizer& sharded,
         continue;
       }
       bytes += move_adam_states(c, moving, previous.holder_of(k), keeper,
-                                new_rank_of(plan.shard_provider[k]),
+                                numbers.new_rank_of(plan.shard_provider[k]),
                                 "reshard_" + std::to_string(k) + "_to_" + std::to_string(owner));
     }
   }
@@ -313,7 +313,7 @@ int64_t move_moments_for_reshard(Communicator& c, ShardedOptimizer& sharded,
 // Step 4'' where some survivor's parameters are not all at T: as step 4', by the old layout.
 int64_t move_parameters_for_reshard(const TrainingState& s, Communicator& comm,
                                     const ShardedHealPlan& plan, const std::vector<int>& owners,
-                                    const std::function<int(int)>& new_rank_of, int source) {
+                                    const ShrinkFrom::Renumbering& numbers, int source) {
   if (plan.source_at_target) {
     broadcast_module_state(s.model, comm, source);
     return module_state_bytes(s.model);
@@ -326,7 +326,7 @@ int64_t move_parameters_for_reshard(const TrainingState& s, Communicator& comm,
     for (size_t i = 0; i < params.size(); ++i) {
       if (owners[i] == k) shard.push_back(params[i]);
     }
-    broadcast_in_chunks(comm, shard, new_rank_of(plan.shard_provider[k]),
+    broadcast_in_chunks(comm, shard, numbers.new_rank_of(plan.shard_provider[k]),
                         "broadcast/reshard_shard" + std::to_string(k) + "_parameters");
     for (const auto& p : shard) bytes += p.nbytes();
   }
@@ -343,13 +343,13 @@ TransferredState reshard_in_place(const TrainingState& s, std::shared_ptr<Commun
                              std::to_string(shrink.world_size) +
                              " ranks needs the lost rank's number to lay its shards out again");
   }
-  const auto new_rank_of = [&](int old) { return old > shrink.lost_rank ? old - 1 : old; };
+  const ShrinkFrom::Renumbering numbers{shrink.lost_rank};
   std::vector<RankProgress> by_old_rank(shrink.world_size);  // the lost rank's: no state
   for (int r = 0; r < shrink.world_size; ++r) {
-    if (r != shrink.lost_rank) by_old_rank[r] = ranks.at(new_rank_of(r));
+    if (r != shrink.lost_rank) by_old_rank[r] = ranks.at(numbers.new_rank_of(r));
   }
   const ShardedHealPlan plan = plan_sharded_heal(by_old_rank);
-  const int source = new_rank_of(plan.state_source);
+  const int source = numbers.new_rank_of(plan.state_source);
   ShardedOptimizer& sharded = *s.sharded;
   const ShardedOptimizer::PreviousLayout previous = sharded.reshard(comm);
   regroup_strategies(s, std::move(comm), source, /*sharded_regrouped=*/true);
@@ -360,7 +360,7 @@ TransferredState reshard_in_place(const TrainingState& s, std::shared_ptr<Commun
     whole = whole && r.completed_steps == plan.target_step && r.updated_steps == r.completed_steps;
   }
   if (!whole) {
-    out.bytes += move_parameters_for_reshard(s, c, plan, previous.owners, new_rank_of, source);
+    out.bytes += move_parameters_for_reshard(s, c, plan, previous.owners, numbers, source);
   }
   if (after_parameters) after_parameters(plan.target_step);
   out.bytes += move_moments_for_reshard(c, sharded, previous, plan, by_old_rank, shrink);

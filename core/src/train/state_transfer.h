@@ -111,6 +111,13 @@ ShardedHealPlan plan_sharded_heal(const std::vector<RankProgress>& ranks);
 struct ShrinkFrom {
   int world_size = 0;  // 0: not a shrink
   int lost_rank = -1;
+
+  // The survivors above the lost rank go on one number lower.
+  struct Renumbering {
+    int lost_rank = -1;
+    int new_rank_of(int old_rank) const { return old_rank > lost_rank ? old_rank - 1 : old_rank; }
+    int old_rank_of(int new_rank) const { return new_rank >= lost_rank ? new_rank + 1 : new_rank; }
+  };
 };
 
 // `state.comm` is the new generation's; `completed_steps` is -1 on the rank that joins.
