@@ -176,10 +176,10 @@ void validate_batch(const DdpJobOptions& o, int world_size) {
           "fsdp already shards optimizer state; use it with another strategy");
   require(o.shard_replicas == 0 || o.shard_replicas == 1, "--shard-replicas",
           "must be 0 or 1, got " + std::to_string(o.shard_replicas));
-  // fsdp's shards of the parameters themselves would need the same copy; only ZeRO-1's moments
-  // have one so far (docs/healing.md).
-  require(o.shard_replicas == 0 || o.shard_optimizer, "--shard-replicas",
-          "copies ZeRO-1's optimizer shards: set --shard-optimizer (fsdp keeps no copies)");
+  // A copy of each rank's shards on the next rank: ZeRO-1's optimizer shards, or fsdp's shards
+  // of parameters and optimizer state (docs/healing.md).
+  require(o.shard_replicas == 0 || o.shard_optimizer || strategy == Strategy::kFsdp,
+          "--shard-replicas", "copies sharded state: set --shard-optimizer, or --strategy fsdp");
 }
 
 void validate_optimizer_and_run(const DdpJobOptions& o) {

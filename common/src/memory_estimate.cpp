@@ -42,11 +42,13 @@ RankMemoryEstimate estimate_rank_memory(const DdpJobOptions& options, int world_
         (1 + static_cast<double>(options.fsdp_prefetch)) * block + std::max(embedding, head);
     const double gathered =
         options.reshard_after_forward ? std::min(units, parameters) : parameters;
-    e.parameter_bytes = saturate(4 * (parameters / n + gathered));
+    // --shard-replicas 1: the ring predecessor's shard of parameters, gradients and moments too.
+    const double shards = (1.0 + options.shard_replicas) / n;
+    e.parameter_bytes = saturate(4 * (parameters * shards + gathered));
     e.gradient_bytes =
-        saturate(4 * (parameters / n +
+        saturate(4 * (parameters * shards +
                       std::min(2 * parameters, 4 * std::max(block, std::max(embedding, head)))));
-    e.optimizer_bytes = saturate(8 * parameters / n);
+    e.optimizer_bytes = saturate(8 * parameters * shards);
   } else {
     e.parameter_bytes = saturate(4 * parameters);
     e.gradient_bytes = saturate(4 * parameters);

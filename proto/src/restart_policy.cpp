@@ -17,9 +17,11 @@ bool may_restart(const v1::Job& job) {
 bool may_heal(const v1::Job& job) {
   if (!job.spec().has_ddp() || job.worker_ids_size() < 2) return false;
   const DdpJobOptions ddp = from_proto(job.spec().ddp());
-  // ZeRO-1's shards heal only where a copy of each is kept (--shard-replicas 1).
-  if (ddp.no_heal || ddp.strategy == Strategy::kFsdp) return false;
-  if (ddp.shard_optimizer && ddp.shard_replicas == 0) return false;
+  // Sharded state (ZeRO-1's, fsdp's) heals only where a copy of each shard is kept
+  // (--shard-replicas 1).
+  if (ddp.no_heal) return false;
+  const bool shards_state = ddp.shard_optimizer || ddp.strategy == Strategy::kFsdp;
+  if (shards_state && ddp.shard_replicas == 0) return false;
   int heals = 0;
   const std::string& heal = enum_name(IncidentKind::kHeal);
   for (const auto& incident : job.incidents()) heals += incident.kind() == heal;
@@ -30,8 +32,10 @@ bool may_shrink_in_place(const v1::Job& job, int lost_rank) {
   const int world = job.worker_ids_size();
   if (!may_heal(job) || lost_rank < 0 || lost_rank >= world) return false;
   const DdpJobOptions ddp = from_proto(job.spec().ddp());
-  // may_heal: a sharded optimizer keeps replicas, so its shards can be laid out again.
-  return ddp.min_world_size > 0 && ddp.min_world_size <= world - 1 &&
+  // may_heal: a sharded optimizer keeps replicas, so its shards can be laid out again; fsdp's
+  // keep their layout, so fsdp heals with a spare only.
+  return ddp.strategy != Strategy::kFsdp && ddp.min_world_size > 0 &&
+         ddp.min_world_size <= world - 1 &&
          ddp.batch_size % (static_cast<int64_t>(world - 1) * ddp.grad_accum) == 0;
 }
 

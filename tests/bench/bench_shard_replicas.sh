@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Benchmark (not a test): what --shard-replicas 1 costs a healthy ZeRO-1 step (docs/healing.md).
+# Benchmark (not a test): what --shard-replicas 1 costs a healthy sharded step (docs/healing.md).
 # The bench config's model (d_model 256, 4 layers, vocab 10000, context 128; bench_config.sh) at
-# world 3 and 4, global batch 12, bucketed with --shard-optimizer, standalone ranks over shared
-# memory, one thread each: ROUNDS alternating rounds without and with --shard-replicas 1. Prints
-# each round's median step ms and median optimizer ms (rank 0, after 2 warm-up steps), then per
-# world the medians of the rounds, the ratio with/without of the step, and rank 0's optimizer
-# state. The replica costs a second AdamW step over 1/N of the parameters and that much state;
-# no byte travels for it.
+# world 3 and 4, global batch 12, standalone ranks over shared memory, one thread each: ROUNDS
+# alternating rounds without and with --shard-replicas 1. Prints each round's median step ms and
+# median optimizer ms (rank 0, after 2 warm-up steps), then per world the medians of the rounds,
+# the ratio with/without of the step, and rank 0's optimizer state.
+# STRATEGY=zero1 (the default): bucketed with --shard-optimizer. The replica costs a second AdamW
+# step over 1/N of the parameters and that much state; no byte travels for it.
+# STRATEGY=fsdp: the replica costs the shift of each unit's reduced gradient shard to the next
+# rank (1/N of the gradients, overlapped with backward), and a second AdamW step over 1/N.
 # PRESET=small (or another --model preset) runs that model instead of the bench config's shape.
-# Usage: [PRESET=P] tests/bench/bench_shard_replicas.sh [STEPS] [ROUNDS]   (run scripts/build.sh)
+# WORLDS="3" runs one world size only.
+# Usage: [STRATEGY=zero1|fsdp] [PRESET=P] [WORLDS=...] tests/bench/bench_shard_replicas.sh [STEPS] [ROUNDS]
+#        (run scripts/build.sh first)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 steps=${1:-12}
@@ -16,14 +20,18 @@ rounds=${2:-3}
 source tests/bench/bench_config.sh
 BATCH=12  # divisible by 3 and 4
 shape=(--d-model $D --d-ff $FF --layers $L --heads $H --vocab $V)
+case ${STRATEGY:-zero1} in
+  zero1) sharding=(--strategy bucketed --bucket-mb "$BUCKET" --shard-optimizer) ;;
+  fsdp) sharding=(--strategy fsdp) ;;
+  *) echo "bench_shard_replicas: STRATEGY must be zero1 or fsdp" >&2; exit 2 ;;
+esac
 [ -n "${PRESET:-}" ] && shape=(--model "$PRESET")
 
 run_figures() {  # world, flags... → "median_step_ms median_optimizer_ms state_bytes" of rank 0
   local world=$1; shift
   bash scripts/launch-local.sh "$world" -- "$worker" run ddp "${shape[@]}" \
     --context $CTX --batch $BATCH --steps "$steps" \
-    --warmup-steps 2 --threads 1 --spread-every 0 --strategy bucketed --bucket-mb $BUCKET \
-    --shard-optimizer --json "$@" 2>/dev/null |
+    --warmup-steps 2 --threads 1 --spread-every 0 "${sharding[@]}" --json "$@" 2>/dev/null |
     "$python" -c '
 import json, sys
 for line in sys.stdin.read().strip().splitlines():
@@ -40,9 +48,10 @@ for line in sys.stdin.read().strip().splitlines():
 }
 median() { "$python" -c 'import statistics, sys; print(f"{statistics.median(map(float, sys.argv[1:])):.2f}")' "$@"; }
 
-echo "ddpd $(git rev-parse --short HEAD), $(nproc) cores; ${shape[*]}; steps $steps, rounds $rounds"
+echo "ddpd $(git rev-parse --short HEAD), $(nproc) cores; ${shape[*]}; ${sharding[*]};" \
+  "steps $steps, rounds $rounds"
 rows=()
-for world in 3 4; do
+for world in ${WORLDS:-3 4}; do
   without=() with=() opt_without=() opt_with=()
   for ((round = 1; round <= rounds; round++)); do
     read -r ms_without o_without state_without < <(run_figures "$world")

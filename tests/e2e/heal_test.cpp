@@ -3,6 +3,7 @@
 // in its first attempt, with a `heal` and a `healed` incident and no restart; the survivors' rank
 // processes are the ones that started; and, with no checkpoint to read, the exported weights equal
 // an uninterrupted run's byte for byte.
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +25,16 @@ std::vector<std::string> heal_job(int steps, int max_restarts = 1) {
           "--timeout",      "300",
           "--max-restarts", std::to_string(max_restarts),
           "--strategy",     "bucketed"};
+}
+
+// `flags` with `extra` after them; an --strategy in `extra` replaces the one in `flags`.
+std::vector<std::string> with_extra(std::vector<std::string> flags,
+                                    const std::vector<std::string>& extra) {
+  const auto strategy = std::find(extra.begin(), extra.end(), "--strategy");
+  const auto own = std::find(flags.begin(), flags.end(), "--strategy");
+  if (strategy != extra.end() && own != flags.end()) flags.erase(own, own + 2);
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  return flags;
 }
 
 std::string file_bytes(const std::string& path) {
@@ -109,14 +120,12 @@ void expect_killed_rank_healed_bitwise(const std::string& name,
   const std::string healed_dir = temp_dir() + "/" + name + "-healed";
   fs::remove_all(reference_dir);
   fs::remove_all(healed_dir);
-  auto flags = heal_job(120);
-  flags.insert(flags.end(), extra.begin(), extra.end());
+  auto flags = with_extra(heal_job(120), extra);
   flags.insert(flags.end(), {"--export-hf", reference_dir});
   const std::string reference = cluster.submit(flags);
   ASSERT_EQ(cluster.wait_for_end(reference)["state"], "SUCCEEDED");
 
-  flags = heal_job(120);
-  flags.insert(flags.end(), extra.begin(), extra.end());
+  flags = with_extra(heal_job(120), extra);
   flags.insert(flags.end(), {"--export-hf", healed_dir});
   const std::string job = cluster.submit(flags);
   Survivors survivors;
@@ -152,6 +161,13 @@ TEST(Heal, AKilledRankIsReplacedAndTheWeightsEqualAnUninterruptedRunsBitwise) {
 TEST(Heal, AKilledZeroOneRankHealsFromItsSuccessorsReplicaBitwise) {
   expect_killed_rank_healed_bitwise("heal-kill-zero1",
                                     {"--shard-optimizer", "--shard-replicas", "1"});
+}
+
+// fsdp: rank 1's shards of parameters and moments exist only in rank 2's copy, which it steps
+// with rank 1's reduced gradients, shifted to it each step (--shard-replicas 1).
+TEST(Heal, AKilledFsdpRankHealsFromItsSuccessorsCopyBitwise) {
+  expect_killed_rank_healed_bitwise("heal-kill-fsdp",
+                                    {"--strategy", "fsdp", "--shard-replicas", "1"});
 }
 
 // A rank's process stopped (SIGSTOP): its daemon kills it within two progress intervals and,

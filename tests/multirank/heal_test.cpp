@@ -25,6 +25,8 @@ constexpr int kLostAtStep = 3;
 // rank's optimizer shard comes from its successor's replica), and "+after-update" has rank 1
 // exit right after its optimizer update of step 3 (--inject exit-after-update) instead of at the
 // start of the step: its peers have updated too, and under ZeRO-1 fail mid-broadcast.
+// "fsdp" is fsdp with --shard-replicas 1: the lost rank's shards of parameters and moments come
+// from its successor's copy, which stepped them with the same gradient bits.
 // "+resumed" first runs steps 0-1 and checkpoints, and the healed run resumes from it: a replica
 // must come from the checkpoint too.
 bool exits_after_update(const std::string& name) {
@@ -33,7 +35,23 @@ bool exits_after_update(const std::string& name) {
 
 bool resumes(const std::string& name) { return name.find("+resumed") != std::string::npos; }
 
-bool sharded(const std::string& name) { return name.rfind("zero1", 0) == 0; }
+// "+world2": two ranks instead of three (fsdp's ring is then the group itself, comm/ring_shift.h).
+int world_of(const std::string& name) {
+  return name.find("+world2") != std::string::npos ? 2 : kWorld;
+}
+
+// The processes that must succeed, by index: the survivors, then the spare (index world).
+std::vector<int> surviving_processes(int world) {
+  std::vector<int> out;
+  for (int index = 0; index <= world; ++index) {
+    if (index != kLostRank) out.push_back(index);
+  }
+  return out;
+}
+
+bool sharded(const std::string& name) {
+  return name.rfind("zero1", 0) == 0 || name.rfind("fsdp", 0) == 0;
+}
 
 std::string strategy_of(const std::string& name) {
   const std::string base = name.substr(0, name.find('+'));
@@ -48,6 +66,10 @@ std::vector<std::string> job_flags(const std::string& name, int steps = 6) {
       "6",          "--seed",          "11",      "--bucket-mb",         "0.05"};
   if (name.rfind("zero1", 0) == 0) {
     flags.insert(flags.end(), {"--shard-optimizer", "--shard-replicas", "1"});
+  }
+  // Clipping scales the gradients the replica steps too (by the same global coefficient).
+  if (name.rfind("fsdp", 0) == 0) {
+    flags.insert(flags.end(), {"--shard-replicas", "1", "--clip-grad-norm", "0.1"});
   }
   return flags;
 }
@@ -75,8 +97,8 @@ std::vector<ProcessOutcome> run_healed(const std::string& prefix, const std::str
     const std::string checkpoints = prefix + "-checkpoints";
     std::vector<std::string> first = job_flags(strategy, 2);
     first.insert(first.end(), {"--checkpoint-dir", checkpoints, "--checkpoint-every", "2"});
-    const auto outcomes =
-        run_ranks(rank_command(prefix + "-first", first), kWorld, std::chrono::seconds(120));
+    const auto outcomes = run_ranks(rank_command(prefix + "-first", first), world_of(strategy),
+                                    std::chrono::seconds(120));
     for (const auto& o : outcomes) EXPECT_EQ(o.exit_code, 0) << o.err;
     flags.insert(flags.end(), {"--checkpoint-dir", checkpoints, "--resume", "latest"});
   }
@@ -86,22 +108,25 @@ std::vector<ProcessOutcome> run_healed(const std::string& prefix, const std::str
                              kind + ":rank=" + std::to_string(kLostRank) +
                                  ",step=" + std::to_string(kLostAtStep)});
   spare_flags.insert(spare_flags.end(), {"--join-generation", "1"});
-  return run_ranks_with_spares(rank_command(prefix, flags), kWorld, std::chrono::seconds(120),
+  return run_ranks_with_spares(rank_command(prefix, flags), world_of(strategy),
+                               std::chrono::seconds(120),
                                {{kLostRank, rank_command(prefix, spare_flags)}});
 }
 
 void expect_healed_bitwise(const std::string& strategy) {
+  const int world = world_of(strategy);
   const std::string reference =
-      run_helper("heal-reference-" + strategy, job_flags(strategy), kWorld);
+      run_helper("heal-reference-" + strategy, job_flags(strategy), world);
   const std::string prefix = temp_dir() + "/healed-" + strategy;
   const std::vector<ProcessOutcome> outcomes = run_healed(prefix, strategy);
-  ASSERT_EQ(outcomes.size(), 4u);
+  ASSERT_EQ(outcomes.size(), static_cast<size_t>(world + 1));
   EXPECT_EQ(outcomes[kLostRank].exit_code, 3) << "--inject exit ends rank 1 with status 3\n"
                                               << outcomes[kLostRank].err;
-  for (int index : {0, 2, 3}) {
+  for (int index : surviving_processes(world)) {
     ASSERT_EQ(outcomes[index].exit_code, 0) << "process " << index << ":\n" << outcomes[index].err;
   }
-  for (int index : {0, 2}) {
+  for (int index : surviving_processes(world)) {
+    if (index == world) continue;  // the spare
     EXPECT_NE(outcomes[index].err.find("ddpd: healed into generation 1 (rank "), std::string::npos)
         << outcomes[index].err;
     EXPECT_NE(outcomes[index].err.find(" lost): state of rank 0, "), std::string::npos)
@@ -109,13 +134,13 @@ void expect_healed_bitwise(const std::string& strategy) {
   }
 
   const auto expected = load_tensors(rank_file(reference, 0, "final.pt"));
-  for (int rank = 0; rank < kWorld; ++rank) {
+  for (int rank = 0; rank < world; ++rank) {
     // Rank 1's files are the spare's: the lost process wrote none.
     EXPECT_TRUE(bitwise_equal(load_tensors(rank_file(prefix, rank, "final.pt")), expected))
         << strategy << ": rank " << rank << "'s final parameters differ from the uninterrupted "
         << "run's by " << max_abs_diff(load_tensors(rank_file(prefix, rank, "final.pt")), expected);
   }
-  for (int rank = 0; rank < kWorld; ++rank) {
+  for (int rank = 0; rank < world; ++rank) {
     const auto heals = load_json(rank_file(prefix, rank, "json"))["result"]["heals"];
     ASSERT_EQ(heals.size(), 1u) << "rank " << rank;
     EXPECT_EQ(heals[0]["generation"], 1);
@@ -124,7 +149,7 @@ void expect_healed_bitwise(const std::string& strategy) {
     EXPECT_EQ(heals[0]["resumed_step"], kLostAtStep + (exits_after_update(strategy) ? 1 : 0));
     // A replicated strategy's survivors both completed the source's steps, so the state goes
     // to the rank that joined alone, over a group of two (state_transfer.h, step 4): rank 2
-    // receives nothing. ZeRO-1's shards move over the whole group.
+    // receives nothing. ZeRO-1's and fsdp's shards move over the whole group.
     if (rank == 2 && !sharded(strategy)) {
       EXPECT_EQ(heals[0]["state_bytes"], 0) << strategy << ": rank 2 held the state already";
     } else {
@@ -157,8 +182,11 @@ INSTANTIATE_TEST_SUITE_P(OnEachTransport, Healing, ::testing::Values("bucketed")
 INSTANTIATE_TEST_SUITE_P(ReplicatedStrategies, Healing,
                          ::testing::Values("naive", "flat", "overlap"));
 INSTANTIATE_TEST_SUITE_P(AfterTheUpdate, Healing,
-                         ::testing::Values("bucketed+after-update", "zero1+after-update"));
-INSTANTIATE_TEST_SUITE_P(ShardedWithReplicas, Healing, ::testing::Values("zero1", "zero1+resumed"));
+                         ::testing::Values("bucketed+after-update", "zero1+after-update",
+                                           "fsdp+after-update"));
+INSTANTIATE_TEST_SUITE_P(ShardedWithReplicas, Healing,
+                         ::testing::Values("zero1", "zero1+resumed", "fsdp", "fsdp+resumed",
+                                           "fsdp+world2"));
 
 // Shrinking in place: rank 1 of 3 exits at the start of step 3 and no replacement comes. Ranks 0
 // and 2 go on as ranks 0 and 1 of a group of 2, each reading 3 of the batch's 6 rows instead of

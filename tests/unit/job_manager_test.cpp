@@ -589,7 +589,12 @@ TEST_F(JobManagerTest, AShrinkInPlaceNeedsAStateTheSurvivorsHoldAndABatchThatSpl
   job.mutable_spec()->mutable_ddp()->set_shard_replicas(1);
   EXPECT_TRUE(may_shrink_in_place(job, 1)) << "rank 1's shard is on rank 2, and is laid out again";
   job.mutable_spec()->mutable_ddp()->set_shard_optimizer(false);
+  job.mutable_spec()->mutable_ddp()->set_strategy("fsdp");
+  EXPECT_TRUE(may_heal(job)) << "fsdp with --shard-replicas 1 heals with a spare";
+  EXPECT_FALSE(may_shrink_in_place(job, 1)) << "fsdp's shards keep their layout";
   job.mutable_spec()->mutable_ddp()->set_shard_replicas(0);
+  EXPECT_FALSE(may_heal(job)) << "fsdp without replicas: rank 1's shards are lost";
+  job.mutable_spec()->mutable_ddp()->set_strategy("bucketed");
   job.mutable_spec()->mutable_ddp()->set_min_world_size(0);
   EXPECT_FALSE(may_shrink_in_place(job, 1)) << "no --min-world-size";
 }

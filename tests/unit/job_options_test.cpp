@@ -46,8 +46,11 @@ TEST(JobOptions, BadValuesNameTheirFlag) {
   o.shard_optimizer = true;
   EXPECT_EQ(flag_of_error(o, 2), "--shard-optimizer");
   o = {};
-  o.shard_replicas = 1;  // without --shard-optimizer: nothing to copy
+  o.shard_replicas = 1;  // without --shard-optimizer or fsdp: nothing to copy
   EXPECT_EQ(flag_of_error(o, 2), "--shard-replicas");
+  o.strategy = Strategy::kFsdp;  // fsdp's shards
+  EXPECT_EQ(flag_of_error(o, 2), "");
+  o.strategy = Strategy::kBucketed;
   o.shard_optimizer = true;
   EXPECT_EQ(flag_of_error(o, 2), "");
   o.shard_replicas = 2;
@@ -216,6 +219,15 @@ TEST(MemoryEstimate, TinyByHandAndShardedShares) {
   o.shard_replicas = 1;
   EXPECT_EQ(estimate_rank_memory(o, 4).optimizer_bytes, 2 * (8 * 1411392 / 4));
   o.shard_replicas = 0;
+  // fsdp's --shard-replicas 1: the predecessor's shards of moments besides the rank's own.
+  o.shard_optimizer = false;
+  o.strategy = Strategy::kFsdp;
+  EXPECT_EQ(estimate_rank_memory(o, 4).optimizer_bytes, 8 * 1411392 / 4);
+  o.shard_replicas = 1;
+  EXPECT_EQ(estimate_rank_memory(o, 4).optimizer_bytes, 2 * (8 * 1411392 / 4));
+  o.shard_replicas = 0;
+  o.strategy = Strategy::kBucketed;
+  o.shard_optimizer = true;
   // A context of 10^8 squares past any machine, without overflowing.
   o.context_length = 100000000;
   const auto huge = estimate_rank_memory(o, 1);

@@ -37,7 +37,9 @@
 #include <algorithm>
 #include <map>
 
+#include "comm/ring_shift.h"
 #include "device/storage_memory.h"
+#include "strategies/fsdp_shard.h"
 #include "strategies/synchronizer_base.h"
 
 namespace ddpd::detail {
@@ -76,15 +78,14 @@ struct FlatUnit {
   torch::Tensor full;     // [padded]: storage allocated while gathered
   bool gathered = false;  // `full` holds the unit's values, or will once `gathering` is done
   PendingCollective gathering;
-  torch::Tensor shard;                // [shard_numel]: this rank's elements (the optimizer's)
-  std::vector<torch::Tensor> pieces;  // each param's elements within `shard` (leaves)
-  std::vector<HeldRange> piece_ranges;
-  std::vector<int64_t> piece_at;  // where each piece starts in `shard`
-  torch::Tensor full_grad;        // [padded] while the unit's gradients are unsharded
-  torch::Tensor grad_shard;       // [shard_numel]
-  bool reducing = false;          // reduce-scatter launched this step
+  ShardPieces own;           // this rank's elements [r·S, (r+1)·S): the optimizer's
+  torch::Tensor full_grad;   // [padded] while the unit's gradients are unsharded
+  torch::Tensor grad_shard;  // [shard_numel]: a view into the step's gradient shards
+  int64_t grad_at = 0;       // where grad_shard starts in them
+  bool reducing = false;     // reduce-scatter launched this step
   PendingReduceScatter reduce;
-  size_t ready = 0;  // params whose gradient this backward has accumulated
+  ShardPieces replica;  // --shard-replicas: the ring predecessor's elements
+  size_t ready = 0;     // params whose gradient this backward has accumulated
 
   int64_t bytes() const { return layout.padded_numel * full.element_size(); }
 };
@@ -97,8 +98,13 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
         comm_(std::move(comm)),
         prefetch_(options.fsdp_prefetch),
         reshard_after_forward_(options.reshard_after_forward),
+        replicas_(options.shard_replicas && comm_->info().world_size > 1),
         source_(options.source) {
-    if (!options.same_initial_state) broadcast_module_state(model_, *comm_);
+    // A rank that joins takes its shards from the survivors, and forms the ring in regroup().
+    if (!options.same_initial_state && !options.joins_running_job) {
+      broadcast_module_state(model_, *comm_);
+    }
+    if (replicas_ && !options.joins_running_job) ring_ = std::make_unique<RingShift>(comm_);
     unitwise_ = options.fsdp_whole_model ? nullptr : dynamic_cast<UnitwiseModule*>(&model_);
     build_units();
     source_ = nullptr;  // not owned, and not needed again
@@ -122,7 +128,8 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
 
   void zero_grad() override {
     for (auto& unit : units_) {
-      for (auto& piece : unit.pieces) piece.mutable_grad().reset();
+      unit.own.reset_gradients();
+      unit.replica.reset_gradients();
     }
     meter_.reset();
   }
@@ -148,33 +155,94 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
     for (size_t u = units_.size(); u-- > 0;) {
       if (!units_[u].reducing && units_[u].full_grad.defined()) start_reduce_scatter(u);
     }
+    for (size_t u = 0; u < units_.size(); ++u) {
+      if (units_[u].reducing) finish_reduce_scatter(u);
+    }
+    // --shard-replicas: every unit's sum to the successor in one shift, the predecessor's here.
+    // The sums go undivided, and each side divides the same bits by the same N. One shift per
+    // step rather than one per unit as each lands, overlapped with backward: on the 2-core host
+    // both cost the step the same within the rounds' spread (+4.3 to +5.5 % against +4.8 % at
+    // world 3, bench_shard_replicas.sh), and one is fewer collectives, in one buffer.
+    torch::Tensor replica_grads;
+    if (ring_ && grad_shards_.defined()) {
+      replica_grads = torch::empty_like(grad_shards_);
+      ring_->shift(grad_shards_, replica_grads, "shift/gradient_shards").wait();
+    }
     const double n = comm_->info().world_size;
     for (size_t u = 0; u < units_.size(); ++u) {
       FlatUnit& unit = units_[u];
       if (unit.reducing) {
-        finish_reduce_scatter(u);
         unit.grad_shard.div_(n);
-        for (size_t k = 0; k < unit.pieces.size(); ++k) {
-          const HeldRange& range = unit.piece_ranges[k];
-          unit.pieces[k].mutable_grad() =
-              unit.grad_shard.narrow(0, unit.piece_at[k], range.end - range.begin);
+        unit.own.set_gradients(unit.grad_shard);
+        if (replica_grads.defined()) {
+          const torch::Tensor sum = replica_grads.narrow(0, unit.grad_at, unit.grad_shard.numel());
+          unit.replica.set_gradients(sum.div_(n));
         }
         unit.reducing = false;
       }
       reshard(u);
     }
+    grad_shards_ = torch::Tensor();  // the pieces' gradients keep their views alive
   }
 
   std::vector<torch::Tensor> optimizer_parameters() override {
     std::vector<torch::Tensor> out;
-    for (const auto& [u, k] : registration_order_) out.push_back(units_[u].pieces[k]);
+    for (const auto& [u, k] : registration_order_) out.push_back(units_[u].own.pieces[k]);
     return out;
   }
 
   std::vector<HeldRange> optimizer_parameter_ranges() override {
     std::vector<HeldRange> out;
-    for (const auto& [u, k] : registration_order_) out.push_back(units_[u].piece_ranges[k]);
+    for (const auto& [u, k] : registration_order_) out.push_back(units_[u].own.ranges[k]);
     return out;
+  }
+
+  std::vector<torch::Tensor> replica_parameters() override {
+    std::vector<torch::Tensor> out;
+    if (!replicas_) return out;
+    for (const auto& [u, k] : registration_order_) out.push_back(units_[u].replica.pieces[k]);
+    return out;
+  }
+
+  std::vector<HeldRange> replica_parameter_ranges() override {
+    std::vector<HeldRange> out;
+    if (!replicas_) return out;
+    for (const auto& [u, k] : registration_order_) out.push_back(units_[u].replica.ranges[k]);
+    return out;
+  }
+
+  std::vector<torch::Tensor> shard_parameters(int owner) override {
+    const int rank = comm_->info().rank;
+    const int world = comm_->info().world_size;
+    if (owner == rank) return optimizer_parameters();
+    if (replicas_ && owner == (rank + world - 1) % world) return replica_parameters();
+    std::vector<ShardPieces> scratch;
+    for (const auto& unit : units_) {
+      const int64_t size = unit.layout.shard_numel;
+      scratch.push_back(make_shard_pieces(torch::zeros({size}, unit.own.values.options()),
+                                          unit.offsets, numels_of(unit), owner * size));
+    }
+    std::vector<torch::Tensor> out;
+    for (const auto& [u, k] : registration_order_) out.push_back(scratch[u].pieces[k]);
+    return out;
+  }
+
+  // At the same world size only: the shards keep their layout, and every rank its number.
+  void regroup(std::shared_ptr<Communicator> comm,
+               const std::vector<int64_t>& launch_order) override {
+    if (!replicas_ || comm->info().world_size != comm_->info().world_size) {
+      GradientSynchronizer::regroup(std::move(comm), launch_order);
+    }
+    comm_ = std::move(comm);
+    torch::NoGradGuard no_grad;
+    for (auto& unit : units_) drop_in_flight(unit);
+    grad_shards_ = torch::Tensor();
+    forward_position_ = 0;
+    backward_position_ = 0;
+    meter_ = UnshardedMeter();
+    for (const auto& p : frozen_) meter_.add_parameters(p.nbytes());
+    meter_.reset();
+    ring_ = std::make_unique<RingShift>(comm_);
   }
 
   std::vector<torch::Tensor> full_parameters() override {
@@ -221,7 +289,11 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
       for (const auto& [name, p] : named_unique_parameters(model_))
         source_names_[p.unsafeGetTensorImpl()] = name;
     }
-    for (size_t g = 0; g < groups.size(); ++g) units_.push_back(make_unit(names[g], groups[g]));
+    for (size_t g = 0; g < groups.size(); ++g) {
+      units_.push_back(make_unit(names[g], groups[g]));
+      units_.back().grad_at = grad_shards_numel_;
+      grad_shards_numel_ += units_.back().layout.shard_numel;
+    }
     // Optimizer parameters follow the model's registration order (checkpoints pair them with
     // named_unique_parameters), whatever unit holds them.
     for (const auto& p : unique_trainable_parameters(model_)) {
@@ -255,43 +327,72 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
       numel += p.numel();
     }
     unit.layout = shard_layout(numel, comm_->info().world_size);
-    const int64_t shard_begin = comm_->info().rank * unit.layout.shard_numel;
+    const int rank = comm_->info().rank;
+    const int world = comm_->info().world_size;
     const auto options = group.empty() ? torch::TensorOptions(torch::kFloat32)
                                        : group.front().options().requires_grad(false);
     if (source_) {
-      // Never written here, so never resident: the shard is read straight from the source.
+      // Never written here, so never resident: the shards are read straight from the source.
       unit.full = torch::empty({unit.layout.padded_numel}, options);
-      unit.shard = torch::zeros({unit.layout.shard_numel}, options);  // the padding stays zero
     } else {
       unit.full = torch::zeros({unit.layout.padded_numel}, options);
       for (size_t k = 0; k < unit.params.size(); ++k) {
         unit.full.narrow(0, unit.offsets[k], unit.params[k].numel())
             .copy_(unit.params[k].reshape(-1));
       }
-      unit.shard = unit.full.narrow(0, shard_begin, unit.layout.shard_numel).clone();
     }
-    for (size_t k = 0; k < unit.params.size(); ++k) add_piece(unit, k, shard_begin);
+    unit.own = shard_of(unit, rank);
+    if (replicas_) unit.replica = shard_of(unit, (rank + world - 1) % world);
+    // From here on the module's parameters are views into the unit's full buffer.
+    for (size_t k = 0; k < unit.params.size(); ++k) {
+      const torch::Tensor& param = unit.params[k];
+      param.set_data(unit.full.narrow(0, unit.offsets[k], param.numel()).view(param.sizes()));
+    }
     free_storage(unit.full);
     return unit;
   }
 
-  // Parameter k's elements within the shard: the optimizer's leaf, read from source_ if given.
-  // From here on the module's parameter is a view into the unit's full buffer.
-  void add_piece(FlatUnit& unit, size_t k, int64_t shard_begin) {
-    const int64_t shard_end = shard_begin + unit.layout.shard_numel;
-    const torch::Tensor& param = unit.params[k];
-    const int64_t begin = std::clamp(shard_begin - unit.offsets[k], int64_t{0}, param.numel());
-    const int64_t end =
-        std::max(begin, std::clamp(shard_end - unit.offsets[k], int64_t{0}, param.numel()));
-    unit.piece_ranges.push_back({begin, end});
-    const int64_t at =
-        std::clamp(unit.offsets[k] + begin - shard_begin, int64_t{0}, unit.layout.shard_numel);
-    unit.piece_at.push_back(at);
-    const torch::Tensor piece = unit.shard.narrow(0, at, end - begin);
-    if (source_) source_->read(source_name(param), begin, end, piece);
-    unit.pieces.push_back(piece.detach().set_requires_grad(true));
-    unit.params[k].set_data(
-        unit.full.narrow(0, unit.offsets[k], param.numel()).view(param.sizes()));
+  // Rank `owner`'s shard of `unit`: from its full buffer, or read from source_ (the padding
+  // stays zero).
+  ShardPieces shard_of(const FlatUnit& unit, int owner) const {
+    const int64_t size = unit.layout.shard_numel;
+    torch::Tensor values = source_ ? torch::zeros({size}, unit.full.options())
+                                   : unit.full.narrow(0, owner * size, size).clone();
+    ShardPieces shard = make_shard_pieces(values, unit.offsets, numels_of(unit), owner * size);
+    if (source_) {
+      for (size_t k = 0; k < unit.params.size(); ++k) {
+        source_->read(source_name(unit.params[k]), shard.ranges[k].begin, shard.ranges[k].end,
+                      shard.pieces[k]);
+      }
+    }
+    return shard;
+  }
+
+  static std::vector<int64_t> numels_of(const FlatUnit& unit) {
+    std::vector<int64_t> numels;
+    for (const auto& p : unit.params) numels.push_back(p.numel());
+    return numels;
+  }
+
+  // What a failed step left of `unit`: its collectives were on the aborted group, whose threads
+  // may still write into their buffers (the works keep them alive), so the unit takes a new,
+  // unallocated full buffer rather than freeing the old one under them.
+  void drop_in_flight(FlatUnit& unit) {
+    unit.gathering = PendingCollective();
+    unit.reduce = PendingReduceScatter();
+    unit.gathered = unit.reducing = false;
+    unit.full_grad = unit.grad_shard = torch::Tensor();
+    unit.own.reset_gradients();
+    unit.replica.reset_gradients();
+    unit.ready = 0;
+    if (unit.params.empty()) return;
+    unit.full = torch::empty({unit.layout.padded_numel}, unit.full.options());  // never written
+    for (size_t k = 0; k < unit.params.size(); ++k) {
+      torch::Tensor& param = unit.params[k];
+      param.mutable_grad().reset();
+      param.set_data(unit.full.narrow(0, unit.offsets[k], param.numel()).view(param.sizes()));
+    }
+    free_storage(unit.full);
   }
 
   void keep_frozen(const torch::Tensor& p) {
@@ -315,7 +416,7 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
     allocate_storage(unit.full);
     meter_.add_parameters(unit.bytes());
     unit.gathered = true;
-    unit.gathering = comm_->all_gather(unit.full, unit.shard, "all_gather/" + unit.name);
+    unit.gathering = comm_->all_gather(unit.full, unit.own.values, "all_gather/" + unit.name);
   }
 
   void gather(size_t u) {
@@ -421,7 +522,10 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
     if (unit.reducing) return;
     if (!unit.full_grad.defined()) allocate_gradients(u);  // no gradient reached it: zeros
     for (auto& p : unit.params) p.mutable_grad().reset();  // the flat buffer holds them
-    unit.grad_shard = torch::empty({unit.layout.shard_numel}, unit.full_grad.options());
+    if (!grad_shards_.defined()) {
+      grad_shards_ = torch::empty({grad_shards_numel_}, unit.full_grad.options());
+    }
+    unit.grad_shard = grad_shards_.narrow(0, unit.grad_at, unit.layout.shard_numel);
     meter_.add_gradients(unit.bytes(), 0);  // the exchange's receive buffer
     unit.reduce = comm_->reduce_scatter_sum_async(unit.grad_shard, unit.full_grad,
                                                   "reduce_scatter/" + unit.name);
@@ -440,6 +544,12 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
   std::shared_ptr<Communicator> comm_;
   int prefetch_;
   bool reshard_after_forward_;
+  bool replicas_;                    // --shard-replicas at world > 1
+  std::unique_ptr<RingShift> ring_;  // replicas_: null until formed (a joining rank's regroup)
+  // The step's reduced gradient shards of every unit, end to end (unit.grad_at), while any is
+  // alive: one tensor for --shard-replicas' one shift.
+  torch::Tensor grad_shards_;
+  int64_t grad_shards_numel_ = 0;
   // Construction only (SyncOptions::source): where unallocated parameters' values come from, and
   // each parameter's name there.
   const ParameterSource* source_;

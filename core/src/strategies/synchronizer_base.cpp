@@ -265,6 +265,10 @@ void GradientSynchronizer::regroup(std::shared_ptr<Communicator> /*comm*/,
                          "nowhere else");
 }
 
+std::vector<torch::Tensor> GradientSynchronizer::shard_parameters(int /*owner*/) {
+  throw std::logic_error(name() + " keeps no shards of its parameters");
+}
+
 void GradientSynchronizer::zero_grad() {
   for (auto& p : optimizer_parameters()) p.mutable_grad().reset();
 }

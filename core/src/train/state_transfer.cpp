@@ -152,6 +152,32 @@ int64_t transfer_optimizer_shards(const TrainingState& s, Communicator& comm,
   return bytes;
 }
 
+// Steps 4f and 5f (fsdp with --shard-replicas 1): each shard whose owner or holder lacks it at T
+// comes from its provider, whole: its parameters' elements, then their AdamW steps and moments.
+// The owner keeps it as its own, the holder as its replica, any other rank reads it into
+// scratch. Returns the bytes broadcast.
+int64_t transfer_fsdp_shards(const TrainingState& s, Communicator& comm,
+                             const ShardedHealPlan& plan) {
+  const int rank = comm.info().rank;
+  const int world = comm.info().world_size;
+  int64_t bytes = 0;
+  for (int k = 0; k < world; ++k) {
+    if (!plan.moments_move[k]) continue;
+    const std::string name = "heal_shard" + std::to_string(k);
+    const std::vector<torch::Tensor> shard = s.sync.shard_parameters(k);
+    {
+      torch::NoGradGuard no_grad;
+      broadcast_in_chunks(comm, shard, plan.shard_provider[k], "broadcast/" + name + "_parameters");
+    }
+    for (const auto& p : shard) bytes += p.nbytes();
+    torch::optim::Optimizer* keeper = k == rank                         ? &s.local_optimizer
+                                      : k == (rank + world - 1) % world ? s.replica_optimizer
+                                                                        : nullptr;
+    bytes += transfer_adam_states(comm, shard, keeper, plan.shard_provider[k], name);
+  }
+  return bytes;
+}
+
 int64_t module_state_bytes(torch::nn::Module& module) {
   int64_t bytes = 0;
   for (const auto& p : unique_parameters(module)) bytes += p.nbytes();
@@ -412,6 +438,8 @@ TransferredState transfer_training_state(const TrainingState& s, std::shared_ptr
   const auto start = std::chrono::steady_clock::now();
   Communicator& c = *comm;
   ShardedOptimizer* sharded = s.sharded;
+  // fsdp counts a step completed right after its update, with no collective between.
+  const bool fsdp_shards = s.replica_optimizer != nullptr;
   const int64_t updated =
       completed_steps < 0 || !sharded ? completed_steps : sharded->updated_steps();
   const std::vector<RankProgress> ranks = gather_progress(c, {completed_steps, updated});
@@ -422,7 +450,7 @@ TransferredState transfer_training_state(const TrainingState& s, std::shared_ptr
   }
   std::optional<ShardedHealPlan> plan;
   Source source;
-  if (sharded) {
+  if (sharded || fsdp_shards) {
     plan = plan_sharded_heal(ranks);
     source = {plan->state_source, plan->target_step};
   } else {
@@ -451,6 +479,13 @@ TransferredState transfer_training_state(const TrainingState& s, std::shared_ptr
                                : transfer_to_joined_rank(s, c, pair, source.rank, after_parameters,
                                                          source.completed_steps);
     }
+    out.seconds = seconds_since_start();
+    return out;
+  }
+  if (fsdp_shards) {
+    out.bytes = broadcast_fixed_state(s.model, c, source.rank);
+    if (after_parameters) after_parameters(source.completed_steps);
+    out.bytes += transfer_fsdp_shards(s, c, *plan);
     out.seconds = seconds_since_start();
     return out;
   }

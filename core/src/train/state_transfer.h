@@ -65,6 +65,22 @@
 //       into scratch. Where o and its successor both held k at T (each k's owner or holder),
 //       nothing travels: each moves its own copy into its new optimizer. Every rank's updated
 //       steps become T.
+//
+// fsdp with --shard-replicas 1 (strategies/fsdp.cpp): rank r's shard (its parameters' elements
+// and their AdamW state) is also on r + 1, which receives r's reduced gradient shard each step
+// (comm/ring_shift.h) and steps its copy with the same bits. At the same world size only (fsdp
+// does not shrink in place: the coordinator restarts it from its checkpoint instead):
+//  1f. As step 1', where a rank's updated steps are its completed steps (no collective follows
+//      fsdp's update within a step).
+//  2f. plan_sharded_heal, as step 2'.
+//  3f. As step 3 (fsdp has no launch order); the synchroniser regroups: it drops what the
+//      interrupted step left in flight and forms its ring over the new group.
+//  4f. The buffers and frozen parameters from the state source (every rank holds them whole).
+//      Then, shard by shard in rank order, where its owner or its holder lacks shard k at T, the
+//      provider broadcasts the shard's parameter elements, then their AdamW steps and moments:
+//      the owner keeps them as its own, the holder as its replica, any other rank reads them
+//      into scratch.
+//  5f. Training goes on at T.
 #pragma once
 
 #include <cstdint>

@@ -84,6 +84,7 @@ SyncOptions sync_options_of(const DdpJobOptions& options) {
   sync.fsdp_whole_model = options.fsdp_units == FsdpUnits::kWhole;
   sync.fsdp_prefetch = static_cast<int>(options.fsdp_prefetch);
   sync.reshard_after_forward = options.reshard_after_forward;
+  sync.shard_replicas = options.strategy == Strategy::kFsdp && options.shard_replicas > 0;
   return sync;
 }
 
@@ -115,6 +116,9 @@ struct Trainer::Impl {
   // Unsharded: torch's AdamW holds the options and state; fused_adamw_step updates them.
   std::unique_ptr<torch::optim::AdamW> optimizer;
   std::unique_ptr<ShardedOptimizer> sharded;  // --shard-optimizer
+  // fsdp with --shard-replicas 1: the ring predecessor's shards, stepped right after this
+  // rank's own with the same gradients' bits, so the copy stays equal to the original.
+  std::unique_ptr<torch::optim::AdamW> replica_optimizer;
   // The optimizer steps bucket by bucket inside the gradient synchronisation: bucketed on CPU
   // with more than one rank and without clipping (which needs every gradient's norm first).
   // AdamW is per parameter, so the result is the same as one step after the synchronisation.
@@ -181,8 +185,8 @@ struct Trainer::Impl {
   void export_model();
   // The cross-rank analysis after a failed collective (train/failure_analysis.h).
   StallFinding analyze_failure_across_ranks(CollectiveFailure cause) const;
-  // Healing (docs/healing.md): whether this run can go on in a new group (a replicated strategy
-  // without ZeRO-1, more than one rank).
+  // Healing (docs/healing.md): whether this run can go on in a new group (a replicated strategy,
+  // or sharded state with --shard-replicas 1; more than one rank).
   bool healable() const;
   // The next group generation from `regroup`, and every rank's state from the source
   // (train/state_transfer.h). Returns the step to go on at; nullopt when regroup gave no group.
@@ -223,6 +227,10 @@ double Trainer::Impl::clip_gradients() {
   if (coefficient < 1) {
     torch::NoGradGuard no_grad;
     for (auto& g : grads) g.mul_(coefficient);
+    // The predecessor scales the same bits by the same coefficient.
+    for (auto& p : sync->replica_parameters()) {
+      if (p.grad().defined()) p.mutable_grad().mul_(coefficient);
+    }
   }
   return norm;
 }
@@ -233,7 +241,8 @@ StallFinding Trainer::Impl::analyze_failure_across_ranks(CollectiveFailure cause
 }
 
 detail::TrainingState Trainer::Impl::training_state() {
-  return {options, *comm, *model, *sync, local_optimizer(), sharded.get(), parameter_shapes};
+  return {options,           *comm,         *model,           *sync,
+          local_optimizer(), sharded.get(), parameter_shapes, replica_optimizer.get()};
 }
 
 double Trainer::Impl::save_checkpoint(int64_t steps_done) {
@@ -253,7 +262,9 @@ torch::Tensor Trainer::Impl::rows_of(const detail::TokenSamples& samples, int64_
 }
 
 int64_t Trainer::Impl::optimizer_state() {
-  return sharded ? optimizer_state_bytes(*sharded) : optimizer_state_bytes(*optimizer);
+  if (sharded) return optimizer_state_bytes(*sharded);
+  return optimizer_state_bytes(*optimizer) +
+         (replica_optimizer ? optimizer_state_bytes(*replica_optimizer) : 0);
 }
 
 MemoryBytes Trainer::Impl::measure() {
@@ -327,6 +338,8 @@ void Trainer::Impl::build_optimizer() {
                                                  options.shard_replicas);
   } else {
     optimizer = std::make_unique<torch::optim::AdamW>(sync->optimizer_parameters(), adamw);
+    const std::vector<torch::Tensor> replica = sync->replica_parameters();
+    if (!replica.empty()) replica_optimizer = std::make_unique<torch::optim::AdamW>(replica, adamw);
   }
   optimizer_steps_per_bucket = options.strategy == Strategy::kBucketed &&
                                comm->info().world_size > 1 && options.clip_grad_norm == 0 &&
@@ -496,6 +509,7 @@ double Trainer::Impl::optimizer_step(StepMetrics& metrics) {
     broadcast_seconds = sharded->last_broadcast_seconds();
   } else if (!optimizer_steps_per_bucket) {
     detail::fused_adamw_step(*optimizer);
+    if (replica_optimizer) detail::fused_adamw_step(*replica_optimizer);
   }
   injector->after_optimizer_update(index);  // where the update did not run it already
   completed_steps = step.load() + 1;        // before the collectives that may follow
@@ -568,6 +582,11 @@ StepMetrics Trainer::train_step(int64_t step) {
   for (auto& group : m.local_optimizer().param_groups()) {
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(metrics.lr);
   }
+  if (m.replica_optimizer) {
+    for (auto& group : m.replica_optimizer->param_groups()) {
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(metrics.lr);
+    }
+  }
   detail::StepMarks marks;
   marks.overlapped_optimizer_seconds = m.finish_synchronization();
   const auto p_synced = timeline.mark();
@@ -603,9 +622,10 @@ StepMetrics Trainer::train_step(int64_t step) {
 }
 
 bool Trainer::Impl::healable() const {
-  // ZeRO-1's shards heal from their replicas (--shard-replicas 1); fsdp's have none.
-  return options.strategy != Strategy::kFsdp && (!sharded || options.shard_replicas > 0) &&
-         comm->info().world_size > 1;
+  // Sharded state (ZeRO-1's optimizer shards, fsdp's shards) heals from its replicas
+  // (--shard-replicas 1).
+  const bool shards_state = sharded || options.strategy == Strategy::kFsdp;
+  return (!shards_state || options.shard_replicas > 0) && comm->info().world_size > 1;
 }
 
 std::optional<int64_t> Trainer::Impl::heal(const Regroup& regroup, const CollectiveError& failure,
@@ -660,6 +680,11 @@ std::optional<int64_t> Trainer::Impl::heal(const Regroup& regroup, const Collect
 void Trainer::Impl::check_shrink(int world_before, int world) const {
   const std::string what = "healing: shrinking in place from " + std::to_string(world_before) +
                            " to " + std::to_string(world) + " ranks: ";
+  if (options.strategy == Strategy::kFsdp) {
+    throw std::runtime_error(what +
+                             "fsdp's shards keep their layout: it heals at the same world size "
+                             "only, with a spare");
+  }
   if (options.batch_size % (static_cast<int64_t>(world) * options.grad_accum) != 0) {
     throw std::runtime_error(what + "--batch " + std::to_string(options.batch_size) +
                              " does not split into " + std::to_string(world) + " ranks x " +

@@ -174,13 +174,13 @@ void CheckpointParameterSource::read(const std::string& name, int64_t begin, int
 
 namespace {
 
-// The AdamW state of the optimizer parameters `holds` selects, into `optimizer`.
+// The AdamW state of `targets` (optimizer parameters holding `ranges` of the model's trainable
+// parameters, in registration order) that `holds` selects, into `optimizer`.
 void load_adam_states(CheckpointReader& reader, const TrainingState& s,
-                      torch::optim::Optimizer& optimizer,
+                      const std::vector<torch::Tensor>& targets,
+                      const std::vector<HeldRange>& ranges, torch::optim::Optimizer& optimizer,
                       const std::function<bool(const torch::Tensor&)>& holds) {
   auto& state = optimizer.state();
-  const auto targets = s.sync.optimizer_parameters();
-  const auto ranges = s.sync.optimizer_parameter_ranges();
   size_t index = 0;
   const auto named = named_unique_parameters(s.model);
   for (size_t i = 0; i < named.size(); ++i) {
@@ -205,13 +205,19 @@ void load_adam_states(CheckpointReader& reader, const TrainingState& s,
 }  // namespace
 
 void load_optimizer_state(CheckpointReader& reader, const TrainingState& s) {
-  load_adam_states(reader, s, s.local_optimizer,
+  const auto targets = s.sync.optimizer_parameters();
+  const auto ranges = s.sync.optimizer_parameter_ranges();
+  load_adam_states(reader, s, targets, ranges, s.local_optimizer,
                    [&s](const torch::Tensor& p) { return holds_state_of(s, p); });
   torch::optim::Optimizer* replica = s.sharded ? s.sharded->replica_optimizer() : nullptr;
   if (replica) {
-    load_adam_states(reader, s, *replica, [&s](const torch::Tensor& p) {
+    load_adam_states(reader, s, targets, ranges, *replica, [&s](const torch::Tensor& p) {
       return s.sharded->owner_of(p) == s.sharded->replica_of();
     });
+  }
+  if (s.replica_optimizer) {  // fsdp's copy of the predecessor's shards: its ranges
+    load_adam_states(reader, s, s.sync.replica_parameters(), s.sync.replica_parameter_ranges(),
+                     *s.replica_optimizer, [](const torch::Tensor&) { return true; });
   }
 }
 

@@ -30,6 +30,8 @@ struct TrainingState {
   // The model's unique parameters' names and shapes, taken before the synchroniser existed (fsdp
   // frees the full parameters between steps, leaving them empty).
   const std::vector<std::pair<std::string, std::vector<int64_t>>>& parameter_shapes;
+  // fsdp with --shard-replicas 1: the AdamW of the ring predecessor's shards; else null.
+  torch::optim::Optimizer* replica_optimizer = nullptr;
 };
 
 // Every rank writes its own file: refuse at the start, not at the first checkpoint, when this

@@ -55,6 +55,9 @@ struct SyncOptions {
   bool fsdp_whole_model = false;
   int fsdp_prefetch = 1;
   bool reshard_after_forward = true;
+  // fsdp at world > 1 (DdpJobOptions::shard_replicas): each rank also keeps its ring
+  // predecessor's shards, and receives their reduced gradients each step to step them too.
+  bool shard_replicas = false;
   // A rank that joins a running job (healing, docs/healing.md): construction runs no collective
   // (no broadcast of rank 0's state, which a survivor's replaces, and no shared buckets, which
   // regroup() makes with the group's other ranks).
@@ -129,6 +132,16 @@ class GradientSynchronizer {
   // For each optimizer parameter, the elements of its model parameter it holds (the whole
   // tensor, or under fsdp the part in this rank's shard, possibly none). Checkpoints use it.
   virtual std::vector<HeldRange> optimizer_parameter_ranges();
+  // fsdp with SyncOptions::shard_replicas: the copy of the ring predecessor's shards this rank
+  // keeps, as optimizer parameters (registration order, their gradients set by
+  // finish_gradient_synchronization like optimizer_parameters()'), and their ranges. Empty
+  // otherwise.
+  virtual std::vector<torch::Tensor> replica_parameters() { return {}; }
+  virtual std::vector<HeldRange> replica_parameter_ranges() { return {}; }
+  // fsdp, healing: rank `owner`'s shard as optimizer parameters: this rank's own, its replica
+  // (owner is its predecessor), or else zeroed scratch of the same shapes. Others throw
+  // std::logic_error.
+  virtual std::vector<torch::Tensor> shard_parameters(int owner);
   // Calls `visit` with the model's full parameters, a group at a time (fsdp: one unit at a time,
   // gathered for the call and freed after it; a collective, so every rank must call it). The
   // tensors are valid during the call only. Used for the param spread.
@@ -146,8 +159,9 @@ class GradientSynchronizer {
   // adopts its source's, to issue the same collectives over the same bucket layouts.
   virtual std::vector<int64_t> launch_order() const { return {}; }
   // Goes on over `comm`, a new group generation's, after an interrupted step: drops what was in
-  // flight and adopts `launch_order` (the source rank's launch_order()). Replicated strategies
-  // only; fsdp throws std::logic_error (a lost rank's shards exist nowhere else).
+  // flight and adopts `launch_order` (the source rank's launch_order()). Replicated strategies,
+  // and fsdp with SyncOptions::shard_replicas at the same world size; fsdp without throws
+  // std::logic_error (a lost rank's shards exist nowhere else).
   virtual void regroup(std::shared_ptr<Communicator> comm,
                        const std::vector<int64_t>& launch_order);
 
