@@ -228,12 +228,13 @@ std::shared_ptr<Communicator> connect_cpu(const RendezvousOptions& options,
   if (choice.transport == GroupTransport::kShm) {
     group = c10::make_intrusive<shm::ShmProcessGroup>(std::move(*choice.segment), options.rank,
                                                       options.world_size, options.timeout);
-    comm_options.make_backend = [timeout = options.timeout](const auto& store, int rank,
-                                                            int world_size) {
+    // A split group's ranks share the host's cores with the whole job's.
+    comm_options.make_backend = [timeout = options.timeout, host_ranks = options.world_size](
+                                    const auto& store, int rank, int world_size) {
       TransportChoice shm =
           choose_transport(Transport::kShm, *store, rank, world_size, shm::kDefaultSlotBytes);
       return c10::intrusive_ptr<c10d::Backend>(c10::make_intrusive<shm::ShmProcessGroup>(
-          std::move(*shm.segment), rank, world_size, timeout));
+          std::move(*shm.segment), rank, world_size, timeout, host_ranks));
     };
   } else {
     std::string bind = options.local_address;

@@ -62,7 +62,10 @@ constexpr int64_t kDefaultSlotBytes = int64_t{2048} << 10;
 // failing what is still queued, and marks this rank as having left.
 class ShmProcessGroup final : public c10d::Backend, public detail::SharedMemoryCapability {
  public:
-  ShmProcessGroup(Segment segment, int rank, int world_size, std::chrono::milliseconds timeout);
+  // `ranks_on_host`: the job's ranks that share this host's cores, which decides how long a wait
+  // spins; at least world_size (a group split from the job's has fewer ranks than the host).
+  ShmProcessGroup(Segment segment, int rank, int world_size, std::chrono::milliseconds timeout,
+                  int ranks_on_host = 0);
   ~ShmProcessGroup() override;
 
   const std::string getBackendName() const override { return "shm"; }
