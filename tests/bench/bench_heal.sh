@@ -14,10 +14,13 @@
 #                 (healing armed: the optimizer steps after the whole synchronisation) and 0
 # ZERO1=1: every job runs ZeRO-1 (--shard-optimizer); the healed one and the armed healthy one
 # keep --shard-replicas 1, which a heal needs, and the restarted and unarmed ones do not.
+# FSDP=1: every job runs fsdp; the healed one and the armed healthy one keep --shard-replicas 1
+# (each rank's shards copied on the next), which a heal needs. Not with ZERO1=1 (fsdp shards its
+# optimizer state itself) or SHRINK=1 (fsdp does not shrink in place).
 # SHRINK=1: three workers, none idle, and --min-world-size 2; rank 1's worker daemon is SIGKILLed
 # (its rank process dies with it), so the heal is a shrink in place to 2 ranks and the restart
 # resumes at world 2; the worker is started again after each run.
-# Usage: [ZERO1=1 | SHRINK=1] tests/bench/bench_heal.sh [STEPS_TINY] [STEPS_SMALL]
+# Usage: [ZERO1=1 | FSDP=1 | SHRINK=1] tests/bench/bench_heal.sh [STEPS_TINY] [STEPS_SMALL]
 #        (run scripts/build.sh first)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,6 +33,14 @@ steps_tiny=${1:-60}
 steps_small=${2:-16}
 sharding=() replicas=()
 if [ "${ZERO1:-0}" = 1 ]; then sharding=(--shard-optimizer) replicas=(--shard-replicas 1); fi
+strategy=bucketed
+if [ "${FSDP:-0}" = 1 ]; then
+  if [ "${ZERO1:-0}" = 1 ] || [ "${SHRINK:-0}" = 1 ]; then
+    echo "bench_heal.sh: FSDP=1 goes alone (not with ZERO1=1 or SHRINK=1)" >&2
+    exit 2
+  fi
+  strategy=fsdp replicas=(--shard-replicas 1)
+fi
 shrink=${SHRINK:-0} workers=4 shrinking=()
 if [ "$shrink" = 1 ]; then workers=3 shrinking=(--min-world-size 2); fi
 work=$(mktemp -d /tmp/ddpd-bench-heal.XXXXXX)
@@ -85,7 +96,7 @@ submit() {  # model steps dir extra... → job id
   local model=$1 steps=$2 dir=$3
   shift 3
   ctl submit ddp --world-size 3 --model "$model" --batch 6 --context 16 --threads 1 \
-    --steps "$steps" --strategy bucketed --checkpoint-dir "$dir" --checkpoint-every 5 \
+    --steps "$steps" --strategy "$strategy" --checkpoint-dir "$dir" --checkpoint-every 5 \
     --spread-every 0 ${sharding[@]+"${sharding[@]}"} ${shrinking[@]+"${shrinking[@]}"} "$@" |
     head -n1
 }
