@@ -7,8 +7,9 @@
 # the ratio with/without of the step, and rank 0's optimizer state.
 # STRATEGY=zero1 (the default): bucketed with --shard-optimizer. The replica costs a second AdamW
 # step over 1/N of the parameters and that much state; no byte travels for it.
-# STRATEGY=fsdp: the replica costs the shift of each unit's reduced gradient shard to the next
-# rank (1/N of the gradients, overlapped with backward), and a second AdamW step over 1/N.
+# STRATEGY=fsdp: the replica costs each reduce-scatter's copy of the predecessor's sum (over shm,
+# inside the collective: 2/N of the gradients' bytes more per rank), and a second AdamW step over
+# 1/N.
 # PRESET=small (or another --model preset) runs that model instead of the bench config's shape.
 # WORLDS="3" runs one world size only.
 # Usage: [STRATEGY=zero1|fsdp] [PRESET=P] [WORLDS=...] tests/bench/bench_shard_replicas.sh [STEPS] [ROUNDS]

@@ -30,7 +30,10 @@ TEST_P(ShmTransport, EveryCollectiveIsExactOnOddSizesInBothDtypes) {
       ASSERT_EQ(outcomes[r].exit_code, 0) << transport << " rank " << r << ":\n" << outcomes[r].err;
       const auto report = load_json(prefix + ".rank" + std::to_string(r) + ".json");
       EXPECT_EQ(report["transport"], "shm") << transport << " rank " << r;
-      EXPECT_EQ(report["checks"], 5 * (2 * 6 + 3) + 3 * 5) << "collectives checked";
+      // Per size: 8 per dtype (the reduce-scatter that keeps the predecessor's sum checks both
+      // its outputs), 3 in float32; then 3 module broadcasts of 5 tensors.
+      EXPECT_EQ(report["checks"], 5 * (2 * 8 + 3) + 3 * 5) << "collectives checked";
+      EXPECT_TRUE(report["keeps_predecessor"]) << "shm's reduce-scatter keeps the predecessor's";
       EXPECT_TRUE(report["shared_in_place"])
           << "buffers from allocate_collective_buffer are shared";
       EXPECT_TRUE(report["failures"].empty()) << report["failures"].dump();

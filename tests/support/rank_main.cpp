@@ -443,6 +443,17 @@ int collectives(const ddpd::DdpJobOptions& options, const std::string& out) {
       comm->reduce_scatter_sum_async(mine, input, "check/reduce_scatter").wait();
       check("reduce_scatter " + tag, mine,
             pattern(n * world, 0, torch::kFloat).narrow(0, rank * n, n) * world + ranks_sum);
+      if (comm->reduce_scatter_keeps_predecessor()) {  // shm: fsdp's --shard-replicas
+        const int predecessor = (rank + world - 1) % world;
+        auto own = torch::empty({n}, dtype), kept = torch::empty({n}, dtype);
+        comm->reduce_scatter_sum_keeping_predecessor_async(own, kept, input,
+                                                           "check/reduce_scatter_keeping")
+            .wait();
+        check("reduce_scatter keeping the predecessor's, own " + tag, own, mine);
+        check(
+            "reduce_scatter keeping the predecessor's, kept " + tag, kept,
+            pattern(n * world, 0, torch::kFloat).narrow(0, predecessor * n, n) * world + ranks_sum);
+      }
     }
     auto high = torch::full({n}, static_cast<float>(rank));
     comm->all_reduce(high, c10d::ReduceOp::MAX, "check/max");
@@ -475,6 +486,7 @@ int collectives(const ddpd::DdpJobOptions& options, const std::string& out) {
   report["checks"] = checks;
   report["failures"] = failures;
   report["shared_in_place"] = shared_in_place;
+  report["keeps_predecessor"] = comm->reduce_scatter_keeps_predecessor();
   std::ofstream(rank_prefix(out, rank) + ".json") << report.dump();
   return failures.empty() ? 0 : 1;
 }

@@ -312,6 +312,31 @@ PendingReduceScatter Communicator::reduce_scatter_sum_async(at::Tensor& output,
   return PendingReduceScatter(std::move(exchange), received, output);
 }
 
+PendingReduceScatter Communicator::reduce_scatter_sum_keeping_predecessor_async(
+    at::Tensor& output, at::Tensor& predecessor_output, const at::Tensor& input,
+    const std::string& name) {
+  if (!reduce_scatter_keeps_predecessor()) {
+    throw std::logic_error(name + ": this group's transport (" +
+                           std::string(enum_name(info_.transport)) +
+                           ") cannot keep the predecessor's sum in its reduce-scatter");
+  }
+  require_on_device(input, name);
+  require_on_device(output, name);
+  require_on_device(predecessor_output, name);
+  at::Tensor flat_input = input.contiguous();
+  PendingCollective exchange =
+      launch(Collective::kReduceScatter, name, flat_input, flat_input.nbytes(),
+             [&] {
+               return detail::launch_through_wrappers(
+                   *group_, {"reduce_scatter", flat_input.numel(), flat_input.scalar_type()}, [&] {
+                     return shared_memory_->reduce_scatter_keeping_predecessor(
+                         output, predecessor_output, flat_input);
+                   });
+             },
+             {flat_input, predecessor_output});
+  return PendingReduceScatter(std::move(exchange), at::Tensor(), output);
+}
+
 void Communicator::barrier() {
   if (info_.world_size == 1) return;
   std::lock_guard<std::mutex> lock(launch_mutex_);

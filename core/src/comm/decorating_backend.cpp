@@ -60,4 +60,13 @@ c10::intrusive_ptr<c10d::Work> DecoratingBackend::barrier(const c10d::BarrierOpt
   return inner_->barrier(options);
 }
 
+c10::intrusive_ptr<c10d::Work> launch_through_wrappers(
+    c10d::Backend& backend, const LaunchedCollective& collective,
+    const std::function<c10::intrusive_ptr<c10d::Work>()>& run) {
+  auto* wrapper = dynamic_cast<DecoratingBackend*>(&backend);
+  if (wrapper == nullptr) return run();
+  if (auto stand_in = wrapper->intercept(collective)) return stand_in;
+  return launch_through_wrappers(*wrapper->inner_, collective, run);
+}
+
 }  // namespace ddpd::detail

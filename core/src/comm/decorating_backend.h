@@ -13,6 +13,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include <cstdint>
+#include <functional>
 
 namespace ddpd::detail {
 
@@ -24,6 +25,14 @@ struct LaunchedCollective {
   int64_t numel;  // of the input; 0 for a barrier
   at::ScalarType dtype;
 };
+
+// Launches a collective c10d's Backend has no call for (the shm backend's reduce-scatter that
+// keeps the predecessor's sum) on `backend` through its wrappers: each wrapper sees it as
+// `collective`, as it sees c10d's, and `run` launches it on the innermost backend unless a
+// wrapper stands in for it.
+c10::intrusive_ptr<c10d::Work> launch_through_wrappers(
+    c10d::Backend& backend, const LaunchedCollective& collective,
+    const std::function<c10::intrusive_ptr<c10d::Work>()>& run);
 
 class DecoratingBackend : public c10d::Backend {
  public:
@@ -50,6 +59,9 @@ class DecoratingBackend : public c10d::Backend {
   void shutdown() override { inner_->shutdown(); }
 
  protected:
+  friend c10::intrusive_ptr<c10d::Work> launch_through_wrappers(
+      c10d::Backend&, const LaunchedCollective&,
+      const std::function<c10::intrusive_ptr<c10d::Work>()>&);
   // Called before each collective goes to the wrapped backend. A Work returned stands for the
   // collective, which then never reaches it; null lets it through.
   virtual c10::intrusive_ptr<c10d::Work> intercept(const LaunchedCollective& collective) = 0;

@@ -49,9 +49,6 @@ class RingShift {
   // must stay alive until wait().
   PendingShift shift(at::Tensor& send, at::Tensor& receive, const std::string& name);
 
-  int successor() const { return successor_; }
-  int predecessor() const { return predecessor_; }
-
  private:
   std::shared_ptr<Communicator> comm_;       // world 2: the edge itself
   std::shared_ptr<Communicator> to_next_;    // world > 2: the edge to the successor

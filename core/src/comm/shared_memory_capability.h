@@ -6,6 +6,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <optional>
 #include <vector>
@@ -25,6 +26,12 @@ class SharedMemoryCapability {
   virtual const std::optional<SharedBufferFallback>& last_shared_fallback() const = 0;
   // Whether `tensor` lies wholly in a buffer from allocate_shared. Any thread.
   virtual bool is_shared(const at::Tensor& tensor) const = 0;
+  // Launches a reduce-scatter (sum) as c10d's _reduce_scatter_base, that also leaves in
+  // `predecessor_output` (the output's shape) the sum rank (rank - 1) mod N gets in its output,
+  // bit for bit, within the same collective (fsdp's --shard-replicas). The tensors must stay
+  // alive until the work completes.
+  virtual c10::intrusive_ptr<c10d::Work> reduce_scatter_keeping_predecessor(
+      at::Tensor& output, at::Tensor& predecessor_output, const at::Tensor& input) = 0;
   // By rank: whether the segment shows that rank gone (its process, its heartbeat, or it left).
   // Any thread.
   virtual std::vector<bool> gone_ranks() const = 0;

@@ -466,7 +466,7 @@ void ShmProcessGroup::broadcast_bytes(char* data, int64_t bytes, int root, Deadl
 }
 
 void ShmProcessGroup::reduce_scatter(const at::Tensor& output, const at::Tensor& input,
-                                     Deadline deadline) {
+                                     Deadline deadline, char* predecessor_out) {
   const at::ScalarType dtype = output.scalar_type();
   const int64_t element = output.element_size();
   const int64_t total = output.numel();  // this rank's chunk of the input, and of the result
@@ -474,8 +474,13 @@ void ShmProcessGroup::reduce_scatter(const at::Tensor& output, const at::Tensor&
   const int64_t per_piece = segment_.slot_bytes() / element / size_;
   const char* in = static_cast<const char*>(input.data_ptr());
   char* out = static_cast<char*>(output.data_ptr());
+  const int predecessor = (rank_ + size_ - 1) % size_;
   for (int64_t offset = 0; offset < total || (total == 0 && offset == 0); offset += per_piece) {
     const int64_t length = std::min(per_piece, total - offset);
+    // This rank's own piece of its slot: written by no one in phase 1, read by its successor.
+    auto own_piece = [&](int r, int buffer) {
+      return segment_.slot(r, buffer) + r * length * element;
+    };
     chunk(
         [&](int buffer) {
           char* slot = segment_.slot(rank_, buffer);
@@ -491,9 +496,16 @@ void ShmProcessGroup::reduce_scatter(const at::Tensor& output, const at::Tensor&
             terms.push_back(r == rank_ ? in + (r * total + offset) * element
                                        : segment_.slot(r, buffer) + rank_ * length * element);
           }
-          reduce_in_rank_order(terms, length, dtype, c10d::ReduceOp::SUM, {out + offset * element});
+          std::vector<void*> outs{out + offset * element};
+          if (predecessor_out) outs.push_back(own_piece(rank_, buffer));
+          reduce_in_rank_order(terms, length, dtype, c10d::ReduceOp::SUM, outs);
         },
-        nullptr, deadline);
+        [&](int buffer) {
+          if (!predecessor_out) return;
+          std::memcpy(predecessor_out + offset * element, own_piece(predecessor, buffer),
+                      length * element);
+        },
+        deadline);
     if (total == 0) break;
   }
 }
@@ -570,6 +582,23 @@ c10::intrusive_ptr<c10d::Work> ShmProcessGroup::_reduce_scatter_base(
               "shm: _reduce_scatter_base input must have world_size times the output's elements");
   at::Tensor out = output;
   return enqueue({out}, [this, in, out](Deadline deadline) { reduce_scatter(out, in, deadline); });
+}
+
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::reduce_scatter_keeping_predecessor(
+    at::Tensor& output, at::Tensor& predecessor_output, const at::Tensor& input) {
+  at::Tensor in = input.contiguous();
+  TORCH_CHECK(
+      output.is_contiguous() && predecessor_output.is_contiguous() &&
+          predecessor_output.numel() == output.numel() &&
+          predecessor_output.scalar_type() == output.scalar_type() &&
+          in.numel() == output.numel() * size_ && in.scalar_type() == output.scalar_type(),
+      "shm: reduce_scatter_keeping_predecessor needs contiguous outputs of one shape and an "
+      "input of world_size times their elements");
+  at::Tensor out = output;
+  at::Tensor kept = predecessor_output;
+  return enqueue({out, kept}, [this, in, out, kept](Deadline deadline) {
+    reduce_scatter(out, in, deadline, static_cast<char*>(kept.data_ptr()));
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ShmProcessGroup::barrier(const c10d::BarrierOptions&) {

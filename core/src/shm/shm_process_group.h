@@ -29,6 +29,17 @@
 //   3. nothing to copy: the wait for every rank's phase 3g+2 is the end. Every buffer then holds
 //      the whole result, and no peer touches this rank's buffer again before this rank's next
 //      phase 1, so the caller may write it as soon as the collective returns.
+// A reduce-scatter that keeps the predecessor's sum (fsdp's --shard-replicas: each rank keeps a
+// copy of its ring predecessor's shards, stepped with the same gradients) adds nothing to the
+// three phases of each chunk, only to what they do:
+//   2. reduce: the fused pass writes this rank's sum twice, into its output and into its own
+//      piece of its own slot, which phase 1 leaves empty (that piece is read from the input);
+//   3. read: copy the predecessor's sum out of the predecessor's own piece of its slot.
+// The successor's copy is the predecessor's bits. The shift Gloo and NCCL take instead, after the
+// reduce-scatters over a group of two per ring edge (comm/ring_shift.h), cost the step 5.3 %
+// against 4.6 % at world 3, 4.2 % against 2.7 % at world 4 (fsdp, 2 cores, one A/B,
+// docs/healing.md).
+//
 // Each rank reads and writes its tensor's bytes once in all, as an in-place pass does; the
 // copy-out design (reduce into its own buffer, then copy the others' sub-ranges from theirs)
 // moved 2.5 bytes per byte at world 2 and ran at 0.55 of the in-place ceiling against 0.88
@@ -101,6 +112,10 @@ class ShmProcessGroup final : public c10d::Backend, public detail::SharedMemoryC
   bool is_shared(const at::Tensor& tensor) const override {
     return !shared_buffers_->find(tensor.data_ptr(), tensor.nbytes()).empty();
   }
+  // _reduce_scatter_base (sum) that also leaves in `predecessor_output` the predecessor's sum,
+  // bit for bit (the header's protocol). Any thread that may launch collectives.
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_keeping_predecessor(
+      at::Tensor& output, at::Tensor& predecessor_output, const at::Tensor& input) override;
 
  private:
   using Deadline = std::chrono::steady_clock::time_point;
@@ -143,7 +158,10 @@ class ShmProcessGroup final : public c10d::Backend, public detail::SharedMemoryC
   void all_gather(const char* input, int64_t bytes, const std::vector<char*>& outputs,
                   Deadline deadline);
   void broadcast_bytes(char* data, int64_t bytes, int root, Deadline deadline);
-  void reduce_scatter(const at::Tensor& output, const at::Tensor& input, Deadline deadline);
+  // `predecessor_out` (null: none) gets the sum rank (rank - 1) mod N reduces, through the
+  // read phase (the header's protocol).
+  void reduce_scatter(const at::Tensor& output, const at::Tensor& input, Deadline deadline,
+                      char* predecessor_out = nullptr);
 
   Segment segment_;
   std::shared_ptr<SharedBuffers> shared_buffers_ = std::make_shared<SharedBuffers>();

@@ -104,7 +104,7 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
     if (!options.same_initial_state && !options.joins_running_job) {
       broadcast_module_state(model_, *comm_);
     }
-    if (replicas_ && !options.joins_running_job) ring_ = std::make_unique<RingShift>(comm_);
+    if (!options.joins_running_job) form_ring();
     unitwise_ = options.fsdp_whole_model ? nullptr : dynamic_cast<UnitwiseModule*>(&model_);
     build_units();
     source_ = nullptr;  // not owned, and not needed again
@@ -158,24 +158,23 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
     for (size_t u = 0; u < units_.size(); ++u) {
       if (units_[u].reducing) finish_reduce_scatter(u);
     }
-    // --shard-replicas: every unit's sum to the successor in one shift, the predecessor's here.
-    // The sums go undivided, and each side divides the same bits by the same N. One shift per
+    // --shard-replicas without the reduce-scatter that keeps the predecessor's sum (Gloo,
+    // NCCL): every unit's sum to the successor in one shift, the predecessor's here. One shift per
     // step rather than one per unit as each lands, overlapped with backward: on the 2-core host
     // both cost the step the same within the rounds' spread (+4.3 to +5.5 % against +4.8 % at
     // world 3, bench_shard_replicas.sh), and one is fewer collectives, in one buffer.
-    torch::Tensor replica_grads;
     if (ring_ && grad_shards_.defined()) {
-      replica_grads = torch::empty_like(grad_shards_);
-      ring_->shift(grad_shards_, replica_grads, "shift/gradient_shards").wait();
+      ring_->shift(grad_shards_, replica_grads_, "shift/gradient_shards").wait();
     }
+    // The sums went undivided, and each side divides the same bits by the same N.
     const double n = comm_->info().world_size;
     for (size_t u = 0; u < units_.size(); ++u) {
       FlatUnit& unit = units_[u];
       if (unit.reducing) {
         unit.grad_shard.div_(n);
         unit.own.set_gradients(unit.grad_shard);
-        if (replica_grads.defined()) {
-          const torch::Tensor sum = replica_grads.narrow(0, unit.grad_at, unit.grad_shard.numel());
+        if (replica_grads_.defined()) {
+          const torch::Tensor sum = replica_grads_.narrow(0, unit.grad_at, unit.grad_shard.numel());
           unit.replica.set_gradients(sum.div_(n));
         }
         unit.reducing = false;
@@ -183,6 +182,7 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
       reshard(u);
     }
     grad_shards_ = torch::Tensor();  // the pieces' gradients keep their views alive
+    replica_grads_ = torch::Tensor();
   }
 
   std::vector<torch::Tensor> optimizer_parameters() override {
@@ -237,12 +237,13 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
     torch::NoGradGuard no_grad;
     for (auto& unit : units_) drop_in_flight(unit);
     grad_shards_ = torch::Tensor();
+    replica_grads_ = torch::Tensor();
     forward_position_ = 0;
     backward_position_ = 0;
     meter_ = UnshardedMeter();
     for (const auto& p : frozen_) meter_.add_parameters(p.nbytes());
     meter_.reset();
-    ring_ = std::make_unique<RingShift>(comm_);
+    form_ring();
   }
 
   std::vector<torch::Tensor> full_parameters() override {
@@ -524,12 +525,28 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
     for (auto& p : unit.params) p.mutable_grad().reset();  // the flat buffer holds them
     if (!grad_shards_.defined()) {
       grad_shards_ = torch::empty({grad_shards_numel_}, unit.full_grad.options());
+      if (replicas_) replica_grads_ = torch::empty_like(grad_shards_);
     }
     unit.grad_shard = grad_shards_.narrow(0, unit.grad_at, unit.layout.shard_numel);
     meter_.add_gradients(unit.bytes(), 0);  // the exchange's receive buffer
-    unit.reduce = comm_->reduce_scatter_sum_async(unit.grad_shard, unit.full_grad,
-                                                  "reduce_scatter/" + unit.name);
+    const std::string name = "reduce_scatter/" + unit.name;
+    if (replicas_ && !ring_) {
+      torch::Tensor kept = replica_grads_.narrow(0, unit.grad_at, unit.layout.shard_numel);
+      unit.reduce = comm_->reduce_scatter_sum_keeping_predecessor_async(unit.grad_shard, kept,
+                                                                        unit.full_grad, name);
+    } else {
+      unit.reduce = comm_->reduce_scatter_sum_async(unit.grad_shard, unit.full_grad, name);
+    }
     unit.reducing = true;
+  }
+
+  // --shard-replicas: the predecessor's sums come with each reduce-scatter where the transport
+  // keeps them (shm), else from one shift per step around a ring of pair groups.
+  void form_ring() {
+    ring_.reset();
+    if (replicas_ && !comm_->reduce_scatter_keeps_predecessor()) {
+      ring_ = std::make_unique<RingShift>(comm_);
+    }
   }
 
   void finish_reduce_scatter(size_t u) {
@@ -544,11 +561,15 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
   std::shared_ptr<Communicator> comm_;
   int prefetch_;
   bool reshard_after_forward_;
-  bool replicas_;                    // --shard-replicas at world > 1
-  std::unique_ptr<RingShift> ring_;  // replicas_: null until formed (a joining rank's regroup)
+  bool replicas_;  // --shard-replicas at world > 1
+  // replicas_ over a transport whose reduce-scatter cannot keep the predecessor's sums; null until
+  // formed (a joining rank's regroup).
+  std::unique_ptr<RingShift> ring_;
   // The step's reduced gradient shards of every unit, end to end (unit.grad_at), while any is
-  // alive: one tensor for --shard-replicas' one shift.
+  // alive: one tensor for --shard-replicas' one shift. Both are new each step: the pieces'
+  // gradients are views of them until zero_grad.
   torch::Tensor grad_shards_;
+  torch::Tensor replica_grads_;  // replicas_: the predecessor's sums, laid out as grad_shards_
   int64_t grad_shards_numel_ = 0;
   // Construction only (SyncOptions::source): where unallocated parameters' values come from, and
   // each parameter's name there.

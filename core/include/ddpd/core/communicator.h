@@ -198,6 +198,19 @@ class Communicator {
   // full size as our receive buffer. `input` and `output` must stay alive until then.
   PendingReduceScatter reduce_scatter_sum_async(at::Tensor& output, const at::Tensor& input,
                                                 const std::string& name);
+  // Whether reduce_scatter_sum_keeping_predecessor_async runs here: over shm, at world > 1.
+  bool reduce_scatter_keeps_predecessor() const {
+    return shared_memory_ != nullptr && info_.world_size > 1;
+  }
+  // reduce_scatter_sum_async that also leaves in `predecessor_output` (the output's shape) the
+  // sum rank (rank - 1) mod N gets in its output, bit for bit, within the same collective
+  // (fsdp's --shard-replicas). Only where reduce_scatter_keeps_predecessor(); elsewhere a
+  // caller shifts the sums around the ring itself (comm/ring_shift.h). All three tensors must
+  // stay alive until wait().
+  PendingReduceScatter reduce_scatter_sum_keeping_predecessor_async(at::Tensor& output,
+                                                                    at::Tensor& predecessor_output,
+                                                                    const at::Tensor& input,
+                                                                    const std::string& name);
   void barrier();
 
   // c10d's split_group: a communicator of `members` (ranks of this group, ascending; rank i of
