@@ -39,10 +39,13 @@ class BucketedSynchronizer final : public ReplicatedSynchronizer {
         bucket_of_(params_.size()),
         grad_views_(params_.size()),
         ready_(params_.size(), 0) {
-    std::vector<size_t> reverse_registration(params_.size());
-    for (size_t k = 0; k < params_.size(); ++k) reverse_registration[k] = params_.size() - 1 - k;
+    // A resumed run builds its buckets as the checkpointed run had rebuilt them: a ring
+    // all-reduce's summation order follows each element's place in its bucket, so another layout
+    // for the first step after a resume changed its sums by an ulp over Gloo at world 3.
+    const std::vector<size_t> order = initial_launch_order(rebuilt_);
+    synchronized_once_ = rebuilt_;
     // Allocating buckets is a collective over shm: a rank that joins makes them in regroup().
-    if (!options.joins_running_job) build_buckets(reverse_registration);
+    if (!options.joins_running_job) build_buckets(order);
     hooks_ = std::make_unique<GradReadyHooks>(params_, [this](size_t i) { mark_ready(i); });
   }
 

@@ -19,8 +19,9 @@ class OverlapSynchronizer final : public ReplicatedSynchronizer {
         pending_(params_.size()),
         ready_(params_.size(), 0),
         hooks_(params_, [this](size_t i) { mark_ready(i); }) {
-    launch_order_.resize(params_.size());
-    for (size_t k = 0; k < params_.size(); ++k) launch_order_[k] = params_.size() - 1 - k;
+    // A resumed run launches in the order the checkpointed run had agreed on.
+    launch_order_ = initial_launch_order(order_agreed_);
+    synchronized_once_ = order_agreed_;
   }
 
   std::string name() const override { return "overlap"; }

@@ -59,6 +59,21 @@ UnshardedPeak ReplicatedSynchronizer::step_peak_unsharded() const {
   return peak;
 }
 
+std::vector<size_t> ReplicatedSynchronizer::initial_launch_order(bool& agreed) const {
+  const std::vector<int64_t>& saved = options_.launch_order;
+  std::vector<char> seen(params_.size(), 0);
+  agreed = !options_.static_buckets && saved.size() == params_.size();
+  for (size_t k = 0; agreed && k < saved.size(); ++k) {
+    agreed = saved[k] >= 0 && saved[k] < static_cast<int64_t>(params_.size()) && !seen[saved[k]];
+    if (agreed) seen[saved[k]] = 1;
+  }
+  std::vector<size_t> order(params_.size());
+  for (size_t k = 0; k < params_.size(); ++k) {
+    order[k] = agreed ? static_cast<size_t>(saved[k]) : params_.size() - 1 - k;
+  }
+  return order;
+}
+
 std::vector<size_t> ReplicatedSynchronizer::agree_on_ready_order(
     const std::vector<size_t>& recorded) {
   std::vector<char> seen(params_.size(), 0);

@@ -393,6 +393,7 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
   // Every rank read the same parameters: the import's weights or the checkpoint's.
   sync_options.same_initial_state = resumed || !options.init_from.empty();
   sync_options.source = m.shard_source.get();
+  if (resumed) sync_options.launch_order = detail::resumed_launch_order(*resumed);
   m.sync = make_synchronizer(*m.model, m.comm, sync_options);
   m.shard_source.reset();  // unmaps the file
   m.memory.loading_peak_rss_rise_bytes = loading.peak_rise_bytes();

@@ -47,7 +47,8 @@ nlohmann::json checkpoint_fields(const TrainingState& s, int64_t steps_done) {
             {"beta1", o.beta1},
             {"beta2", o.beta2},
             {"eps", o.eps},
-            {"weight_decay", o.weight_decay}}}};
+            {"weight_decay", o.weight_decay}}},
+          {"launch_order", s.sync.launch_order()}};
 }
 
 nlohmann::json checkpoint_header(const TrainingState& s, int64_t steps_done) {
@@ -232,6 +233,16 @@ int64_t resumed_step(const CheckpointReader& reader, const DdpJobOptions& option
                                      std::to_string(options.batch_size));
   }
   return step;
+}
+
+std::vector<int64_t> resumed_launch_order(const CheckpointReader& reader) {
+  const auto found = reader.metadata().find("launch_order");
+  if (found == reader.metadata().end()) return {};  // written before the field existed
+  try {
+    return found->get<std::vector<int64_t>>();
+  } catch (const nlohmann::json::exception&) {
+    throw OptionError("--resume", "the checkpoint's launch_order is not a list of integers");
+  }
 }
 
 double save_checkpoint(const TrainingState& s, int64_t steps_done, int64_t crash_after_bytes) {

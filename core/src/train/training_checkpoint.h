@@ -61,6 +61,9 @@ void load_optimizer_state(CheckpointReader& reader, const TrainingState& state);
 // The steps a checkpoint has done; OptionError("--batch") when its data position is not that
 // many global batches of this job's.
 int64_t resumed_step(const CheckpointReader& reader, const DdpJobOptions& options);
+// The launch order the checkpoint's run had agreed on (SyncOptions::launch_order); empty when it
+// had none, or the checkpoint predates the field. OptionError("--resume") when malformed.
+std::vector<int64_t> resumed_launch_order(const CheckpointReader& reader);
 
 // Saves the checkpoint of `steps_done` steps (a collective: every rank calls it) and returns its
 // seconds, the step's stall. `crash_after_bytes` > 0: this rank's file stops there and the

@@ -47,6 +47,11 @@ struct SyncOptions {
   // overlap, bucketed: keep reverse registration order; else adopt rank 0's gradient-ready
   // order after the first step (DdpJobOptions::static_buckets).
   bool static_buckets = false;
+  // overlap, bucketed: a resumed run's launch order, the one its checkpoint's run had agreed on
+  // (GradientSynchronizer::launch_order), adopted from the first step so that the buckets and
+  // their summation order are the uninterrupted run's. Empty, or not an order of the
+  // parameters: reverse registration order until the first step's agreement.
+  std::vector<int64_t> launch_order;
   // overlap, bucketed: reduce parameters that got no gradient as zeros instead of throwing.
   bool find_unused_parameters = false;
   // fsdp (DdpJobOptions::fsdp_units, fsdp_prefetch, reshard_after_forward): one unit per block
