@@ -20,7 +20,8 @@
 # SHRINK=1: three workers, none idle, and --min-world-size 2; rank 1's worker daemon is SIGKILLed
 # (its rank process dies with it), so the heal is a shrink in place to 2 ranks and the restart
 # resumes at world 2; the worker is started again after each run.
-# Usage: [ZERO1=1 | FSDP=1 | SHRINK=1] tests/bench/bench_heal.sh [STEPS_TINY] [STEPS_SMALL]
+# MODELS="tiny" (or "small") runs those models only.
+# Usage: [ZERO1=1 | FSDP=1 | SHRINK=1] [MODELS=...] tests/bench/bench_heal.sh [STEPS_TINY] [STEPS_SMALL]
 #        (run scripts/build.sh first)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -168,7 +169,7 @@ median_step_ms() {  # model steps extra...
 }
 
 printf '%-6s %-8s %10s %6s %13s\n' model path recover_s twice ckpt_read_MB
-for model in tiny small; do
+for model in ${MODELS:-tiny small}; do
   steps=$steps_tiny
   [ $model = small ] && steps=$steps_small
   kill_at=$((steps / 2))
