@@ -1,5 +1,6 @@
 #include "train/state_transfer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <stdexcept>
@@ -152,28 +153,64 @@ int64_t transfer_optimizer_shards(const TrainingState& s, Communicator& comm,
   return bytes;
 }
 
+// A failure over a group of two split from the job's (`members`, ascending), naming the job's
+// rank rather than the pair's 0 or 1.
+CollectiveError in_the_job(const CollectiveError& e, const std::vector<int>& members) {
+  const int peer = e.peer_rank() == 0 || e.peer_rank() == 1 ? members[e.peer_rank()] : -1;
+  return CollectiveError("over the group of ranks " + std::to_string(members[0]) + " and " +
+                             std::to_string(members[1]) + " (its ranks 0 and 1): " + e.what(),
+                         e.cause(), peer);
+}
+
+// One shard of steps 4f and 5f: its parameter elements, then their AdamW steps and moments,
+// from `root` over `group`, into this rank's `keeper` (null: scratch). Returns their bytes.
+int64_t move_fsdp_shard(Communicator& group, const std::vector<torch::Tensor>& shard, int root,
+                        torch::optim::Optimizer* keeper, const std::string& name) {
+  {
+    torch::NoGradGuard no_grad;
+    broadcast_in_chunks(group, shard, root, "broadcast/" + name + "_parameters");
+  }
+  int64_t bytes = 0;
+  for (const auto& p : shard) bytes += p.nbytes();
+  return bytes + transfer_adam_states(group, shard, keeper, root, name);
+}
+
 // Steps 4f and 5f (fsdp with --shard-replicas 1): each shard whose owner or holder lacks it at T
-// comes from its provider, whole: its parameters' elements, then their AdamW steps and moments.
-// The owner keeps it as its own, the holder as its replica, any other rank reads it into
-// scratch. Returns the bytes broadcast.
+// comes from its provider, whole. On a host transport at world > 2 it goes over a group of the
+// owner and the holder alone, and a failure there names the job's rank; else (world 2, NCCL,
+// where a new communicator costs more than the broadcast saves) over the whole group, where any
+// other rank reads it into scratch. Returns the bytes broadcast.
 int64_t transfer_fsdp_shards(const TrainingState& s, Communicator& comm,
                              const ShardedHealPlan& plan) {
   const int rank = comm.info().rank;
   const int world = comm.info().world_size;
+  const bool pairs = world > 2 && comm.info().device.is_cpu();
   int64_t bytes = 0;
   for (int k = 0; k < world; ++k) {
     if (!plan.moments_move[k]) continue;
-    const std::string name = "heal_shard" + std::to_string(k);
-    const std::vector<torch::Tensor> shard = s.sync.shard_parameters(k);
-    {
-      torch::NoGradGuard no_grad;
-      broadcast_in_chunks(comm, shard, plan.shard_provider[k], "broadcast/" + name + "_parameters");
+    const int holder = (k + 1) % world;
+    const int provider = plan.shard_provider[k];
+    if (provider != k && provider != holder) {  // only the owner and its holder keep shard k
+      throw std::logic_error("healing: shard " + std::to_string(k) + "'s provider " +
+                             std::to_string(provider) + " is neither its owner nor its holder");
     }
-    for (const auto& p : shard) bytes += p.nbytes();
-    torch::optim::Optimizer* keeper = k == rank                         ? &s.local_optimizer
-                                      : k == (rank + world - 1) % world ? s.replica_optimizer
-                                                                        : nullptr;
-    bytes += transfer_adam_states(comm, shard, keeper, plan.shard_provider[k], name);
+    torch::optim::Optimizer* keeper = k == rank        ? &s.local_optimizer
+                                      : holder == rank ? s.replica_optimizer
+                                                       : nullptr;
+    const std::string name = "heal_shard" + std::to_string(k);
+    if (!pairs) {
+      bytes += move_fsdp_shard(comm, s.sync.shard_parameters(k), provider, keeper, name);
+      continue;
+    }
+    if (!keeper) continue;  // keeps nothing of shard k: not in its pair
+    const std::vector<int> members{std::min(k, holder), std::max(k, holder)};
+    std::shared_ptr<Communicator> pair = comm.split(members, name);
+    try {
+      bytes += move_fsdp_shard(*pair, s.sync.shard_parameters(k), provider == members[0] ? 0 : 1,
+                               keeper, name);
+    } catch (const CollectiveError& e) {
+      throw in_the_job(e, members);
+    }
   }
   return bytes;
 }
@@ -260,16 +297,12 @@ int64_t transfer_replicated_state(const TrainingState& s, Communicator& comm, in
 int64_t transfer_to_joined_rank(const TrainingState& s, Communicator& comm,
                                 const std::vector<int>& members, int source_rank,
                                 const AfterParameters& after_parameters, int64_t resumed_step) {
-  const std::string pair =
-      "ranks " + std::to_string(members[0]) + " and " + std::to_string(members[1]);
   std::shared_ptr<Communicator> two = comm.split(members, "heal_state");
   try {
     return transfer_replicated_state(s, *two, source_rank == members[0] ? 0 : 1, after_parameters,
                                      resumed_step);
   } catch (const CollectiveError& e) {
-    const int peer = e.peer_rank() >= 0 && e.peer_rank() < 2 ? members[e.peer_rank()] : -1;
-    throw CollectiveError("over the group of " + pair + " (its ranks 0 and 1): " + e.what(),
-                          e.cause(), peer);
+    throw in_the_job(e, members);
   }
 }
 

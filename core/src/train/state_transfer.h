@@ -77,9 +77,11 @@
 //      interrupted step left in flight and forms its ring over the new group.
 //  4f. The buffers and frozen parameters from the state source (every rank holds them whole).
 //      Then, shard by shard in rank order, where its owner or its holder lacks shard k at T, the
-//      provider broadcasts the shard's parameter elements, then their AdamW steps and moments:
-//      the owner keeps them as its own, the holder as its replica, any other rank reads them
-//      into scratch.
+//      provider (one of the two) broadcasts the shard's parameter elements, then their AdamW
+//      steps and moments, over a group of the owner and the holder alone (split from the new
+//      group under "heal_shard<k>"; at world 2 the group itself): the owner keeps them as its
+//      own, the holder as its replica. Other ranks take no part. Every rank goes through k in
+//      ascending order, so no member waits on a pair whose other member waits on a later one.
 //  5f. Training goes on at T.
 #pragma once
 
