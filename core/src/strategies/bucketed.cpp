@@ -42,7 +42,7 @@ class BucketedSynchronizer final : public ReplicatedSynchronizer {
     // A resumed run builds its buckets as the checkpointed run had rebuilt them: a ring
     // all-reduce's summation order follows each element's place in its bucket, so another layout
     // for the first step after a resume changed its sums by an ulp over Gloo at world 3.
-    const std::vector<size_t> order = initial_launch_order(rebuilt_);
+    const std::vector<size_t> order = launch_order_from(options.launch_order, rebuilt_);
     synchronized_once_ = rebuilt_;
     // Allocating buckets is a collective over shm: a rank that joins makes them in regroup().
     if (!options.joins_running_job) build_buckets(order);
@@ -102,13 +102,8 @@ class BucketedSynchronizer final : public ReplicatedSynchronizer {
     std::fill(ready_.begin(), ready_.end(), 0);
     next_to_launch_ = 0;
     recorded_ready_order_.clear();
-    rebuilt_ = !launch_order.empty();
+    build_buckets(launch_order_from(launch_order, rebuilt_));
     synchronized_once_ = rebuilt_;
-    std::vector<size_t> order(launch_order.begin(), launch_order.end());
-    if (!rebuilt_) {
-      for (size_t k = 0; k < params_.size(); ++k) order.push_back(params_.size() - 1 - k);
-    }
-    build_buckets(order);
   }
 
  private:

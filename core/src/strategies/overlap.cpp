@@ -20,7 +20,7 @@ class OverlapSynchronizer final : public ReplicatedSynchronizer {
         ready_(params_.size(), 0),
         hooks_(params_, [this](size_t i) { mark_ready(i); }) {
     // A resumed run launches in the order the checkpointed run had agreed on.
-    launch_order_ = initial_launch_order(order_agreed_);
+    launch_order_ = launch_order_from(options.launch_order, order_agreed_);
     synchronized_once_ = order_agreed_;
   }
 
@@ -58,13 +58,8 @@ class OverlapSynchronizer final : public ReplicatedSynchronizer {
     std::fill(ready_.begin(), ready_.end(), 0);
     next_to_launch_ = 0;
     recorded_ready_order_.clear();
-    order_agreed_ = !launch_order.empty();
+    launch_order_ = launch_order_from(launch_order, order_agreed_);
     synchronized_once_ = order_agreed_;
-    if (order_agreed_) {
-      launch_order_.assign(launch_order.begin(), launch_order.end());
-    } else {
-      for (size_t k = 0; k < params_.size(); ++k) launch_order_[k] = params_.size() - 1 - k;
-    }
   }
 
  private:

@@ -59,8 +59,8 @@ UnshardedPeak ReplicatedSynchronizer::step_peak_unsharded() const {
   return peak;
 }
 
-std::vector<size_t> ReplicatedSynchronizer::initial_launch_order(bool& agreed) const {
-  const std::vector<int64_t>& saved = options_.launch_order;
+std::vector<size_t> ReplicatedSynchronizer::launch_order_from(const std::vector<int64_t>& saved,
+                                                              bool& agreed) const {
   std::vector<char> seen(params_.size(), 0);
   agreed = !options_.static_buckets && saved.size() == params_.size();
   for (size_t k = 0; agreed && k < saved.size(); ++k) {

@@ -61,10 +61,11 @@ class ReplicatedSynchronizer : public GradientSynchronizer {
   // completed with the parameters that never became ready (reverse registration order), and
   // broadcast from rank 0 (a collective).
   std::vector<size_t> agree_on_ready_order(const std::vector<size_t>& recorded);
-  // The order to launch in from the first step: a resumed run's (SyncOptions::launch_order) when
-  // it orders params_ (each index once) and the order is not static; else reverse registration
-  // order, and `agreed` false.
-  std::vector<size_t> initial_launch_order(bool& agreed) const;
+  // The order to launch in: `agreed_order` (a resumed run's SyncOptions::launch_order, or a
+  // heal source's launch_order()) when it orders params_ (each index once) and the order is not
+  // static; else reverse registration order, and `agreed` false.
+  std::vector<size_t> launch_order_from(const std::vector<int64_t>& agreed_order,
+                                        bool& agreed) const;
 
   torch::nn::Module& model_;
   std::shared_ptr<Communicator> comm_;
