@@ -9,6 +9,7 @@
 #include "comm/collective_check.h"
 #include "comm/failure_cause.h"
 #include "comm/gloo_fallbacks.h"
+#include "comm/peer_failure_watch.h"
 #include "comm/shared_memory_capability.h"
 #include "comm/skip_injection.h"
 #include "ddpd/common/seconds_since.h"
@@ -89,6 +90,14 @@ constexpr std::chrono::milliseconds kAbortCheck{100};
 
 void PendingCollective::wait_on_host(c10d::Work& work) {
   auto remaining = timeout_;
+  detail::PeerFailureWatch* watch = ticket_.peer_failures.get();
+  if (watch) watch->begin_wait();
+  struct EndWait {
+    detail::PeerFailureWatch* watch;
+    ~EndWait() {
+      if (watch) watch->end_wait();
+    }
+  } end_wait{watch};
   for (;;) {
     const auto slice = std::min(remaining, kAbortCheck);
     try {
@@ -109,6 +118,13 @@ void PendingCollective::wait_on_host(c10d::Work& work) {
     remaining -= slice;
     if (ticket_.aborted && ticket_.aborted->load()) {
       throw TransportFailure(CollectiveFailure::kAborted, -1, "the communicator was aborted");
+    }
+    if (const auto peer = watch ? watch->reported() : std::nullopt) {
+      // The peer's cause, and no rank: the cross-rank analysis names the one that holds it.
+      throw TransportFailure(peer->cause, -1,
+                             "rank " + std::to_string(peer->rank) +
+                                 " announced that its collective of this group failed (" +
+                                 enum_name(peer->cause) + "); this rank stopped waiting");
     }
   }
 }
@@ -150,6 +166,9 @@ Communicator::Communicator(c10::intrusive_ptr<c10d::Backend> group, int rank, in
       server_(std::move(server)),
       recorder_(std::make_unique<CollectiveRecorder>(info_.device, info_.journal_size)) {
   TORCH_CHECK(world_size == 1 || group_, "a process group is required for world size ", world_size);
+  if (store_ && world_size > 1 && !shared_memory_ && !info_.device.is_cuda()) {
+    peer_failures_ = std::make_shared<detail::PeerFailureWatch>(store_, rank, world_size);
+  }
 }
 
 Communicator::~Communicator() {
@@ -171,7 +190,10 @@ Communicator::~Communicator() {
   // An aborted CPU group may still run a collective on its own threads, and destroying it
   // joins them, which waits out that collective's timeout: the group is left to them instead
   // (its threads end with the process; a few buffers stay allocated until then).
-  if (aborted_->load()) (void)group_.release();
+  // So is one whose wait a peer's announced failure ended (comm/peer_failure_watch.h).
+  if (aborted_->load() || (peer_failures_ && peer_failures_->reported())) {
+    (void)group_.release();
+  }
 }
 
 void Communicator::abort() { aborted_->store(true); }

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "comm/peer_failure_watch.h"
 #include "comm/shared_memory_capability.h"
 #include "ddpd/core/communicator.h"
 
@@ -12,9 +13,11 @@ namespace ddpd::detail {
 
 std::vector<std::optional<std::string>> exchange_reports_on(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
-    const std::vector<bool>& gone, const std::string& report, std::chrono::milliseconds wait,
-    const std::function<void()>& posted) {
+    const std::vector<bool>& gone, CollectiveFailure cause, const std::string& report,
+    std::chrono::milliseconds wait, const std::function<void()>& posted) {
   // Protocol (every failing rank runs it once; a rank stuck in compute may never join):
+  //  0. announce the failure, so that a peer still blocked in a Gloo collective (on this rank,
+  //     say) stops waiting and joins (peer_failure_watch.h);
   //  1. write failure_report/<rank>;
   //  2. read the others' reports until all are there or `wait` has passed;
   //  3. write failure_report_read/<rank>;
@@ -28,6 +31,7 @@ std::vector<std::optional<std::string>> exchange_reports_on(
   auto put = [&](const std::string& k, const std::string& value) {
     store->set(k, std::vector<uint8_t>(value.begin(), value.end()));
   };
+  announce_failure(*store, rank, cause);
   put(key("failure_report/", rank), report);
   posted();
   const auto deadline = std::chrono::steady_clock::now() + wait;
@@ -62,6 +66,7 @@ std::vector<std::optional<std::string>> exchange_reports_on(
 }
 
 std::vector<std::optional<std::string>> exchange_failure_reports(const Communicator& comm,
+                                                                 CollectiveFailure cause,
                                                                  const std::string& report,
                                                                  std::chrono::milliseconds wait) {
   const int rank = comm.info().rank, world_size = comm.info().world_size;
@@ -83,9 +88,10 @@ std::vector<std::optional<std::string>> exchange_failure_reports(const Communica
   auto exchange = std::make_shared<Exchange>();
   auto posted = exchange->posted.get_future();
   auto future = exchange->result.get_future();
-  std::thread([exchange, store = comm.store(), rank, world = world_size, gone, report, wait] {
+  std::thread([exchange, store = comm.store(), rank, world = world_size, gone, cause, report,
+               wait] {
     try {
-      exchange->result.set_value(exchange_reports_on(store, rank, world, gone, report, wait,
+      exchange->result.set_value(exchange_reports_on(store, rank, world, gone, cause, report, wait,
                                                      [&] { exchange->posted.set_value(); }));
     } catch (...) {
       exchange->result.set_exception(std::current_exception());

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "ddpd/common/collective_failure.h"
+
 namespace ddpd {
 class Communicator;
 }
@@ -24,15 +26,18 @@ namespace ddpd::detail {
 // finished reading (or after one more `wait`), so its exit cannot cut the others off. Ranks the
 // shm segment shows gone are not waited for. Throws std::runtime_error when the store cannot be
 // reached (rank 0 has exited). Call at most once per communicator.
+// Before its report the rank announces `cause` to its peers' waits (comm/peer_failure_watch.h).
 std::vector<std::optional<std::string>> exchange_failure_reports(const Communicator& comm,
+                                                                 CollectiveFailure cause,
                                                                  const std::string& report,
                                                                  std::chrono::milliseconds wait);
 
-// Writes this rank's `report`, calls `posted`, and reads the others' until all are in or `wait`
-// has passed (ranks marked `gone` are not waited for). Returns the reports by rank.
+// Announces `cause` (peer_failure_watch.h), writes this rank's `report`, calls `posted`, and reads
+// the others' until all are in or `wait` has passed (ranks marked `gone` are not waited for).
+// Returns the reports by rank.
 std::vector<std::optional<std::string>> exchange_reports_on(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
-    const std::vector<bool>& gone, const std::string& report, std::chrono::milliseconds wait,
-    const std::function<void()>& posted);
+    const std::vector<bool>& gone, CollectiveFailure cause, const std::string& report,
+    std::chrono::milliseconds wait, const std::function<void()>& posted);
 
 }  // namespace ddpd::detail

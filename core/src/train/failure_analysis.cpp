@@ -65,7 +65,7 @@ StallFinding analyze_failure_across_ranks(Communicator& comm, const RankPosition
       std::min(comm.info().timeout, peer_ended(cause) ? kWaitAfterExit : kWaitAfterTimeout);
   std::vector<std::optional<std::string>> reports;
   try {
-    reports = detail::exchange_failure_reports(comm, position_json(mine).dump(), wait);
+    reports = detail::exchange_failure_reports(comm, cause, position_json(mine).dump(), wait);
   } catch (const std::exception& e) {
     StallFinding unavailable;
     unavailable.message =

@@ -28,6 +28,7 @@ std::shared_ptr<Communicator> connect_generation(const RendezvousOptions&, int, 
                                                  const std::function<bool()>&);
 
 namespace detail {
+class PeerFailureWatch;
 class SharedMemoryCapability;
 class Timeline;
 struct TimePoint;
@@ -39,6 +40,8 @@ struct JournalTicket {
   int64_t seq = 0;
   std::chrono::steady_clock::time_point epoch;       // the communicator's clock
   std::shared_ptr<const std::atomic<bool>> aborted;  // Communicator::abort(); null: never
+  // A peer's announced failure ends the wait (comm/peer_failure_watch.h); null: not watched.
+  std::shared_ptr<detail::PeerFailureWatch> peer_failures;
 };
 
 // An asynchronous collective. On CPU (Gloo), wait() blocks until it completes or the
@@ -132,6 +135,7 @@ struct CommunicatorInfo : CommunicatorOptions {
 //     options (comm/decorating_backend.h: --check-collectives, --inject skip-collective);
 //   - the shm backend's shared buffers: ddpd/core/collective_buffers.h, through shared_memory();
 //   - the exchange of failure reports: comm/failure_exchange.h, through store().
+//   - a Gloo peer's announced failure, which ends this rank's waits: comm/peer_failure_watch.h.
 // A group that failed or was aborted is not reused: a new group, over a new store prefix, gets a
 // new Communicator (connect_generation in rendezvous.h; docs/healing.md).
 // Thread contract: collectives may be launched from the training thread and from autograd
@@ -231,7 +235,7 @@ class Communicator {
   // Throws std::invalid_argument unless `tensor` is on device_ (see the collectives' contract).
   void require_on_device(const at::Tensor& tensor, const std::string& name) const;
   JournalTicket ticket(int64_t seq) const {
-    return {recorder_->shared_journal(), seq, recorder_->epoch(), aborted_};
+    return {recorder_->shared_journal(), seq, recorder_->epoch(), aborted_, peer_failures_};
   }
   // The one launch path of the asynchronous collectives: under launch_mutex_, the launch mark,
   // the journal, `call` (the backend's collective, through the wrappers) and the span's
@@ -253,6 +257,9 @@ class Communicator {
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Store> server_;  // rank 0's; freed even when abort() leaves group_
   std::shared_ptr<std::atomic<bool>> aborted_ = std::make_shared<std::atomic<bool>>(false);
+  // Gloo's host waits: a peer that announced its failure through the store ends them (shm's
+  // segment and NCCL's watchdog already show a lost peer). Null: not watched.
+  std::shared_ptr<detail::PeerFailureWatch> peer_failures_;
   std::mutex launch_mutex_;
   std::unique_ptr<CollectiveRecorder> recorder_;
 };
