@@ -1,6 +1,7 @@
-// Communicator::split's refusals, which need no peer. The split itself is exercised by real
-// processes: a heal sends the state to the rank that joins over a group of two
-// (tests/multirank/heal_test.cpp, Healing, on shm and Gloo).
+// Communicator::split's refusals, which need no peer, and a member that never comes, over real
+// Gloo ranks in this process. The split itself is exercised by real processes: a heal sends the
+// state to the rank that joins over a group of two (tests/multirank/heal_test.cpp, Healing, on
+// shm and Gloo).
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "ddpd/core/communicator.h"
+#include "unit/gloo_ranks.h"
 
 namespace ddpd {
 namespace {
@@ -32,6 +34,24 @@ TEST(CommunicatorSplit, RefusesARankOutsideItsMembersAndAGroupWithoutAStore) {
       << "rank 1 is not in a group of one";
   EXPECT_NE(logic_error_of(single, {0}).find("this group was not formed over a store"),
             std::string::npos);
+}
+
+// A member that never calls split (a spare that died on its way in): the group does not form,
+// and the other member's split fails as a collective does, typed, once the timeout has passed.
+TEST(CommunicatorSplit, AMemberThatNeverComesFailsTheSplitAsATimedOutCollective) {
+  const std::chrono::milliseconds timeout{1500};
+  testing::GlooRanks ranks(2, timeout);
+  try {
+    ranks.comms[0]->split({0, 1}, "pair");
+    ADD_FAILURE() << "the split formed without rank 1";
+  } catch (const CollectiveError& e) {
+    EXPECT_EQ(enum_name(e.cause()), "timed_out") << e.what();
+    EXPECT_EQ(e.peer_rank(), -1) << e.what();
+    EXPECT_NE(
+        std::string(e.what()).find("split pair of ranks 0..1, rank 0: the group did not form"),
+        std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include "comm/failure_cause.h"
 #include "ddpd/core/communicator.h"
 
 namespace ddpd {
@@ -36,9 +37,14 @@ std::shared_ptr<Communicator> Communicator::split(const std::vector<int>& member
     try {
       group = info_.make_backend(store, rank, world_size);
     } catch (const std::exception& e) {
-      throw std::runtime_error("split " + tag + " of ranks " + std::to_string(members.front()) +
-                               ".." + std::to_string(members.back()) + ", rank " +
-                               std::to_string(info_.rank) + ": " + e.what());
+      // Typed as a collective's failure: a member that never came (a spare that died on its
+      // way in) is the cause a heal reports, with the rank its caller can name.
+      const TransportFailure failure = detail::failure_of(e);
+      throw CollectiveError("split " + tag + " of ranks " + std::to_string(members.front()) + ".." +
+                                std::to_string(members.back()) + ", rank " +
+                                std::to_string(info_.rank) + ": the group did not form (" +
+                                failure.what() + ")",
+                            failure.cause(), failure.peer_rank());
     }
   }
   auto out = std::make_shared<Communicator>(std::move(group), rank, world_size, std::move(options),

@@ -204,8 +204,8 @@ int64_t transfer_fsdp_shards(const TrainingState& s, Communicator& comm,
     }
     if (!keeper) continue;  // keeps nothing of shard k: not in its pair
     const std::vector<int> members{std::min(k, holder), std::max(k, holder)};
-    std::shared_ptr<Communicator> pair = comm.split(members, name);
     try {
+      std::shared_ptr<Communicator> pair = comm.split(members, name);
       bytes += move_fsdp_shard(*pair, s.sync.shard_parameters(k), provider == members[0] ? 0 : 1,
                                keeper, name);
     } catch (const CollectiveError& e) {
@@ -297,8 +297,8 @@ int64_t transfer_replicated_state(const TrainingState& s, Communicator& comm, in
 int64_t transfer_to_joined_rank(const TrainingState& s, Communicator& comm,
                                 const std::vector<int>& members, int source_rank,
                                 const AfterParameters& after_parameters, int64_t resumed_step) {
-  std::shared_ptr<Communicator> two = comm.split(members, "heal_state");
   try {
+    std::shared_ptr<Communicator> two = comm.split(members, "heal_state");
     return transfer_replicated_state(s, *two, source_rank == members[0] ? 0 : 1, after_parameters,
                                      resumed_step);
   } catch (const CollectiveError& e) {

@@ -222,8 +222,9 @@ class Communicator {
   // under "split/<tag>/". Only the members call it, each once per tag and generation; it blocks
   // until every member has (the backend's own exchange, within the timeout). The new group has
   // this one's options and shares its abort(): a cancel ends its waits too. Throws
-  // std::logic_error when this rank is not a member or the group cannot split, and
-  // std::runtime_error as connect() does when the group does not form.
+  // std::logic_error when this rank is not a member or the group cannot split, and a
+  // CollectiveError (the backend's cause; a peer as the new group numbers it, or -1) when the
+  // group does not form, as when a member never comes within the timeout.
   std::shared_ptr<Communicator> split(const std::vector<int>& members, const std::string& tag);
 
  private:
