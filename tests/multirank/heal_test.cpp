@@ -149,8 +149,8 @@ void expect_healed_bitwise(const std::string& strategy) {
     EXPECT_EQ(heals[0]["resumed_step"], kLostAtStep + (exits_after_update(strategy) ? 1 : 0));
     // A replicated strategy's survivors both completed the source's steps, so the state goes
     // to the rank that joined alone, over a group of two (state_transfer.h, step 4): rank 2
-    // receives nothing. ZeRO-1's shards move over the whole group; fsdp's over the pair of each
-    // shard's owner and holder, where rank 2 sends rank 1's own shard.
+    // receives nothing. ZeRO-1's moments and fsdp's shards move over the pair of each shard's
+    // owner and holder, where rank 2 sends rank 1's own shard.
     if (rank == 2 && !sharded(strategy)) {
       EXPECT_EQ(heals[0]["state_bytes"], 0) << strategy << ": rank 2 held the state already";
     } else {

@@ -123,6 +123,40 @@ int64_t transfer_adam_states(Communicator& comm, const std::vector<torch::Tensor
   return bytes;
 }
 
+// A failure over a group of two split from the job's (`members`, ascending), naming the job's
+// rank rather than the pair's 0 or 1.
+CollectiveError in_the_job(const CollectiveError& e, const std::vector<int>& members) {
+  const int peer = e.peer_rank() == 0 || e.peer_rank() == 1 ? members[e.peer_rank()] : -1;
+  return CollectiveError("over the group of ranks " + std::to_string(members[0]) + " and " +
+                             std::to_string(members[1]) + " (its ranks 0 and 1): " + e.what(),
+                         e.cause(), peer);
+}
+
+// Moves shard k's piece with `move` (over a group, from that group's rank `root`; returns the
+// bytes): on a host transport at world > 2 over a group of k's owner and its holder k + 1 alone
+// (split under `name`), where a rank that keeps nothing of shard k (`keeps` false) takes no part
+// and a failure names the job's rank; else (world 2, NCCL, where a new communicator costs more
+// than the broadcast saves) over the whole group, from `provider`.
+int64_t move_over_shard_pair(Communicator& comm, int k, int provider, bool keeps,
+                             const std::string& name,
+                             const std::function<int64_t(Communicator&, int)>& move) {
+  const int world = comm.info().world_size;
+  const int holder = (k + 1) % world;
+  if (provider != k && provider != holder) {  // only the owner and its holder keep shard k
+    throw std::logic_error("healing: shard " + std::to_string(k) + "'s provider " +
+                           std::to_string(provider) + " is neither its owner nor its holder");
+  }
+  if (world <= 2 || !comm.info().device.is_cpu()) return move(comm, provider);
+  if (!keeps) return 0;
+  const std::vector<int> members{std::min(k, holder), std::max(k, holder)};
+  try {
+    std::shared_ptr<Communicator> pair = comm.split(members, name);
+    return move(*pair, provider == members[0] ? 0 : 1);
+  } catch (const CollectiveError& e) {
+    throw in_the_job(e, members);
+  }
+}
+
 // Steps 4' (each shard's parameters where the state source's are not at T, and its moments
 // where its owner or holder lacks them) and 5': see plan_sharded_heal.
 int64_t transfer_optimizer_shards(const TrainingState& s, Communicator& comm,
@@ -146,20 +180,14 @@ int64_t transfer_optimizer_shards(const TrainingState& s, Communicator& comm,
     torch::optim::Optimizer* keeper = k == rank                   ? &sharded.local_optimizer()
                                       : k == sharded.replica_of() ? sharded.replica_optimizer()
                                                                   : nullptr;
-    bytes += transfer_adam_states(comm, shard, keeper, plan.shard_provider[k],
-                                  "heal_shard" + std::to_string(k));
+    const std::string name = "heal_shard" + std::to_string(k);
+    bytes += move_over_shard_pair(comm, k, plan.shard_provider[k], keeper != nullptr, name,
+                                  [&](Communicator& group, int root) {
+                                    return transfer_adam_states(group, shard, keeper, root, name);
+                                  });
   }
   sharded.set_updated_steps(plan.target_step);
   return bytes;
-}
-
-// A failure over a group of two split from the job's (`members`, ascending), naming the job's
-// rank rather than the pair's 0 or 1.
-CollectiveError in_the_job(const CollectiveError& e, const std::vector<int>& members) {
-  const int peer = e.peer_rank() == 0 || e.peer_rank() == 1 ? members[e.peer_rank()] : -1;
-  return CollectiveError("over the group of ranks " + std::to_string(members[0]) + " and " +
-                             std::to_string(members[1]) + " (its ranks 0 and 1): " + e.what(),
-                         e.cause(), peer);
 }
 
 // One shard of steps 4f and 5f: its parameter elements, then their AdamW steps and moments,
@@ -176,41 +204,24 @@ int64_t move_fsdp_shard(Communicator& group, const std::vector<torch::Tensor>& s
 }
 
 // Steps 4f and 5f (fsdp with --shard-replicas 1): each shard whose owner or holder lacks it at T
-// comes from its provider, whole. On a host transport at world > 2 it goes over a group of the
-// owner and the holder alone, and a failure there names the job's rank; else (world 2, NCCL,
-// where a new communicator costs more than the broadcast saves) over the whole group, where any
-// other rank reads it into scratch. Returns the bytes broadcast.
+// comes from its provider, whole, over the pair of its owner and holder where
+// move_over_shard_pair takes one. Returns the bytes broadcast.
 int64_t transfer_fsdp_shards(const TrainingState& s, Communicator& comm,
                              const ShardedHealPlan& plan) {
   const int rank = comm.info().rank;
   const int world = comm.info().world_size;
-  const bool pairs = world > 2 && comm.info().device.is_cpu();
   int64_t bytes = 0;
   for (int k = 0; k < world; ++k) {
     if (!plan.moments_move[k]) continue;
-    const int holder = (k + 1) % world;
-    const int provider = plan.shard_provider[k];
-    if (provider != k && provider != holder) {  // only the owner and its holder keep shard k
-      throw std::logic_error("healing: shard " + std::to_string(k) + "'s provider " +
-                             std::to_string(provider) + " is neither its owner nor its holder");
-    }
-    torch::optim::Optimizer* keeper = k == rank        ? &s.local_optimizer
-                                      : holder == rank ? s.replica_optimizer
-                                                       : nullptr;
+    torch::optim::Optimizer* keeper = k == rank                 ? &s.local_optimizer
+                                      : (k + 1) % world == rank ? s.replica_optimizer
+                                                                : nullptr;
     const std::string name = "heal_shard" + std::to_string(k);
-    if (!pairs) {
-      bytes += move_fsdp_shard(comm, s.sync.shard_parameters(k), provider, keeper, name);
-      continue;
-    }
-    if (!keeper) continue;  // keeps nothing of shard k: not in its pair
-    const std::vector<int> members{std::min(k, holder), std::max(k, holder)};
-    try {
-      std::shared_ptr<Communicator> pair = comm.split(members, name);
-      bytes += move_fsdp_shard(*pair, s.sync.shard_parameters(k), provider == members[0] ? 0 : 1,
-                               keeper, name);
-    } catch (const CollectiveError& e) {
-      throw in_the_job(e, members);
-    }
+    bytes += move_over_shard_pair(comm, k, plan.shard_provider[k], keeper != nullptr, name,
+                                  [&](Communicator& group, int root) {
+                                    return move_fsdp_shard(group, s.sync.shard_parameters(k), root,
+                                                           keeper, name);
+                                  });
   }
   return bytes;
 }

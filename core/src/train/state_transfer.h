@@ -47,8 +47,9 @@
 //      shard's provider (sending the source's first would overwrite the provider's). Then, shard
 //      by shard in rank order, where the owner or the holder lacks shard k at T (it joined, or
 //      it updated past T), the provider broadcasts the shard's AdamW steps and moments: the
-//      owner takes them into its optimizer, the holder into its replica, any other rank reads
-//      them into scratch.
+//      owner takes them into its optimizer, the holder into its replica. As in step 4f, they go
+//      over a group of the owner and the holder alone (at world 2, and over NCCL, the group
+//      itself, where any other rank reads them into scratch).
 //  5'. As step 5, and every rank's updated steps become T.
 //
 // ZeRO-1 with --shard-replicas 1 shrinking in place (no rank joins; the group is one smaller):
@@ -68,7 +69,8 @@
 //
 // fsdp with --shard-replicas 1 (strategies/fsdp.cpp): rank r's shard (its parameters' elements
 // and their AdamW state) is also on r + 1, which receives r's reduced gradient shard each step
-// (comm/ring_shift.h) and steps its copy with the same bits. At the same world size only (fsdp
+// (inside the reduce-scatter over shm; comm/ring_shift.h elsewhere) and steps its copy with the
+// same bits. At the same world size only (fsdp
 // does not shrink in place: the coordinator restarts it from its checkpoint instead):
 //  1f. As step 1', where a rank's updated steps are its completed steps (no collective follows
 //      fsdp's update within a step).
