@@ -149,9 +149,13 @@ void PendingCollective::wait() {
     const TransportFailure failure =
         aborted() ? TransportFailure(CollectiveFailure::kAborted, -1, detail::words_of(e))
                   : detail::failure_of(e);
+    // Gloo's words name no rank; in a group of two, a peer that ended is the other rank.
+    const bool from_words = dynamic_cast<const TransportFailure*>(&e) == nullptr;
+    const bool only_peer_ended =
+        from_words && peer_ended(failure.cause()) && failure.peer_rank() < 0;
     throw CollectiveError(
         describe_collective_failure(name_, failure.cause(), timeout_, failure.what()),
-        failure.cause(), failure.peer_rank());
+        failure.cause(), only_peer_ended ? ticket_.only_peer : failure.peer_rank());
   }
 }
 

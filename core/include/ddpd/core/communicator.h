@@ -42,6 +42,9 @@ struct JournalTicket {
   std::shared_ptr<const std::atomic<bool>> aborted;  // Communicator::abort(); null: never
   // A peer's announced failure ends the wait (comm/peer_failure_watch.h); null: not watched.
   std::shared_ptr<detail::PeerFailureWatch> peer_failures;
+  // A group of two's other rank: a peer that ended, which Gloo's words do not name, is it.
+  // -1: more peers than one.
+  int only_peer = -1;
 };
 
 // An asynchronous collective. On CPU (Gloo), wait() blocks until it completes or the
@@ -236,7 +239,12 @@ class Communicator {
   // Throws std::invalid_argument unless `tensor` is on device_ (see the collectives' contract).
   void require_on_device(const at::Tensor& tensor, const std::string& name) const;
   JournalTicket ticket(int64_t seq) const {
-    return {recorder_->shared_journal(), seq, recorder_->epoch(), aborted_, peer_failures_};
+    return {recorder_->shared_journal(),
+            seq,
+            recorder_->epoch(),
+            aborted_,
+            peer_failures_,
+            info_.world_size == 2 ? 1 - info_.rank : -1};
   }
   // The one launch path of the asynchronous collectives: under launch_mutex_, the launch mark,
   // the journal, `call` (the backend's collective, through the wrappers) and the span's
