@@ -5,6 +5,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -95,17 +96,20 @@ PeerFailureWatch::~PeerFailureWatch() {
   state_->wake.notify_all();
 }
 
-void PeerFailureWatch::begin_wait() {
+void PeerFailureWatch::begin_wait() noexcept {
   std::lock_guard<std::mutex> lock(state_->mutex);
   if (state_->waiting++ == 0) state_->waiting_since = std::chrono::steady_clock::now();
   if (!state_->started) {
-    state_->started = true;
-    std::thread([state = state_] { state->run(); }).detach();
+    state_->started = true;  // tried once: a process out of threads waits unwatched
+    try {
+      std::thread([state = state_] { state->run(); }).detach();
+    } catch (const std::system_error&) {
+    }
   }
   state_->wake.notify_all();
 }
 
-void PeerFailureWatch::end_wait() {
+void PeerFailureWatch::end_wait() noexcept {
   std::lock_guard<std::mutex> lock(state_->mutex);
   --state_->waiting;
 }

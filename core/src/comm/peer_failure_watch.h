@@ -54,9 +54,10 @@ class PeerFailureWatch {
   PeerFailureWatch(const PeerFailureWatch&) = delete;
   PeerFailureWatch& operator=(const PeerFailureWatch&) = delete;
 
-  // Around each host wait on a collective (they may nest across threads).
-  void begin_wait();
-  void end_wait();
+  // Around each host wait on a collective (they may nest across threads). Never throw: a thread
+  // the system refuses leaves the waits unwatched, as shm's and NCCL's are.
+  void begin_wait() noexcept;
+  void end_wait() noexcept;
   // The first peer failure seen; it stays seen.
   std::optional<PeerFailure> reported() const;
 
