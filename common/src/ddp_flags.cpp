@@ -92,8 +92,8 @@ void add_optimizer_flags(CLI::App& app, DdpJobOptions& o) {
       ->capture_default_str();
   app.add_flag("--shard-optimizer", o.shard_optimizer, "ZeRO-1 optimizer-state sharding");
   app.add_option("--shard-replicas", o.shard_replicas,
-                 "ZeRO-1: 1 keeps a copy of each rank's optimizer shard on the next rank, so a "
-                 "lost rank heals from memory (docs/healing.md)")
+                 "ZeRO-1 and fsdp: 1 keeps a copy of each rank's shards on the next rank, so a "
+                 "lost rank is replaced, or its survivors shrink, from memory (docs/healing.md)")
       ->capture_default_str();
   app.add_option("--lr", o.lr, "AdamW learning rate")->capture_default_str();
   app.add_option("--beta1", o.beta1, "AdamW beta1")->capture_default_str();

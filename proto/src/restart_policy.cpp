@@ -32,10 +32,9 @@ bool may_shrink_in_place(const v1::Job& job, int lost_rank) {
   const int world = job.worker_ids_size();
   if (!may_heal(job) || lost_rank < 0 || lost_rank >= world) return false;
   const DdpJobOptions ddp = from_proto(job.spec().ddp());
-  // may_heal: a sharded optimizer keeps replicas, so its shards can be laid out again; fsdp's
-  // keep their layout, so fsdp heals with a spare only.
-  return ddp.strategy != Strategy::kFsdp && ddp.min_world_size > 0 &&
-         ddp.min_world_size <= world - 1 &&
+  // may_heal: sharded state (ZeRO-1's, fsdp's) keeps replicas, so its shards can be laid out
+  // again for the survivors.
+  return ddp.min_world_size > 0 && ddp.min_world_size <= world - 1 &&
          ddp.batch_size % (static_cast<int64_t>(world - 1) * ddp.grad_accum) == 0;
 }
 

@@ -16,7 +16,7 @@
 # keep --shard-replicas 1, which a heal needs, and the restarted and unarmed ones do not.
 # FSDP=1: every job runs fsdp; the healed one and the armed healthy one keep --shard-replicas 1
 # (each rank's shards copied on the next), which a heal needs. Not with ZERO1=1 (fsdp shards its
-# optimizer state itself) or SHRINK=1 (fsdp does not shrink in place).
+# optimizer state itself).
 # SHRINK=1: three workers, none idle, and --min-world-size 2; rank 1's worker daemon is SIGKILLed
 # (its rank process dies with it), so the heal is a shrink in place to 2 ranks and the restart
 # resumes at world 2; the worker is started again after each run.
@@ -36,8 +36,8 @@ sharding=() replicas=()
 if [ "${ZERO1:-0}" = 1 ]; then sharding=(--shard-optimizer) replicas=(--shard-replicas 1); fi
 strategy=bucketed
 if [ "${FSDP:-0}" = 1 ]; then
-  if [ "${ZERO1:-0}" = 1 ] || [ "${SHRINK:-0}" = 1 ]; then
-    echo "bench_heal.sh: FSDP=1 goes alone (not with ZERO1=1 or SHRINK=1)" >&2
+  if [ "${ZERO1:-0}" = 1 ]; then
+    echo "bench_heal.sh: FSDP=1 goes without ZERO1=1" >&2
     exit 2
   fi
   strategy=fsdp replicas=(--shard-replicas 1)

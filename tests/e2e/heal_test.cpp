@@ -331,11 +331,13 @@ TEST(Heal, ALostRankZeroWithNoSpareShrinksAndTheStoreMovesToTheNewRankZero) {
 // ZeRO-1 with replicas, no spare: rank 1's worker is SIGKILLed, its optimizer shard is on rank 2,
 // and the survivors lay every shard out again for 2 ranks in place (tests/multirank/heal_test.cpp
 // checks the bits against a resume at world 2).
-TEST(Heal, AZeroOneJobWithNoSpareShrinksInPlaceAndLaysItsShardsOutAgain) {
-  Cluster cluster(3, "heal-shrink-zero1");
-  auto flags = heal_job(150);
-  flags.insert(flags.end(),
-               {"--min-world-size", "2", "--shard-optimizer", "--shard-replicas", "1"});
+// Sharded state with --shard-replicas 1 and no spare: the worker of rank 1 is killed, and the
+// survivors lay the shards out again for 2 ranks from their own shards and copies.
+void expect_sharded_shrink(const std::string& name, const std::string& what,
+                           const std::vector<std::string>& sharding) {
+  Cluster cluster(3, name);
+  auto flags = with_extra(heal_job(150), sharding);
+  flags.insert(flags.end(), {"--min-world-size", "2", "--shard-replicas", "1"});
   const std::string job = cluster.submit(flags);
   const auto [seconds, shown] = fault_and_heal(
       cluster, job, [&] { cluster.worker(worker_index_of_rank(cluster, job, 1)).signal(SIGKILL); });
@@ -350,11 +352,22 @@ TEST(Heal, AZeroOneJobWithNoSpareShrinksInPlaceAndLaysItsShardsOutAgain) {
   for (const auto& rank : shown["ranks"]) EXPECT_EQ(rank["state"], "succeeded") << rank.dump();
   ASSERT_TRUE(shown.contains("heals")) << shown.dump();
   EXPECT_EQ(shown["heals"][0]["world_size"], 2);
-  EXPECT_GT(shown["heals"][0]["state_bytes"].get<int64_t>(), 0) << "the moments moved";
+  EXPECT_GT(shown["heals"][0]["state_bytes"].get<int64_t>(), 0) << "the shards' state moved";
   std::printf(
-      "[ heal     ] ZeRO-1, worker of rank 1 killed, no spare: shards laid out for 2 ranks, "
+      "[ heal     ] %s, worker of rank 1 killed, no spare: shards laid out for 2 ranks, "
       "healed %.2f s after the kill, %lld bytes moved\n",
-      seconds, static_cast<long long>(shown["heals"][0]["state_bytes"].get<int64_t>()));
+      what.c_str(), seconds,
+      static_cast<long long>(shown["heals"][0]["state_bytes"].get<int64_t>()));
+}
+
+TEST(Heal, AZeroOneJobWithNoSpareShrinksInPlaceAndLaysItsShardsOutAgain) {
+  expect_sharded_shrink("heal-shrink-zero1", "ZeRO-1", {"--shard-optimizer"});
+}
+
+// fsdp: every unit's flat layout is assembled from the survivors' shards and copies, and cut
+// again for 2 ranks (state_transfer.h, steps 1f''-4f'').
+TEST(Heal, AnFsdpJobWithNoSpareShrinksInPlaceAndLaysEveryUnitOutAgain) {
+  expect_sharded_shrink("heal-shrink-fsdp", "fsdp", {"--strategy", "fsdp"});
 }
 
 // The worker of a `workers`-worker cluster that the job does not run on (at world 3).

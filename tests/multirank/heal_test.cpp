@@ -288,7 +288,8 @@ TEST_P(ShrinkingFrom, SurvivorsGoOnAsAResumeAtTheSmallerWorldWouldAndTrainEveryS
 INSTANTIATE_TEST_SUITE_P(Shrinking, ShrinkingFrom,
                          ::testing::Combine(::testing::Values(3, 2),
                                             ::testing::Values("bucketed", "zero1",
-                                                              "zero1+after-update")),
+                                                              "zero1+after-update", "fsdp",
+                                                              "fsdp+after-update")),
                          [](const auto& info) {
                            std::string name = "World" + std::to_string(std::get<0>(info.param)) +
                                               "_" + std::get<1>(info.param);

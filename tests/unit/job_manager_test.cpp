@@ -591,7 +591,7 @@ TEST_F(JobManagerTest, AShrinkInPlaceNeedsAStateTheSurvivorsHoldAndABatchThatSpl
   job.mutable_spec()->mutable_ddp()->set_shard_optimizer(false);
   job.mutable_spec()->mutable_ddp()->set_strategy("fsdp");
   EXPECT_TRUE(may_heal(job)) << "fsdp with --shard-replicas 1 heals with a spare";
-  EXPECT_FALSE(may_shrink_in_place(job, 1)) << "fsdp's shards keep their layout";
+  EXPECT_TRUE(may_shrink_in_place(job, 1)) << "fsdp's shards are laid out again from the copies";
   job.mutable_spec()->mutable_ddp()->set_shard_replicas(0);
   EXPECT_FALSE(may_heal(job)) << "fsdp without replicas: rank 1's shards are lost";
   job.mutable_spec()->mutable_ddp()->set_strategy("bucketed");

@@ -39,6 +39,7 @@
 
 #include "comm/ring_shift.h"
 #include "device/storage_memory.h"
+#include "strategies/fsdp_relayout.h"
 #include "strategies/fsdp_shard.h"
 #include "strategies/synchronizer_base.h"
 
@@ -236,14 +237,53 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
     comm_ = std::move(comm);
     torch::NoGradGuard no_grad;
     for (auto& unit : units_) drop_in_flight(unit);
-    grad_shards_ = torch::Tensor();
-    replica_grads_ = torch::Tensor();
-    forward_position_ = 0;
-    backward_position_ = 0;
-    meter_ = UnshardedMeter();
-    for (const auto& p : frozen_) meter_.add_parameters(p.nbytes());
-    meter_.reset();
-    form_ring();
+    start_afresh();
+  }
+
+  // Shrinking in place (fsdp_relayout.h): unit by unit, the whole flat layout from the old
+  // shards' providers, and this rank's new shard and its new predecessor's cut out of it.
+  int64_t relayout(std::shared_ptr<Communicator> comm, const std::vector<OldShardHolders>& shards,
+                   ShardStateRelay& relay) override {
+    const int old_rank = comm_->info().rank;
+    const int old_world = comm_->info().world_size;
+    const int rank = comm->info().rank;
+    const int world = comm->info().world_size;
+    TORCH_CHECK(replicas_ && world < old_world && static_cast<int>(shards.size()) == old_world,
+                "fsdp: shards are laid out again only with --shard-replicas, for a smaller group");
+    torch::NoGradGuard no_grad;
+    int64_t scratch_numel = 0;
+    for (const auto& unit : units_) {
+      const ShardLayout layout = shard_layout(unit.layout.numel, world);
+      scratch_numel = std::max(scratch_numel, whole_unit_numel(unit.layout, layout, relay));
+    }
+    const torch::Tensor scratch = torch::empty({scratch_numel}, units_.front().full.options());
+    int64_t bytes = 0;
+    for (auto& unit : units_) {
+      drop_in_flight(unit);
+      if (unit.params.empty()) continue;
+      const ShardLayout layout = shard_layout(unit.layout.numel, world);
+      const WholeUnit whole =
+          assemble_whole_unit({unit.own, unit.replica, old_rank, old_world, unit.layout}, shards,
+                              *comm, layout.padded_numel, relay, unit.name, scratch);
+      bytes += whole.bytes;
+      for (const auto& piece : unit.own.pieces) relay.drop(piece, /*own=*/true);
+      for (const auto& piece : unit.replica.pieces) relay.drop(piece, /*own=*/false);
+      unit.layout = layout;
+      unit.own = cut_shard(whole, layout, unit.offsets, numels_of(unit), rank, true, relay);
+      unit.replica = world > 1 ? cut_shard(whole, layout, unit.offsets, numels_of(unit),
+                                           (rank + world - 1) % world, false, relay)
+                               : ShardPieces();
+      view_unallocated_full(unit);
+    }
+    comm_ = std::move(comm);
+    replicas_ = world > 1;
+    grad_shards_numel_ = 0;
+    for (auto& unit : units_) {
+      unit.grad_at = grad_shards_numel_;
+      grad_shards_numel_ += unit.layout.shard_numel;
+    }
+    start_afresh();
+    return bytes;
   }
 
   std::vector<torch::Tensor> full_parameters() override {
@@ -386,14 +426,33 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
     unit.own.reset_gradients();
     unit.replica.reset_gradients();
     unit.ready = 0;
+    view_unallocated_full(unit);
+  }
+
+  // The unit's parameters as views of a new full buffer of its layout, never written, whose
+  // memory is freed until the next gather.
+  static void view_unallocated_full(FlatUnit& unit) {
     if (unit.params.empty()) return;
-    unit.full = torch::empty({unit.layout.padded_numel}, unit.full.options());  // never written
+    unit.full = torch::empty({unit.layout.padded_numel}, unit.full.options());
     for (size_t k = 0; k < unit.params.size(); ++k) {
       torch::Tensor& param = unit.params[k];
       param.mutable_grad().reset();
       param.set_data(unit.full.narrow(0, unit.offsets[k], param.numel()).view(param.sizes()));
     }
     free_storage(unit.full);
+  }
+
+  // After a regroup or a relayout: nothing of an earlier step is in flight or counted, and the
+  // ring (where the transport needs one) is formed over the new group.
+  void start_afresh() {
+    grad_shards_ = torch::Tensor();
+    replica_grads_ = torch::Tensor();
+    forward_position_ = 0;
+    backward_position_ = 0;
+    meter_ = UnshardedMeter();
+    for (const auto& p : frozen_) meter_.add_parameters(p.nbytes());
+    meter_.reset();
+    form_ring();
   }
 
   void keep_frozen(const torch::Tensor& p) {

@@ -280,6 +280,12 @@ void GradientSynchronizer::regroup(std::shared_ptr<Communicator> /*comm*/,
                          "nowhere else");
 }
 
+int64_t GradientSynchronizer::relayout(std::shared_ptr<Communicator> /*comm*/,
+                                       const std::vector<OldShardHolders>& /*shards*/,
+                                       ShardStateRelay& /*relay*/) {
+  throw std::logic_error(name() + " keeps no shards to lay out again");
+}
+
 std::vector<torch::Tensor> GradientSynchronizer::shard_parameters(int /*owner*/) {
   throw std::logic_error(name() + " keeps no shards of its parameters");
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "strategies/flat_buffer.h"
+#include "train/adam_state_relay.h"
 
 namespace ddpd::detail {
 namespace {
@@ -403,21 +404,55 @@ int64_t move_parameters_for_reshard(const TrainingState& s, Communicator& comm,
   return bytes;
 }
 
+// The survivors' progress (step 1'', in the new numbering) by their ranks in the old group, the
+// lost rank holding nothing.
+std::vector<RankProgress> progress_by_old_rank(const std::vector<RankProgress>& ranks,
+                                               const ShrinkFrom& shrink, const char* strategy) {
+  if (shrink.lost_rank < 0 || shrink.lost_rank >= shrink.world_size) {
+    throw std::runtime_error(std::string("healing: ") + strategy + " shrinking in place from " +
+                             std::to_string(shrink.world_size) +
+                             " ranks needs the lost rank's number to lay its shards out again");
+  }
+  const ShrinkFrom::Renumbering numbers{shrink.lost_rank};
+  std::vector<RankProgress> by_old_rank(shrink.world_size);
+  for (int r = 0; r < shrink.world_size; ++r) {
+    if (r != shrink.lost_rank) by_old_rank[r] = ranks.at(numbers.new_rank_of(r));
+  }
+  return by_old_rank;
+}
+
+// Steps 2f''-4f'': fsdp shrinking in place (the protocol in state_transfer.h).
+TransferredState relayout_in_place(const TrainingState& s, std::shared_ptr<Communicator> comm,
+                                   const std::vector<RankProgress>& ranks, const ShrinkFrom& shrink,
+                                   const AfterParameters& after_parameters) {
+  const ShrinkFrom::Renumbering numbers{shrink.lost_rank};
+  const std::vector<RankProgress> by_old_rank = progress_by_old_rank(ranks, shrink, "fsdp");
+  const ShardedHealPlan plan = plan_sharded_heal(by_old_rank);
+  std::vector<OldShardHolders> shards(shrink.world_size);
+  for (int k = 0; k < shrink.world_size; ++k) {
+    shards[k].provider = numbers.new_rank_of(plan.shard_provider[k]);
+    for (int r = 0; r < comm->info().world_size; ++r) {
+      const int q = numbers.old_rank_of(r);
+      shards[k].holds.push_back((q == k || q == (k + 1) % shrink.world_size) &&
+                                by_old_rank[q].completed_steps >= 0 &&
+                                by_old_rank[q].updated_steps == plan.target_step);
+    }
+  }
+  if (after_parameters) after_parameters(plan.target_step);
+  AdamStateRelay relay(s.local_optimizer, *s.replica_optimizer);
+  TransferredState out{-1, numbers.new_rank_of(plan.state_source), plan.target_step, 0, 0};
+  out.bytes = s.sync.relayout(std::move(comm), shards, relay);
+  relay.adopt(s.sync.optimizer_parameters(), s.sync.replica_parameters());
+  return out;
+}
+
 // Steps 2''-5'': ZeRO-1 shrinking in place (the protocol in state_transfer.h).
 TransferredState reshard_in_place(const TrainingState& s, std::shared_ptr<Communicator> comm,
                                   const std::vector<RankProgress>& ranks, const ShrinkFrom& shrink,
                                   const AfterParameters& after_parameters) {
   Communicator& c = *comm;
-  if (shrink.lost_rank < 0 || shrink.lost_rank >= shrink.world_size) {
-    throw std::runtime_error("healing: ZeRO-1 shrinking in place from " +
-                             std::to_string(shrink.world_size) +
-                             " ranks needs the lost rank's number to lay its shards out again");
-  }
   const ShrinkFrom::Renumbering numbers{shrink.lost_rank};
-  std::vector<RankProgress> by_old_rank(shrink.world_size);  // the lost rank's: no state
-  for (int r = 0; r < shrink.world_size; ++r) {
-    if (r != shrink.lost_rank) by_old_rank[r] = ranks.at(numbers.new_rank_of(r));
-  }
+  const std::vector<RankProgress> by_old_rank = progress_by_old_rank(ranks, shrink, "ZeRO-1");
   const ShardedHealPlan plan = plan_sharded_heal(by_old_rank);
   const int source = numbers.new_rank_of(plan.state_source);
   ShardedOptimizer& sharded = *s.sharded;
@@ -487,8 +522,10 @@ TransferredState transfer_training_state(const TrainingState& s, std::shared_ptr
   const int64_t updated =
       completed_steps < 0 || !sharded ? completed_steps : sharded->updated_steps();
   const std::vector<RankProgress> ranks = gather_progress(c, {completed_steps, updated});
-  if (sharded && shrink.world_size > c.info().world_size) {
-    TransferredState out = reshard_in_place(s, std::move(comm), ranks, shrink, after_parameters);
+  if ((sharded || fsdp_shards) && shrink.world_size > c.info().world_size) {
+    TransferredState out =
+        sharded ? reshard_in_place(s, std::move(comm), ranks, shrink, after_parameters)
+                : relayout_in_place(s, std::move(comm), ranks, shrink, after_parameters);
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return out;
   }

@@ -70,8 +70,7 @@
 // fsdp with --shard-replicas 1 (strategies/fsdp.cpp): rank r's shard (its parameters' elements
 // and their AdamW state) is also on r + 1, which receives r's reduced gradient shard each step
 // (inside the reduce-scatter over shm; comm/ring_shift.h elsewhere) and steps its copy with the
-// same bits. At the same world size only (fsdp
-// does not shrink in place: the coordinator restarts it from its checkpoint instead):
+// same bits. At the same world size:
 //  1f. As step 1', where a rank's updated steps are its completed steps (no collective follows
 //      fsdp's update within a step).
 //  2f. plan_sharded_heal, as step 2'.
@@ -85,6 +84,22 @@
 //      own, the holder as its replica. Other ranks take no part. Every rank goes through k in
 //      ascending order, so no member waits on a pair whose other member waits on a later one.
 //  5f. Training goes on at T.
+//
+// fsdp with --shard-replicas 1 shrinking in place (no rank joins; the group is one smaller):
+//  1f''. As step 1f, over the new group.
+//  2f''. plan_sharded_heal over the old group's numbering, the lost rank holding nothing: T, and
+//        each old shard's provider, its owner or its successor among the survivors.
+//  3f''. Unit by unit, in the same order on every rank (GradientSynchronizer::relayout,
+//        strategies/fsdp_relayout.h): for each old shard k in rank order, its provider
+//        broadcasts the shard's parameter elements, then each piece's AdamW moments and steps,
+//        over the new group; every rank then holds the unit's whole flat layout (the peak: one
+//        unit's elements times three) and cuts its new shard and its new predecessor's out of
+//        it for N - 1 ranks, as a resume at N - 1 reads them from a checkpoint by their ranges.
+//        The old pieces' state is dropped unit by unit; the AdamW optimizers take the new pieces
+//        and their state once every unit is laid out (train/adam_state_relay.h).
+//  4f''. The synchroniser goes on over the new group (the ring formed again where the transport
+//        needs one); buffers and frozen parameters do not move (every survivor holds them
+//        whole). Training goes on at T.
 #pragma once
 
 #include <cstdint>

@@ -681,11 +681,6 @@ std::optional<int64_t> Trainer::Impl::heal(const Regroup& regroup, const Collect
 void Trainer::Impl::check_shrink(int world_before, int world) const {
   const std::string what = "healing: shrinking in place from " + std::to_string(world_before) +
                            " to " + std::to_string(world) + " ranks: ";
-  if (options.strategy == Strategy::kFsdp) {
-    throw std::runtime_error(what +
-                             "fsdp's shards keep their layout: it heals at the same world size "
-                             "only, with a spare");
-  }
   if (options.batch_size % (static_cast<int64_t>(world) * options.grad_accum) != 0) {
     throw std::runtime_error(what + "--batch " + std::to_string(options.batch_size) +
                              " does not split into " + std::to_string(world) + " ranks x " +

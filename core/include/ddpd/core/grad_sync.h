@@ -82,6 +82,34 @@ struct HeldRange {
   int64_t end = 0;
 };
 
+// What travels with an fsdp shard's parameter elements when the shards are laid out again for a
+// smaller group (GradientSynchronizer::relayout): the optimizer's state of each piece, an
+// optimizer parameter of a rank's own shard (`own`) or of its copy of its predecessor's. The state
+// is a step and channels() tensors of the piece's size (AdamW's two moments).
+// Where GradientSynchronizer::relayout finds one old shard: the ranks of the new group that hold
+// it, as their own shard or their copy, at the step to go on at (the same bits on each), and the
+// one of them that sends it to the others.
+struct OldShardHolders {
+  int provider = -1;
+  std::vector<bool> holds;  // by rank of the new group
+};
+
+class ShardStateRelay {
+ public:
+  virtual ~ShardStateRelay() = default;
+  virtual int channels() const = 0;
+  // On an old shard's provider: `piece`'s state into `out` (channels() 1-D tensors of its
+  // numel); returns its step, or -1 where it has none (out is then left as it is).
+  virtual int64_t read(const torch::Tensor& piece, bool own,
+                       const std::vector<torch::Tensor>& out) = 0;
+  // Every rank, once a unit's old pieces have been read: their state is not needed again.
+  virtual void drop(const torch::Tensor& piece, bool own) = 0;
+  // A new piece's state: `values` (channels() 1-D tensors of its numel, its own memory) at
+  // `step` (-1: none).
+  virtual void write(const torch::Tensor& piece, bool own, std::vector<torch::Tensor> values,
+                     int64_t step) = 0;
+};
+
 // Bytes of full (unsharded) parameters and gradients alive during a step, as the strategy holds
 // them: replicated strategies hold the whole model and its gradients; fsdp holds the shards plus
 // the units it has gathered and the full gradients it has not yet reduce-scattered (with their
@@ -169,6 +197,15 @@ class GradientSynchronizer {
   // std::logic_error (a lost rank's shards exist nowhere else).
   virtual void regroup(std::shared_ptr<Communicator> comm,
                        const std::vector<int64_t>& launch_order);
+  // fsdp with SyncOptions::shard_replicas, shrinking in place: goes on over `comm`, a group one
+  // smaller than the current one, with every unit laid out again for its size. Unit by unit in
+  // the same order on every rank, old shard k's parameter elements, its pieces' steps and their
+  // `relay` state go from shards[k].provider to every rank, unless every rank that needs part of
+  // it holds it already; each rank then cuts its new shard and its new predecessor's out of the
+  // unit's whole flat layout. Afterwards optimizer_parameters() and replica_parameters() are new
+  // tensors. Returns the bytes this rank received. Others throw std::logic_error.
+  virtual int64_t relayout(std::shared_ptr<Communicator> comm,
+                           const std::vector<OldShardHolders>& shards, ShardStateRelay& relay);
 
   // Gradient accumulation, as DDP's no_sync(): while off, backward only accumulates gradients
   // locally (overlapping strategies' hooks launch nothing); the backward of the step's last

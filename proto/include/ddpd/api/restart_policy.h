@@ -26,8 +26,8 @@ bool may_restart(const v1::Job& job);
 bool may_heal(const v1::Job& job);
 
 // Whether a lost rank's survivors can go on in place one rank fewer, where no idle worker can
-// replace it (docs/healing.md): may_heal (ZeRO-1 only with --shard-replicas 1: its shards are
-// laid out again for world - 1 from the owners and their replicas), and besides
+// replace it (docs/healing.md): may_heal (ZeRO-1 and fsdp only with --shard-replicas 1: their
+// shards are laid out again for world - 1 from the owners and their copies), and besides
 // --min-world-size at most world - 1, and a --batch that splits into world - 1 ranks x
 // --grad-accum. The running group is the job's worker_ids.
 bool may_shrink_in_place(const v1::Job& job, int lost_rank);
