@@ -228,13 +228,17 @@ TEST_P(ShrinkingFrom, SurvivorsGoOnAsAResumeAtTheSmallerWorldWouldAndTrainEveryS
       with(job_flags(strategy, kSteps), {"--checkpoint-dir", checkpoints, "--resume", "latest"}),
       world - 1);
 
+  // The shrunk run also checkpoints at step 5, after the shrink: a resume from it at the smaller
+  // world must give the same final parameters (fsdp shrunk to one rank still writes shards).
   const std::string prefix = temp_dir() + "/shrunk" + tag;
+  const std::string shrunk_checkpoints = prefix + "-checkpoints";
   const auto outcomes = run_ranks(
       rank_command(prefix,
                    with(job_flags(strategy, kSteps),
                         {"--heal", "--shrink-without", std::to_string(kLostRank), "--inject",
                          (exits_after_update(strategy) ? "exit-after-update" : "exit") +
-                             std::string(":rank=1,step=") + std::to_string(kLostAtStep)})),
+                             std::string(":rank=1,step=") + std::to_string(kLostAtStep),
+                         "--checkpoint-dir", shrunk_checkpoints, "--checkpoint-every", "5"})),
       world, std::chrono::seconds(120));
   ASSERT_EQ(outcomes.size(), static_cast<size_t>(world));
   EXPECT_EQ(outcomes[kLostRank].exit_code, 3) << outcomes[kLostRank].err;
@@ -263,6 +267,14 @@ TEST_P(ShrinkingFrom, SurvivorsGoOnAsAResumeAtTheSmallerWorldWouldAndTrainEveryS
       EXPECT_EQ(heals[0]["state_bytes"], 0);
     }
   }
+
+  const std::string from_shrunk =
+      run_helper("shrunk-resumed" + tag,
+                 with(job_flags(strategy, kSteps),
+                      {"--checkpoint-dir", shrunk_checkpoints, "--resume", "latest"}),
+                 world - 1);
+  EXPECT_EQ(max_abs_diff(load_tensors(rank_file(from_shrunk, 0, "final.pt")), expected), 0.0)
+      << "a resume from the shrunk run's checkpoint differs";
 
   // The ledger: every sample of the 6 global batches trained exactly once, over all the
   // processes' completed steps; a rank's share grows from 6 / world rows to 6 / (world - 1).

@@ -126,6 +126,7 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
   }
 
   std::string name() const override { return "fsdp"; }
+  bool shards_parameters() const override { return true; }
 
   void zero_grad() override {
     for (auto& unit : units_) {
@@ -251,15 +252,19 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
     TORCH_CHECK(replicas_ && world < old_world && static_cast<int>(shards.size()) == old_world,
                 "fsdp: shards are laid out again only with --shard-replicas, for a smaller group");
     torch::NoGradGuard no_grad;
+    // What the failed step left goes before the new shards are made.
+    for (auto& unit : units_) drop_in_flight(unit);
+    grad_shards_ = replica_grads_ = torch::Tensor();
     int64_t scratch_numel = 0;
+    torch::TensorOptions options;
     for (const auto& unit : units_) {
       const ShardLayout layout = shard_layout(unit.layout.numel, world);
       scratch_numel = std::max(scratch_numel, whole_unit_numel(unit.layout, layout, relay));
+      if (!unit.params.empty()) options = unit.own.values.options();
     }
-    const torch::Tensor scratch = torch::empty({scratch_numel}, units_.front().full.options());
+    const torch::Tensor scratch = torch::empty({scratch_numel}, options);
     int64_t bytes = 0;
     for (auto& unit : units_) {
-      drop_in_flight(unit);
       if (unit.params.empty()) continue;
       const ShardLayout layout = shard_layout(unit.layout.numel, world);
       const WholeUnit whole =

@@ -1,10 +1,11 @@
 // fsdp shrinking in place (docs/healing.md): one unit's shards laid out again for a smaller
 // group. Every survivor holds its own shard of the unit and its copy of its predecessor's, so
 // each old shard, its parameter elements and their optimizer state, is on some survivor: its
-// provider. Unit by unit, every rank assembles the unit's whole flat layout from the providers
-// (the peak is one unit's elements times 1 + the relay's channels, as a gather's), then cuts its
-// new shard and its new predecessor's out of it, as a resume at the smaller world size reads
-// them from a checkpoint by their ranges.
+// provider. Unit by unit, every rank assembles the unit's whole flat layout from its own shards
+// and the providers' broadcasts (a buffer of one unit's elements times 1 + the relay's channels,
+// reused), then cuts its new shard and its new predecessor's out of it, as a resume at the smaller
+// world size reads them from a checkpoint by their ranges. The old shards stay until every unit
+// is laid out (the optimizers hold them), so the peak adds the new shards and that buffer.
 #pragma once
 
 #include <torch/torch.h>
@@ -29,8 +30,10 @@ struct HeldShards {
   ShardLayout layout;  // the old group's
 };
 
-// The unit's whole flat layout: row 0 its parameter elements, row 1 + c the relay's channel c,
-// zero past the last parameter; and each parameter's optimizer step (-1: no state).
+// The unit's whole flat layout as far as this rank cuts from it: row 0 its parameter elements,
+// row 1 + c the relay's channel c (defined at the pieces' elements), zero past the old layout's
+// padding; elsewhere (a shard this rank neither holds nor needs) undefined. And each parameter's
+// optimizer step (-1: no state).
 struct WholeUnit {
   torch::Tensor rows;  // [1 + channels, max(old, new padded numel)]
   std::vector<int64_t> steps;

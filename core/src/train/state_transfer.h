@@ -90,11 +90,12 @@
 //  2f''. plan_sharded_heal over the old group's numbering, the lost rank holding nothing: T, and
 //        each old shard's provider, its owner or its successor among the survivors.
 //  3f''. Unit by unit, in the same order on every rank (GradientSynchronizer::relayout,
-//        strategies/fsdp_relayout.h): for each old shard k in rank order, its provider
-//        broadcasts the shard's parameter elements, then each piece's AdamW moments and steps,
-//        over the new group; every rank then holds the unit's whole flat layout (the peak: one
-//        unit's elements times three) and cuts its new shard and its new predecessor's out of
-//        it for N - 1 ranks, as a resume at N - 1 reads them from a checkpoint by their ranges.
+//        strategies/fsdp_relayout.h): for each old shard k in rank order, every rank that holds
+//        it at T copies its parameter elements and their AdamW moments into place, and where a
+//        rank whose new shards overlap it does not hold it, its provider broadcasts them over
+//        the new group; the pieces' steps go to every rank. Each rank then cuts its new shard
+//        and its new predecessor's for N - 1 ranks out of the unit's flat layout, as a resume
+//        at N - 1 reads them from a checkpoint by their ranges.
 //        The old pieces' state is dropped unit by unit; the AdamW optimizers take the new pieces
 //        and their state once every unit is laid out (train/adam_state_relay.h).
 //  4f''. The synchroniser goes on over the new group (the ring formed again where the transport
@@ -117,7 +118,8 @@ struct TransferredState {
   int source_rank = -1;
   int64_t completed_steps = 0;  // the source's: where every rank goes on
   int64_t bytes = 0;            // broadcast from the source; 0 on a rank outside the pair
-                                // that step 4 sends to (a survivor that holds the state)
+                                // that step 4 sends to (a survivor that holds the state); for
+                                // fsdp shrinking in place, the bytes this rank received
   double seconds = 0;
 };
 

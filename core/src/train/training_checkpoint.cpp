@@ -68,7 +68,9 @@ void add_tensors(const TrainingState& s, CheckpointShardWriter& writer) {
   auto& state = s.local_optimizer.state();
   size_t index = 0;
   std::vector<int64_t> assigned_bytes(world, 0);
-  const bool sharded_params = s.options.strategy == Strategy::kFsdp && world > 1;
+  // Not the strategy and the world size: fsdp shrunk in place to one rank still holds its
+  // parameters as a shard (the whole of each), and its module's tensors hold no memory.
+  const bool sharded_params = s.sync.shards_parameters();
   const auto named = named_unique_parameters(s.model);
   for (size_t i = 0; i < named.size(); ++i) {
     const auto& [pname, full] = named[i];

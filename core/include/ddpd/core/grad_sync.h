@@ -82,10 +82,6 @@ struct HeldRange {
   int64_t end = 0;
 };
 
-// What travels with an fsdp shard's parameter elements when the shards are laid out again for a
-// smaller group (GradientSynchronizer::relayout): the optimizer's state of each piece, an
-// optimizer parameter of a rank's own shard (`own`) or of its copy of its predecessor's. The state
-// is a step and channels() tensors of the piece's size (AdamW's two moments).
 // Where GradientSynchronizer::relayout finds one old shard: the ranks of the new group that hold
 // it, as their own shard or their copy, at the step to go on at (the same bits on each), and the
 // one of them that sends it to the others.
@@ -94,6 +90,10 @@ struct OldShardHolders {
   std::vector<bool> holds;  // by rank of the new group
 };
 
+// What travels with an fsdp shard's parameter elements when the shards are laid out again for a
+// smaller group (GradientSynchronizer::relayout): the optimizer's state of each piece, an
+// optimizer parameter of a rank's own shard (`own`) or of its copy of its predecessor's. The state
+// is a step and channels() tensors of the piece's size (AdamW's two moments).
 class ShardStateRelay {
  public:
   virtual ~ShardStateRelay() = default;
@@ -171,6 +171,9 @@ class GradientSynchronizer {
   // otherwise.
   virtual std::vector<torch::Tensor> replica_parameters() { return {}; }
   virtual std::vector<HeldRange> replica_parameter_ranges() { return {}; }
+  // Whether optimizer_parameters() are shards of the model's parameters, whose module tensors
+  // then hold no memory between steps (fsdp, at any world size once laid out again).
+  virtual bool shards_parameters() const { return false; }
   // fsdp, healing: rank `owner`'s shard as optimizer parameters: this rank's own, its replica
   // (owner is its predecessor), or else zeroed scratch of the same shapes. Others throw
   // std::logic_error.
