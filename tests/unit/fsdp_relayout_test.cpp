@@ -117,25 +117,51 @@ void expect_copy_equals_original(Rank& holder, Rank& owner) {
 }
 
 // Where each old shard is once rank kLost of `world` is gone: its owner and its successor hold it,
-// the owner sends it where it survives. In the new group's numbering.
-std::vector<OldShardHolders> holders_without_lost_rank(int world) {
+// and the first of them that survives and is not `stale` sends it. In the new group's numbering;
+// `stale` (old numbering, -1: none) holds nothing, as a survivor that updated past the step to go
+// on at.
+std::vector<OldShardHolders> holders_without_lost_rank(int world, int stale) {
   const auto new_rank = [](int old) { return old > kLost ? old - 1 : old; };
   std::vector<OldShardHolders> shards(world);
   for (int k = 0; k < world; ++k) {
     const int successor = (k + 1) % world;
-    shards[k].provider = new_rank(k != kLost ? k : successor);
+    const bool owner_holds = k != kLost && k != stale;
+    shards[k].provider = new_rank(owner_holds ? k : successor);
     for (int old = 0; old < world; ++old) {
-      if (old != kLost) shards[k].holds.push_back(old == k || old == successor);
+      if (old != kLost) shards[k].holds.push_back(old != stale && (old == k || old == successor));
     }
   }
   return shards;
 }
 
-// Three ranks to two, and four to three (where a survivor needs only part of the unit).
-class FsdpRelayout : public ::testing::TestWithParam<int> {};
+// A survivor past the step to go on at: its own shard and its copy, values and moments, differ.
+void make_stale(Rank& r) {
+  torch::NoGradGuard no_grad;
+  for (const auto& [pieces, optimizer] :
+       {std::pair{r.sync->optimizer_parameters(), r.own.get()},
+        std::pair{r.sync->replica_parameters(), r.replica.get()}}) {
+    for (const auto& piece : pieces) {
+      piece.detach().add_(1.0f);
+      auto& adam = static_cast<torch::optim::AdamWParamState&>(
+          *optimizer->state().at(piece.unsafeGetTensorImpl()));
+      adam.exp_avg().add_(1.0f);
+      adam.exp_avg_sq().add_(1.0f);
+    }
+  }
+}
+
+// Three ranks to two, and four to three (where a survivor needs only part of the unit); and four
+// to three where old rank 3 is stale: every shard it needs comes from another survivor, and
+// taking its own would leave its (changed) bits in the result.
+struct Case {
+  int world;
+  int stale;  // old numbering; -1: none
+};
+class FsdpRelayout : public ::testing::TestWithParam<Case> {};
 
 TEST_P(FsdpRelayout, SurvivorsHoldEveryShardLaidOutAgainAndEachCopyEqualsItsOriginal) {
-  const int world = GetParam();
+  const int world = GetParam().world;
+  const int stale = GetParam().stale;
   testing::GlooRanks gloo(world, std::chrono::seconds(60));
   std::vector<Rank> ranks(world);
   std::vector<int> everyone, survivors;
@@ -165,7 +191,8 @@ TEST_P(FsdpRelayout, SurvivorsHoldEveryShardLaidOutAgainAndEachCopyEqualsItsOrig
   on_each(everyone, [&](int r) { full[r] = ranks[r].sync->full_parameters(); });
   const WholeMoments moments = whole_moments(ranks, everyone, numels);
 
-  const std::vector<OldShardHolders> shards = holders_without_lost_rank(world);
+  if (stale >= 0) make_stale(ranks[stale]);
+  const std::vector<OldShardHolders> shards = holders_without_lost_rank(world, stale);
   std::vector<int64_t> received(world, 0);
   on_each(survivors, [&](int r) {
     Rank& me = ranks[r];
@@ -211,8 +238,12 @@ TEST_P(FsdpRelayout, SurvivorsHoldEveryShardLaidOutAgainAndEachCopyEqualsItsOrig
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(LosingRankOne, FsdpRelayout, ::testing::Values(3, 4),
-                         [](const auto& info) { return "From" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(LosingRankOne, FsdpRelayout,
+                         ::testing::Values(Case{3, -1}, Case{4, -1}, Case{4, 3}),
+                         [](const auto& info) {
+                           return "From" + std::to_string(info.param.world) +
+                                  (info.param.stale >= 0 ? "_Rank3Stale" : "");
+                         });
 
 }  // namespace
 }  // namespace ddpd
