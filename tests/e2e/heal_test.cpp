@@ -109,11 +109,12 @@ struct Survivors {
   }
 };
 
-// SIGKILL of rank 1's process at world 3, with a fourth worker idle and no checkpoint directory:
-// the job succeeds, the survivors' rank processes are the ones that started it, and its exported
-// weights equal an uninterrupted run's byte for byte. `extra` is added to both jobs' flags.
-void expect_killed_rank_healed_bitwise(const std::string& name,
-                                       const std::vector<std::string>& extra) {
+// `signal` (SIGKILL, or SIGSTOP: the rank's daemon then kills it) to rank 1's process at world 3,
+// with a fourth worker idle and no checkpoint directory: the job succeeds, the survivors' rank
+// processes are the ones that started it, and its exported weights equal an uninterrupted run's
+// byte for byte. `extra` is added to both jobs' flags.
+void expect_lost_rank_healed_bitwise(const std::string& name, const std::vector<std::string>& extra,
+                                     int signal = SIGKILL) {
   const int metrics_port = free_port();
   Cluster cluster(4, name, {"--metrics-port", std::to_string(metrics_port)});
   const std::string reference_dir = temp_dir() + "/" + name + "-reference";
@@ -133,11 +134,14 @@ void expect_killed_rank_healed_bitwise(const std::string& name,
       cluster, job,
       [&] {
         survivors.record(cluster, job);
-        ASSERT_TRUE(signal_rank(cluster, job, 1, SIGKILL));
+        ASSERT_TRUE(signal_rank(cluster, job, 1, signal));
       },
       [&] { survivors.record_healed(); });
-  expect_one_heal(shown, "failed: its process was killed by SIGKILL");
-  std::printf("[ heal     ] killed rank 1: healed incident %.2f s after the SIGKILL; %s\n", seconds,
+  const bool stopped = signal == SIGSTOP;
+  expect_one_heal(shown, stopped ? "failed: its process was stopped (SIGSTOP"
+                                 : "failed: its process was killed by SIGKILL");
+  std::printf("[ heal     ] %s rank 1: healed incident %.2f s after the signal; %s\n",
+              stopped ? "stopped" : "killed", seconds,
               events_of(shown, "healed")[0]["message"].get<std::string>().c_str());
   survivors.expect_kept();
   // /metrics: one heal, and its time in the histogram.
@@ -154,20 +158,26 @@ void expect_killed_rank_healed_bitwise(const std::string& name,
 }
 
 TEST(Heal, AKilledRankIsReplacedAndTheWeightsEqualAnUninterruptedRunsBitwise) {
-  expect_killed_rank_healed_bitwise("heal-kill", {});
+  expect_lost_rank_healed_bitwise("heal-kill", {});
 }
 
 // ZeRO-1: rank 1's optimizer shard exists only in rank 2's replica (--shard-replicas 1).
 TEST(Heal, AKilledZeroOneRankHealsFromItsSuccessorsReplicaBitwise) {
-  expect_killed_rank_healed_bitwise("heal-kill-zero1",
-                                    {"--shard-optimizer", "--shard-replicas", "1"});
+  expect_lost_rank_healed_bitwise("heal-kill-zero1",
+                                  {"--shard-optimizer", "--shard-replicas", "1"});
 }
 
 // fsdp: rank 1's shards of parameters and moments exist only in rank 2's copy, which it steps
 // with rank 1's reduced gradients, shifted to it each step (--shard-replicas 1).
 TEST(Heal, AKilledFsdpRankHealsFromItsSuccessorsCopyBitwise) {
-  expect_killed_rank_healed_bitwise("heal-kill-fsdp",
-                                    {"--strategy", "fsdp", "--shard-replicas", "1"});
+  expect_lost_rank_healed_bitwise("heal-kill-fsdp",
+                                  {"--strategy", "fsdp", "--shard-replicas", "1"});
+}
+
+// The same with SIGSTOP: the stopped process's daemon kills it within two progress intervals,
+// and the job heals as from a SIGKILL, its weights equal to the uninterrupted run's.
+TEST(Heal, AStoppedRankIsReplacedAndTheWeightsEqualAnUninterruptedRunsBitwise) {
+  expect_lost_rank_healed_bitwise("heal-stop-bitwise", {}, SIGSTOP);
 }
 
 // A rank's process stopped (SIGSTOP): its daemon kills it within two progress intervals and,
