@@ -215,6 +215,15 @@ template <typename Call>
 PendingCollective Communicator::launch(Collective op, const std::string& name,
                                        const at::Tensor& journaled, int64_t bytes, Call&& call,
                                        std::vector<at::Tensor> keep_alive) {
+  // After abort() a collective fails at its launch, before the backend sees it: a backward whose
+  // gradient hooks launch buckets ends at its next bucket instead of computing on for a group
+  // that is gone (a heal's source computed on for 0.3 s of the small model's backward).
+  if (aborted()) {
+    throw CollectiveError(
+        describe_collective_failure(name, CollectiveFailure::kAborted, info_.timeout,
+                                    "the communicator was aborted"),
+        CollectiveFailure::kAborted);
+  }
   std::lock_guard<std::mutex> lock(launch_mutex_);
   const auto launched = recorder_->timeline().mark();
   const int64_t seq = recorder_->on_launch(enum_name(op), name, journaled);

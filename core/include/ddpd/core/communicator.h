@@ -159,7 +159,8 @@ class Communicator {
   ~Communicator();
 
   // Ends every wait on a collective, current and later, with a CollectiveError saying the job
-  // was cancelled, within 0.1 s, whatever the collective waits for. The daemon calls it on
+  // was cancelled, within 0.1 s, whatever the collective waits for; a collective launched
+  // afterwards throws that CollectiveError at its launch. The daemon calls it on
   // cancel: a rank blocked in a collective whose peer is gone (stopped, partitioned) used to
   // hold its worker until --timeout. Afterwards the communicator is unusable; on CPU its
   // destructor leaves the group to its threads (a Gloo collective in flight cannot be
