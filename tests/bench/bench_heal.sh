@@ -7,6 +7,8 @@
 #   recover_s     from the SIGKILL until `ddpctl show` has every rank's report of a step trained
 #                 after it (polled every 0.05 s, both paths alike), less the stall of a
 #                 checkpoint saved right after that step (it delays the step's reports)
+#                 (a line above it, for a heal: when the ranks trained again, from the heal
+#                 incident's time and rank 0's regroup and transfer seconds)
 #   twice         steps trained twice: from the one it resumed at to the last one started before
 #                 the kill (the steps reported by then, plus the one in flight)
 #   ckpt_read_MB  checkpoint bytes read to resume (the heal reads none)
@@ -145,6 +147,12 @@ faulted() {  # model steps kill_at extra...
   if [ "$(jq '[.events[] | select(.kind == "heal")] | length' <<<"$shown")" = 1 ]; then
     resumed=$(jq '.heals[0].resumed_step' <<<"$shown")
     jq -r '.heals[0] | "  (rank 0: regroup \(.regroup_seconds) s, state \(.state_bytes / 1e6) MB in \(.transfer_seconds) s from rank \(.source_rank))"' <<<"$shown" >&2
+    # Rank 0 regroups from its failure, which comes at its next launch once the heal reaches it.
+    jq -r --argjson killed "$killed_at" '
+      def cs: . * 100 | round / 100;
+      ([.events[] | select(.kind == "heal")][0].unix_time - $killed) as $seen
+      | .heals[0] | "  (training again \($seen + .regroup_seconds + .transfer_seconds | cs) s after the kill: the heal sent after \($seen | cs) s, then rank 0 regrouped and moved the state)"' \
+      <<<"$shown" >&2
   else
     resumed=$(jq -r '[.events[] | select(.kind == "restart")][0].message' <<<"$shown" |
       sed -n 's/.*resuming step-0*\([0-9][0-9]*\).*/\1/p')

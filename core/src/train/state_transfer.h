@@ -4,7 +4,9 @@
 //
 // Protocol, over the new generation's communicator; every rank calls it, survivors and the rank
 // that joins alike, in this order:
-//  1. all_gather of each rank's completed steps (-1: it joins, with no state).
+//  1. all_gather of each rank's completed steps (-1: it joins, with no state). Under a
+//     replicated strategy the rank that joins first faults in the memory its state will land
+//     in: its parameters and buffers, and AdamW moments for every parameter it steps.
 //  2. The source is the lowest rank among those with the most completed steps. A replicated
 //     rank's state is only ever at a step boundary when a collective fails (a healable run steps
 //     the optimizer after the whole synchronisation, not bucket by bucket), and every rank with
