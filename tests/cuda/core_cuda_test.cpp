@@ -273,7 +273,7 @@ TEST(CudaNcclComm, EveryCollectivePassesItsDataCheck) {
   options.sizes_bytes = {4096, (1 << 20) + 4, 16 << 20};
   options.warmup = 1;
   options.iters = 3;
-  const int port = free_port();
+  const int port = unused_port();
   std::vector<CommBenchResult> results(2);
   std::vector<std::string> errors(2);
   std::vector<std::thread> ranks;

@@ -81,7 +81,7 @@ TEST(CudaNcclGroup, TwoRanksOnOneGpuEndInAClearError) {
                                       "cuda",
                                       "--timeout",
                                       "30"};
-  const int port = free_port();
+  const int port = unused_port();
   std::vector<ProcessOutcome> outcomes(2);
   std::vector<std::thread> ranks;
   for (int r = 0; r < 2; ++r) {

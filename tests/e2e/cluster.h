@@ -42,7 +42,7 @@ class Cluster {
         coordinator_args_.end()) {
       coordinator_args_.insert(coordinator_args_.end(), {"--metrics-port", "0"});
     }
-    port_ = free_port();
+    port_ = unused_port();
     db_ = temp_dir() + "/" + name + ".db";
     start_coordinator();
     for (int i = 0; i < workers; ++i) start_worker(i);

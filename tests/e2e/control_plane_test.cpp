@@ -185,7 +185,7 @@ TEST(ControlPlane, WrongTokenAndInvalidSpecAreRefused) {
 }
 
 TEST(ControlPlane, JobWaitingTooLongForWorkersFailsWithTheReason) {
-  const std::string address = "127.0.0.1:" + std::to_string(free_port());
+  const std::string address = "127.0.0.1:" + std::to_string(unused_port());
   const std::map<std::string, std::string> env{{"DDPD_TOKEN", kToken}};
   BackgroundProcess coordinator(
       {bin("ddpd-coordinator"), "--metrics-port", "0", "--listen", address, "--db",
@@ -242,7 +242,7 @@ TEST(ControlPlane, TlsWhenCertificatesAreGiven) {
                    "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"},
                   {}, std::chrono::seconds(60));
   ASSERT_EQ(made.exit_code, 0) << made.err;
-  const std::string address = "127.0.0.1:" + std::to_string(free_port());
+  const std::string address = "127.0.0.1:" + std::to_string(unused_port());
   const std::map<std::string, std::string> env{{"DDPD_TOKEN", kToken}};
   BackgroundProcess coordinator(
       {bin("ddpd-coordinator"), "--metrics-port", "0", "--listen", address, "--db", dir + "/tls.db",

@@ -281,7 +281,7 @@ TEST(Exclusive, ASecondCoordinatorOnTheSameStoreOrPortRefusesToStart) {
   const std::map<std::string, std::string> env{{"DDPD_TOKEN", kToken}};
 
   const auto same_db =
-      run_process({bin("ddpd-coordinator"), "--listen", "127.0.0.1:" + std::to_string(free_port()),
+      run_process({bin("ddpd-coordinator"), "--listen", "127.0.0.1:" + std::to_string(unused_port()),
                    "--db", cluster.db(), "--metrics-port", "0"},
                   env, std::chrono::seconds(30));
   EXPECT_EQ(same_db.exit_code, 1) << same_db.err;

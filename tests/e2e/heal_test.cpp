@@ -115,7 +115,7 @@ struct Survivors {
 // byte for byte. `extra` is added to both jobs' flags.
 void expect_lost_rank_healed_bitwise(const std::string& name, const std::vector<std::string>& extra,
                                      int signal = SIGKILL) {
-  const int metrics_port = free_port();
+  const int metrics_port = unused_port();
   Cluster cluster(4, name, {"--metrics-port", std::to_string(metrics_port)});
   const std::string reference_dir = temp_dir() + "/" + name + "-reference";
   const std::string healed_dir = temp_dir() + "/" + name + "-healed";
@@ -237,7 +237,7 @@ TEST(Heal, ARankWhoseWorkerIsLostIsReplacedByAnIdleWorker) {
 // interrupted may lack reports (a rank that finished it may not have reported it before it went).
 TEST(Heal, ALostWorkerWithNoSpareShrinksTheJobInPlaceAndTrainsEverySampleOnce) {
   constexpr int kSteps = 150, kBatch = 6;
-  const std::vector<int> metrics_ports{free_port(), free_port(), free_port()};
+  const std::vector<int> metrics_ports{unused_port(), unused_port(), unused_port()};
   Cluster cluster(3, "heal-shrink", {}, [&](int i) {
     return std::vector<std::string>{"--metrics-port", std::to_string(metrics_ports[i])};
   });

@@ -78,7 +78,7 @@ void collect_queries(const nlohmann::json& node, std::vector<std::string>& out) 
 // A Prometheus server with deploy/prometheus/prometheus.yml, on a free port.
 class PrometheusServer {
  public:
-  PrometheusServer() : port_(free_port()) {
+  PrometheusServer() : port_(unused_port()) {
     const std::string data = temp_dir() + "/prometheus-data-" + std::to_string(port_);
     process_ = std::make_unique<BackgroundProcess>(
         std::vector<std::string>{"/usr/bin/prometheus",
@@ -240,8 +240,8 @@ TEST(Observability, PrometheusFindsStepTimeAndCommFractionOfBothRanks) {
 // Every metric the Grafana dashboard queries is one the daemons export (after a DDP job and a
 // comm job), and the exported values are the job's own figures.
 TEST(Observability, DashboardQueriesOnlyExportedMetrics) {
-  const int coordinator_port = free_port();
-  std::vector<int> worker_ports{free_port(), free_port()};
+  const int coordinator_port = unused_port();
+  std::vector<int> worker_ports{unused_port(), unused_port()};
   Cluster cluster(2, "dash", {"--metrics-port", std::to_string(coordinator_port)}, [&](int i) {
     return std::vector<std::string>{"--metrics-port", std::to_string(worker_ports[i])};
   });
@@ -426,7 +426,7 @@ TEST(Observability, JsonLogsCarryJobRankAndStep) {
 
 // Without a coordinator (torchrun-style), `run ddp --metrics-port` serves the same series.
 TEST(Observability, StandaloneRunServesMetricsWhileTraining) {
-  const int port = free_port();
+  const int port = unused_port();
   BackgroundProcess run({bin("ddpd-worker"), "run", "ddp", "--steps", "100000", "--threads", "1",
                          "--metrics-port", std::to_string(port), "--job-id", "standalone"},
                         {}, "standalone-run");
@@ -457,10 +457,10 @@ TEST(Observability, BadObservabilityFlagsAreRefusedByName) {
   EXPECT_EQ(o.exit_code, 2);
   EXPECT_NE(o.err.find("--log-level"), std::string::npos) << o.err;
   // A metrics port already taken: the worker says which flag and exits.
-  const int port = free_port();
+  const int port = unused_port();
   BackgroundProcess holder(
       {bin("ddpd-coordinator"), "--metrics-port", std::to_string(port), "--listen",
-       "127.0.0.1:" + std::to_string(free_port()), "--db", temp_dir() + "/holder.db"},
+       "127.0.0.1:" + std::to_string(unused_port()), "--db", temp_dir() + "/holder.db"},
       {}, "metrics-holder");
   bool bound = false;
   for (int i = 0; i < 100 && !bound; ++i) {

@@ -290,7 +290,7 @@ TEST(WorkerRun, JournalDumpAfterSuccessAgreesAcrossRanks) {
 
 TEST(WorkerRun, JournalDumpAfterAPeersDeathShowsTheFailedCollective) {
   const std::string dir = temp_dir() + "/journal-fail";
-  const int port = free_port();
+  const int port = unused_port();
   std::vector<std::unique_ptr<BackgroundProcess>> ranks;
   for (int r = 0; r < 2; ++r) {
     ranks.push_back(std::make_unique<BackgroundProcess>(

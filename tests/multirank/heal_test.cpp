@@ -355,7 +355,7 @@ struct GenerationWait {
   c10::intrusive_ptr<c10d::TCPStore> rank1;
 
   explicit GenerationWait(std::chrono::milliseconds timeout) {
-    options.master_port = free_port();
+    options.master_port = unused_port();
     options.world_size = 2;
     options.timeout = timeout;
     rank0 = std::thread([this] {
@@ -409,7 +409,7 @@ TEST(GenerationRendezvous, AStopLeavesTheWaitForAPeerThatNeverJoins) {
 // waits for the store's port, and a stop ends that wait too.
 TEST(GenerationRendezvous, AStopLeavesTheWaitForAStoreThatNeverComesUp) {
   RendezvousOptions options;
-  options.master_port = free_port();
+  options.master_port = unused_port();
   options.rank = 1;
   options.world_size = 2;
   options.timeout = std::chrono::seconds(300);

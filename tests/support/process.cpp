@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -123,12 +124,43 @@ ProcessOutcome run_process(const std::vector<std::string>& argv,
 
 namespace {
 
+bool bindable(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool bound = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return bound;
+}
+
+}  // namespace
+
+int unused_port() {
+  static std::mt19937 pick(std::random_device{}());
+  int ephemeral_low = 32768;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeral_low;
+  const int first = std::max(1024, ephemeral_low - 16384);
+  if (first < ephemeral_low) {
+    std::uniform_int_distribution<int> below(first, ephemeral_low - 1);
+    for (int attempt = 0; attempt < 200; ++attempt) {
+      const int port = below(pick);
+      if (bindable(port)) return port;
+    }
+  }
+  return free_port();  // no room below the range: the kernel's pick
+}
+
+namespace {
+
 std::vector<ProcessOutcome> start_ranks_and_spares(
     const std::vector<std::string>& argv, int world_size, std::chrono::seconds timeout,
     const std::vector<std::pair<int, std::vector<std::string>>>& spares,
     const std::map<std::string, std::string>& extra_env) {
   static int counter = 0;
-  const int port = free_port();
+  const int port = unused_port();
   const int job = counter++;
   std::vector<Running> running;
   auto start_rank = [&](const std::vector<std::string>& command, int rank,
