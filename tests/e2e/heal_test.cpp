@@ -419,6 +419,56 @@ std::pair<double, nlohmann::json> until_restarted(Cluster& cluster, const std::s
   return {seconds, cluster.wait_for_end(job, std::chrono::seconds(200))};
 }
 
+// A job healed twice: rank 1's process is killed, the idle worker takes rank 1, and once the
+// job has healed the new rank 1 is killed too, and the first one's worker (idle again) takes it
+// in group generation 2. The survivors meet the second spare under "gen2/" of the job's store
+// (rendezvous.h, step 3): from generation 1's prefix they waited for it until the timeout.
+TEST(Heal, ARankLostAgainAfterAHealIsHealedAgainAndTheWeightsEqualAnUninterruptedRuns) {
+  const std::string name = "heal-twice";
+  Cluster cluster(4, name);
+  const std::string reference_dir = temp_dir() + "/" + name + "-reference";
+  const std::string healed_dir = temp_dir() + "/" + name + "-healed";
+  fs::remove_all(reference_dir);
+  fs::remove_all(healed_dir);
+  auto flags = heal_job(160, 2);
+  flags.insert(flags.end(), {"--export-hf", reference_dir});
+  ASSERT_EQ(cluster.wait_for_end(cluster.submit(flags))["state"], "SUCCEEDED");
+
+  flags = heal_job(160, 2);
+  flags.insert(flags.end(), {"--export-hf", healed_dir});
+  const std::string job = cluster.submit(flags);
+  const auto healed = [&](size_t heals) {
+    return cluster.wait_until(
+        [&] { return events_of(cluster.show(job), "healed").size() >= heals; },
+        std::chrono::seconds(120));
+  };
+  ASSERT_TRUE(cluster.wait_until([&] { return !cluster.show(job)["rank_steps"].empty(); },
+                                 std::chrono::seconds(60)));
+  ASSERT_TRUE(signal_rank(cluster, job, 1, SIGKILL));
+  ASSERT_TRUE(healed(1)) << cluster.show(job)["events"].dump();
+  ASSERT_TRUE(signal_rank(cluster, job, 1, SIGKILL));
+  const auto second_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(healed(2)) << cluster.show(job)["events"].dump();
+  const double seconds = seconds_since(second_at);
+  const auto shown = cluster.wait_for_end(job, std::chrono::seconds(200));
+  ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump();
+  EXPECT_EQ(shown["attempts"], 1) << "healed in place, not restarted";
+  const auto heals = events_of(shown, "heal");
+  ASSERT_EQ(heals.size(), 2u) << shown["events"].dump();
+  EXPECT_NE(heals[1]["message"].get<std::string>().find(" takes rank 1 in group generation 2"),
+            std::string::npos)
+      << heals[1]["message"];
+  std::printf(
+      "[ heal     ] rank 1 killed twice: the second healed incident %.2f s after its kill\n",
+      seconds);
+  ASSERT_TRUE(fs::exists(reference_dir + "/model.safetensors"));
+  for (const auto& entry : fs::directory_iterator(reference_dir)) {
+    const std::string file = entry.path().filename();
+    EXPECT_TRUE(file_bytes(entry.path()) == file_bytes(healed_dir + "/" + file))
+        << file << " of the twice-healed run differs from the uninterrupted run's";
+  }
+}
+
 // The spare's own process is killed as soon as it exists.
 TEST(Heal, ASpareKilledWhileItJoinsEndsInTheRestart) {
   Cluster cluster(4, "heal-spare-dies");

@@ -452,5 +452,41 @@ TEST(GenerationRendezvous, ATimeoutNamesTheRankThatDidNotJoin) {
   }
 }
 
+// A job healed twice: ranks 0 and 1 form generations 0 and 1, then rank 1 is replaced by a
+// spare that opens the store afresh and meets rank 0 in generation 2. Rank 0 derives each
+// generation's prefix from the job's store: from generation 1's own it would wait under
+// "gen1/gen2/" while the spare joined "gen2/", until the timeout (a second heal hung so).
+TEST(GenerationRendezvous, ASpareMeetsASurvivorInItsThirdGeneration) {
+  RendezvousOptions options;
+  options.master_port = unused_port();
+  options.world_size = 2;
+  options.timeout = std::chrono::seconds(30);
+  options.transport = Transport::kGloo;  // two ranks of one process
+  std::vector<std::shared_ptr<Communicator>> gen0(2), gen1(2), gen2(2);
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      RendezvousOptions mine = options;
+      mine.rank = rank;
+      try {
+        gen0[rank] = connect(mine);
+        gen1[rank] = connect_generation(mine, 1, gen0[rank].get());
+        // Rank 1's process is gone; the spare that takes its number has no previous group.
+        gen2[rank] = connect_generation(mine, 2, rank == 0 ? gen1[0].get() : nullptr);
+        torch::Tensor value = torch::full({1}, static_cast<float>(rank + 1));
+        gen2[rank]->all_reduce_sum(value, "all_reduce/third_generation").wait();
+        if (value.item<float>() != 3.0f)
+          errors[rank] = "sum " + std::to_string(value.item<float>());
+      } catch (const std::exception& e) {
+        errors[rank] = e.what();
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+}
+
 }  // namespace
 }  // namespace ddpd::testing

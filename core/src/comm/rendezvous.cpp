@@ -342,15 +342,20 @@ std::shared_ptr<Communicator> connect_generation(const RendezvousOptions& option
   RendezvousStore rendezvous;
   if (previous && previous->store_ &&
       previous->info().rendezvous_endpoint == comm_options.rendezvous_endpoint) {
-    rendezvous.store = previous->store_;
+    // Not the previous generation's own prefixed store: a survivor's second heal would look
+    // for its peers under "gen1/gen2/" while the spare, opening the store afresh, joins "gen2/".
+    rendezvous.store = previous->unprefixed_store_ ? previous->unprefixed_store_ : previous->store_;
     rendezvous.server = previous->server_;
   } else {
     rendezvous = open_store(options, /*wait_workers=*/false, stop);
   }
+  const c10::intrusive_ptr<c10d::Store> unprefixed = rendezvous.store;
   rendezvous.store =
-      c10::make_intrusive<c10d::PrefixStore>("gen" + std::to_string(generation), rendezvous.store);
+      c10::make_intrusive<c10d::PrefixStore>("gen" + std::to_string(generation), unprefixed);
   await_generation(*rendezvous.store, options, generation, stop);
-  return connect_over(options, comm_options, rendezvous);
+  std::shared_ptr<Communicator> comm = connect_over(options, comm_options, rendezvous);
+  comm->unprefixed_store_ = unprefixed;
+  return comm;
 }
 
 }  // namespace ddpd

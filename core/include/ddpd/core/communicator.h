@@ -266,6 +266,10 @@ class Communicator {
   bool flat_buffers_ = false;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Store> server_;  // rank 0's; freed even when abort() leaves group_
+  // A later generation's group (connect_generation): the job's rendezvous store without this
+  // generation's "gen<G>/" prefix, where the next generation's prefix goes, as on a spare that
+  // opens the store afresh. Null for a job's first group, whose store_ is that store.
+  c10::intrusive_ptr<c10d::Store> unprefixed_store_;
   std::shared_ptr<std::atomic<bool>> aborted_ = std::make_shared<std::atomic<bool>>(false);
   // Gloo's host waits: a peer that announced its failure through the store ends them (shm's
   // segment and NCCL's watchdog already show a lost peer). Null: not watched.

@@ -101,8 +101,9 @@ class RendezvousAbandoned : public std::runtime_error {
 //     lost, and the rank that replaces it serves the store) or there is no previous group, the
 //     store is opened as connect() opens it, except that `stop` is asked while its port is not
 //     yet open, and c10d's own wait for every rank is skipped (step 4 waits instead).
-//  3. Everything below goes under the prefix "gen<G>/", so nothing the old group wrote, and no
-//     late message of its ranks, is read by the new one.
+//  3. Everything below goes under the prefix "gen<G>/" of the job's store (never of the
+//     previous generation's prefix: a rank in its third generation meets a spare in "gen2/"), so
+//     nothing the old group wrote, and no late message of its ranks, is read by the new one.
 //  4. Each rank sets "joined/<rank>" and polls until every rank's key is there, every 5 ms
 //     (kJoinPoll): `stop` is asked at each poll (a rank whose job is cancelled while a peer never
 //     comes leaves at once, with RendezvousAbandoned), and `options.timeout` ends the wait with
