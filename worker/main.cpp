@@ -224,6 +224,9 @@ void add_serve_flags(CLI::App& serve_cmd, ddpd::WorkerDaemonOptions& daemon_opti
       .add_option("--metrics-host", daemon_options.metrics.bind_host,
                   "Address the /metrics endpoint listens on")
       ->capture_default_str();
+  serve_cmd.add_flag("!--no-prestart-rank", daemon_options.prestart_rank,
+                     "Start each rank process when its assignment comes, instead of keeping the "
+                     "next one started and waiting while the daemon is idle");
 }
 
 // `rank`: the process of one rank, started by `serve` for each assignment (rank_process.h).

@@ -392,6 +392,9 @@ int run_rank_process(const RankMainOptions& options) {
     std::fprintf(stderr, "error: ddpd-worker rank reads its assignment from the daemon on stdin\n");
     return 2;
   }
+  // Named once it has a job: a daemon keeps its next rank process waiting beside the running one
+  // (StartedRankProcess), and `ps` and the tests tell them apart by this name.
+  prctl(PR_SET_NAME, kRankProcessName);
   // Not destroyed: the detached stop watcher may still wake on stdin as the process exits.
   auto* run = new RankRun(options, std::move(assignment));
   run->run();

@@ -6,6 +6,10 @@
 
 namespace ddpd {
 
+// The rank process's name (/proc/PID/comm) once it has read its assignment; before, it bears
+// the executable's.
+constexpr char kRankProcessName[] = "ddpd-rank";
+
 struct RankMainOptions {
   std::string advertise_host = "127.0.0.1";  // the daemon's: where the other ranks reach us
   int cuda_device = 0;                       // the daemon's GPU for NCCL jobs

@@ -57,11 +57,7 @@ std::string describe_signal(int signal_number) {
   }
 }
 
-RankProcess::RankProcess(RankProcessOptions options, const v1::Assignment& assignment)
-    : options_(std::move(options)),
-      assignment_(assignment),
-      rank_(assignment.rank()),
-      world_size_(assignment.world_size()) {
+StartedRankProcess::StartedRankProcess(const RankProcessOptions& options) {
   int to_child[2], from_child[2];
   if (pipe2(to_child, O_CLOEXEC) != 0)
     throw std::runtime_error("pipe: " + std::string(strerror(errno)));
@@ -74,26 +70,56 @@ RankProcess::RankProcess(RankProcessOptions options, const v1::Assignment& assig
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, to_child[0], 0);  // dup2 clears O_CLOEXEC
   posix_spawn_file_actions_adddup2(&actions, from_child[1], 3);
-  std::vector<std::string> args{options_.executable,  "rank",
-                                "--progress-seconds", std::to_string(options_.progress_seconds),
+  std::vector<std::string> args{options.executable,   "rank",
+                                "--progress-seconds", std::to_string(options.progress_seconds),
                                 "--daemon-pid",       std::to_string(getpid())};
-  args.insert(args.end(), options_.flags.begin(), options_.flags.end());
+  args.insert(args.end(), options.flags.begin(), options.flags.end());
   std::vector<char*> argv;
   for (auto& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
   const int rc =
-      posix_spawn(&pid_, options_.executable.c_str(), &actions, nullptr, argv.data(), environ);
+      posix_spawn(&pid_, options.executable.c_str(), &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   ::close(to_child[0]);
   ::close(from_child[1]);
   stdin_fd_ = to_child[1];
   event_fd_ = from_child[0];
   if (rc != 0) {
+    pid_ = -1;
     close_fd(stdin_fd_);
     close_fd(event_fd_);
-    throw std::runtime_error("cannot start the rank process " + options_.executable + ": " +
+    throw std::runtime_error("cannot start the rank process " + options.executable + ": " +
                              strerror(rc));
   }
+}
+
+StartedRankProcess::~StartedRankProcess() {
+  close_fd(stdin_fd_);
+  close_fd(event_fd_);
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);  // not yet reaped: pid_ is still our child
+  while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+  }
+}
+
+bool StartedRankProcess::waiting() {
+  if (pid_ <= 0) return false;
+  int status = 0;
+  if (waitpid(pid_, &status, WNOHANG) == 0) return true;
+  pid_ = -1;  // reaped (or not ours to wait for): nothing left to kill
+  return false;
+}
+
+RankProcess::RankProcess(RankProcessOptions options, const v1::Assignment& assignment,
+                         std::unique_ptr<StartedRankProcess> started)
+    : options_(std::move(options)),
+      assignment_(assignment),
+      rank_(assignment.rank()),
+      world_size_(assignment.world_size()) {
+  if (!started || !started->waiting()) started = std::make_unique<StartedRankProcess>(options_);
+  std::swap(pid_, started->pid_);  // now ours to reap: its destructor kills nothing
+  std::swap(stdin_fd_, started->stdin_fd_);
+  std::swap(event_fd_, started->event_fd_);
   // A rank that dies before reading its assignment reports through run() (no result: exited).
   if (!write_frame(stdin_fd_, assignment_)) close_fd(stdin_fd_);
 }

@@ -19,6 +19,7 @@
 
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -44,13 +45,40 @@ struct RankProcessOptions {
   double silence_seconds = 10.0;
 };
 
+// A `ddpd-worker rank` process started ahead of its assignment: it has loaded its libraries
+// (LibTorch) and waits on stdin for the Assignment it reads first. A RankProcess that takes it
+// skips the process's start, which a spare taking a lost rank's place waited for on the heal's
+// path (0.15 s of it on the 2-core development host). Destroying one that was not taken kills
+// its process (SIGKILL, reaped); it also dies with the daemon (PR_SET_PDEATHSIG).
+// Thread contract: one thread at a time (the daemon keeps it under a mutex).
+class StartedRankProcess {
+ public:
+  // Starts the process. Throws std::runtime_error when it cannot.
+  explicit StartedRankProcess(const RankProcessOptions& options);
+  ~StartedRankProcess();
+  StartedRankProcess(const StartedRankProcess&) = delete;
+  StartedRankProcess& operator=(const StartedRankProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // False once the process has ended (killed while it waited, say); it is reaped then.
+  bool waiting();
+
+ private:
+  friend class RankProcess;
+  pid_t pid_ = -1;
+  int stdin_fd_ = -1;  // the daemon's ends of the child's stdin and of its event pipe (fd 3)
+  int event_fd_ = -1;
+};
+
 // Thread contract: the constructor and run() on one thread (the daemon's job thread); stop()
 // from any thread (the session thread on a cancel), before, during or after run(). run() owns
 // the one timer thread that stop() and the end of the event stream arm.
 class RankProcess {
  public:
-  // Starts the child and sends it the assignment. Throws std::runtime_error when it cannot.
-  RankProcess(RankProcessOptions options, const v1::Assignment& assignment);
+  // Sends the assignment to `started`, or, where that is null or no longer waiting, to a child
+  // it starts with `options`. Throws std::runtime_error when it cannot start one.
+  RankProcess(RankProcessOptions options, const v1::Assignment& assignment,
+              std::unique_ptr<StartedRankProcess> started = nullptr);
   ~RankProcess();  // stops and reaps a child that run() has not
   RankProcess(const RankProcess&) = delete;
   RankProcess& operator=(const RankProcess&) = delete;

@@ -97,6 +97,40 @@ struct WorkerDaemon::Impl {
   std::mutex running_mutex;
   std::shared_ptr<RankProcess> running_rank;
   bool cancel_before_start = false;  // a cancel that came before the process existed
+  // Whether an assignment is under way (from its arrival to its result), and since when the
+  // daemon has been idle otherwise: when to start the next rank process ahead.
+  bool job_under_way = false;
+  std::chrono::steady_clock::time_point idle_since;  // a daemon that just started: long idle
+
+  // The next assignment's rank process, started ahead: taken by the job thread, started by the
+  // heartbeat thread once the daemon has been idle for options.prestart_idle_seconds.
+  std::mutex started_mutex;
+  std::unique_ptr<StartedRankProcess> started_rank;
+
+  std::unique_ptr<StartedRankProcess> take_started_rank() {
+    std::lock_guard<std::mutex> lock(started_mutex);
+    return std::move(started_rank);
+  }
+
+  // The heartbeat thread's: starts the next rank process when the daemon has been idle long
+  // enough and has none waiting.
+  void start_rank_process_ahead() {
+    if (!options.prestart_rank) return;
+    {
+      std::lock_guard<std::mutex> lock(running_mutex);
+      const std::chrono::duration<double> idle = std::chrono::steady_clock::now() - idle_since;
+      if (job_under_way || idle.count() < options.prestart_idle_seconds) return;
+    }
+    std::lock_guard<std::mutex> lock(started_mutex);
+    if (started_rank && started_rank->waiting()) return;
+    try {
+      started_rank = std::make_unique<StartedRankProcess>(rank_process_options());
+      spdlog::debug("the next rank process waits as process {}", started_rank->pid());
+    } catch (const std::exception& e) {
+      started_rank.reset();
+      spdlog::warn("cannot start the next rank process ahead: {}", e.what());
+    }
+  }
 
   void stop_running_job() {
     std::lock_guard<std::mutex> lock(running_mutex);
@@ -167,7 +201,7 @@ struct WorkerDaemon::Impl {
   void run_job(const v1::Assignment& a, SessionWriter& writer) {
     v1::JobResult result;
     try {
-      auto rank = std::make_shared<RankProcess>(rank_process_options(), a);
+      auto rank = std::make_shared<RankProcess>(rank_process_options(), a, take_started_rank());
       {
         std::lock_guard<std::mutex> lock(running_mutex);
         if (cancel_before_start) rank->stop();
@@ -187,6 +221,8 @@ struct WorkerDaemon::Impl {
     {
       std::lock_guard<std::mutex> lock(running_mutex);
       running_rank.reset();
+      job_under_way = false;
+      idle_since = std::chrono::steady_clock::now();
     }
     {
       std::lock_guard<std::mutex> lock(progress_mutex);
@@ -237,6 +273,7 @@ struct WorkerDaemon::Impl {
           }
         }
         writer.write(beat);
+        start_rank_process_ahead();
         lock.lock();
       }
     });
@@ -251,6 +288,7 @@ struct WorkerDaemon::Impl {
         {
           std::lock_guard<std::mutex> lock(running_mutex);
           cancel_before_start = false;
+          job_under_way = true;
         }
         job_thread = std::thread(
             [this, assignment = message.assign(), &writer] { run_job(assignment, writer); });

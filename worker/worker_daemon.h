@@ -25,6 +25,12 @@ struct WorkerDaemonOptions {
   // MemAvailable at start-up.
   int64_t memory_bytes = 0;
   std::vector<std::string> rank_flags;  // passed on to every rank process (its logging)
+  // Keep the next assignment's rank process started and waiting (StartedRankProcess,
+  // rank_process.h), started again once the daemon has been idle this long: a job that just
+  // ended on this host is often a heal that has just begun beside it, whose cores a start would
+  // take. --no-prestart-rank: start each rank process when its assignment comes.
+  bool prestart_rank = true;
+  double prestart_idle_seconds = 5.0;
 };
 
 // Protocol (worker side of the session, see coordinator_service.h):
@@ -33,7 +39,8 @@ struct WorkerDaemonOptions {
 //  last enqueued/completed sequence numbers and oldest pending collective); for each
 //  Assignment, one job thread starts the rank in its own process (rank_process.h), relays its
 //  StepReports and ends with one JobResult: the rank's, or one saying how its process ended
-//  (exit status, signal). A cancel for the current job stops the rank's process: it aborts its
+//  (exit status, signal); the process is the one the daemon started ahead while idle, when it
+//  has one. A cancel for the current job stops the rank's process: it aborts its
 //  collectives and reports "cancelled", or is killed 1 s later. When the session ends
 //  (coordinator restart, network) the current job is stopped the same way and the worker
 //  registers again after reconnect_seconds. A rank's crash never ends the daemon.

@@ -87,12 +87,13 @@ wait_end() {  # job → its final show --json
   done
 }
 max_step() { show "$1" | jq '[.rank_steps[].step] | max // -1'; }
-# The process running rank R of JOB: the one child of the rank's worker daemon.
+# The process running rank R of JOB: the one rank process (named ddpd-rank) of the rank's worker
+# daemon, which may also keep its next one started and waiting.
 rank_pid() {
   local worker index
   worker=$(show "$1" | jq -r ".workers[$2]")
   index=${worker##*-w}
-  pgrep -P "$(worker_pid "$index")" | head -n1
+  pgrep -P "$(worker_pid "$index")" -x ddpd-rank | head -n1
 }
 
 submit() {  # model steps dir extra... → job id

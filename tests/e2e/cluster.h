@@ -177,13 +177,13 @@ inline int worker_index_of_rank(Cluster& cluster, const std::string& job, int ra
   return std::stoi(id.substr(id.rfind("-w") + 2));
 }
 
-// The process running rank `rank` of `job` (the one child of that rank's worker daemon).
+// The process running rank `rank` of `job` (the one rank process of that rank's worker daemon).
 inline int rank_process_of(Cluster& cluster, const std::string& job, int rank) {
   const int daemon = cluster.worker(worker_index_of_rank(cluster, job, rank)).pid();
   int pid = -1;
   cluster.wait_until(
       [&] {
-        const auto children = child_pids(daemon);
+        const auto children = rank_process_pids(daemon);
         if (children.size() == 1) pid = children[0];
         return pid > 0;
       },

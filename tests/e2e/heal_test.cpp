@@ -97,7 +97,7 @@ struct Survivors {
     }
   }
   void record_healed() {
-    for (const auto& [daemon, rank_pid] : before) once_healed.push_back(child_pids(daemon));
+    for (const auto& [daemon, rank_pid] : before) once_healed.push_back(rank_process_pids(daemon));
   }
   void expect_kept() const {
     ASSERT_EQ(once_healed.size(), 2u);
@@ -469,9 +469,11 @@ TEST(Heal, ARankLostAgainAfterAHealIsHealedAgainAndTheWeightsEqualAnUninterrupte
   }
 }
 
-// The spare's own process is killed as soon as it exists.
+// The spare's own process is killed as soon as it exists: no worker starts its rank processes
+// ahead (--no-prestart-rank), so the spare's is found as it starts, before it has joined.
 TEST(Heal, ASpareKilledWhileItJoinsEndsInTheRestart) {
-  Cluster cluster(4, "heal-spare-dies");
+  Cluster cluster(4, "heal-spare-dies", {},
+                  [](int) { return std::vector<std::string>{"--no-prestart-rank"}; });
   const std::string job = cluster.submit(heal_job(120, 3));
   ASSERT_TRUE(cluster.wait_until([&] { return !cluster.show(job)["rank_steps"].empty(); },
                                  std::chrono::seconds(60)));

@@ -210,5 +210,41 @@ TEST(Supervision, ARankProcessKilledLikeTheOomKillerFailsItsRankNotItsDaemon) {
   EXPECT_EQ(cluster.wait_for_end(next)["state"], "SUCCEEDED");
 }
 
+// The rank process a daemon keeps started ahead (worker_daemon.h, prestart_rank): an idle daemon
+// has one waiting, not yet named ddpd-rank, and its next assignment runs in it; the daemon starts
+// another once idle again; one that died while it waited is replaced at the assignment.
+// --no-prestart-rank keeps none.
+TEST(Supervision, AnIdleDaemonKeepsItsNextRankProcessWaitingAndTheNextJobRunsInIt) {
+  Cluster cluster(2, "prestart", {}, [](int i) {
+    return i == 1 ? std::vector<std::string>{"--no-prestart-rank"} : std::vector<std::string>{};
+  });
+  const int daemon = cluster.worker(0).pid();
+  const auto waiting_child = [&] {
+    const auto children = child_pids(daemon);
+    return children.size() == 1 && rank_process_pids(daemon).empty() ? children[0] : -1;
+  };
+  int waiting = -1;
+  ASSERT_TRUE(cluster.wait_until([&] { return (waiting = waiting_child()) > 0; },
+                                 std::chrono::seconds(30)));
+  EXPECT_TRUE(child_pids(cluster.worker(1).pid()).empty()) << "--no-prestart-rank";
+
+  const std::string job = cluster.submit({"--world-size", "2", "--batch", "6", "--steps", "30"});
+  ASSERT_TRUE(cluster.wait_until([&] { return !cluster.show(job)["rank_steps"].empty(); },
+                                 std::chrono::seconds(60)));
+  const int rank = worker_index_of_rank(cluster, job, 0) == 0 ? 0 : 1;
+  EXPECT_EQ(rank_process_of(cluster, job, rank), waiting)
+      << "rank " << rank << " did not run in the process started ahead";
+  EXPECT_EQ(cluster.wait_for_end(job)["state"], "SUCCEEDED");
+
+  // Idle again (worker_daemon.h: prestart_idle_seconds, 5 s), it starts the next one.
+  int next = -1;
+  ASSERT_TRUE(
+      cluster.wait_until([&] { return (next = waiting_child()) > 0; }, std::chrono::seconds(30)));
+  EXPECT_NE(next, waiting);
+  ASSERT_EQ(::kill(next, SIGKILL), 0);
+  const std::string after = cluster.submit({"--world-size", "2", "--batch", "6", "--steps", "3"});
+  EXPECT_EQ(cluster.wait_for_end(after)["state"], "SUCCEEDED") << cluster.show(after).dump();
+}
+
 }  // namespace
 }  // namespace ddpd::testing

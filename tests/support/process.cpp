@@ -230,19 +230,22 @@ int BackgroundProcess::wait(std::chrono::seconds timeout) {
 
 std::string BackgroundProcess::log() const { return slurp(log_path_); }
 
-std::vector<int> child_pids(int pid) {
+std::vector<int> child_pids(int pid, const std::string& name) {
   std::vector<int> children;
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string child = entry.path().filename();
+    if (child.find_first_not_of("0123456789") != std::string::npos) continue;
     std::ifstream in(entry.path() / "stat");
     std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     const auto paren = stat.rfind(')');  // "pid (comm) state ppid ..."
     if (paren == std::string::npos) continue;
+    const auto open = stat.find('(');
+    if (!name.empty() && stat.substr(open + 1, paren - open - 1) != name) continue;
     std::istringstream fields(stat.substr(paren + 2));
     char state;
     int ppid = 0;
-    if (fields >> state >> ppid && ppid == pid && state != 'Z') children.push_back(std::stoi(name));
+    if (fields >> state >> ppid && ppid == pid && state != 'Z')
+      children.push_back(std::stoi(child));
   }
   std::sort(children.begin(), children.end());
   return children;

@@ -46,8 +46,13 @@ std::vector<ProcessOutcome> run_ranks_with_spares(
 // The wall clock as unix seconds (comparable across processes on this host).
 using ddpd::unix_now;
 
-// The live children of process `pid` (from /proc/*/stat), lowest pid first.
-std::vector<int> child_pids(int pid);
+// The live children of process `pid` (from /proc/*/stat), lowest pid first; with `name`, only
+// those whose process name (comm) it is.
+std::vector<int> child_pids(int pid, const std::string& name = "");
+
+// The rank processes a worker daemon runs: its children named "ddpd-rank" (worker/rank_main.h's
+// kRankProcessName), leaving out the one it keeps started ahead for its next assignment.
+inline std::vector<int> rank_process_pids(int daemon) { return child_pids(daemon, "ddpd-rank"); }
 
 // Directory holding the test binaries (from /proc/self/exe).
 std::string binary_dir();
