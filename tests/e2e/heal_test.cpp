@@ -44,6 +44,17 @@ std::string file_bytes(const std::string& path) {
   return out.str();
 }
 
+// Every file of the uninterrupted run's --export-hf directory equals the healed run's, byte for
+// byte.
+void expect_same_export(const std::string& reference_dir, const std::string& healed_dir) {
+  ASSERT_TRUE(fs::exists(reference_dir + "/model.safetensors"));
+  for (const auto& entry : fs::directory_iterator(reference_dir)) {
+    const std::string file = entry.path().filename();
+    EXPECT_TRUE(file_bytes(entry.path()) == file_bytes(healed_dir + "/" + file))
+        << file << " of the healed run differs from the uninterrupted run's";
+  }
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -149,12 +160,7 @@ void expect_lost_rank_healed_bitwise(const std::string& name, const std::vector<
   EXPECT_NE(metrics.find("\nddpd_coordinator_heals_total 1\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("\nddpd_coordinator_heal_seconds_count 1\n"), std::string::npos)
       << metrics;
-  ASSERT_TRUE(fs::exists(reference_dir + "/model.safetensors"));
-  for (const auto& entry : fs::directory_iterator(reference_dir)) {
-    const std::string file = entry.path().filename();
-    EXPECT_TRUE(file_bytes(entry.path()) == file_bytes(healed_dir + "/" + file))
-        << file << " of the healed run differs from the uninterrupted run's";
-  }
+  expect_same_export(reference_dir, healed_dir);
 }
 
 TEST(Heal, AKilledRankIsReplacedAndTheWeightsEqualAnUninterruptedRunsBitwise) {
@@ -461,12 +467,7 @@ TEST(Heal, ARankLostAgainAfterAHealIsHealedAgainAndTheWeightsEqualAnUninterrupte
   std::printf(
       "[ heal     ] rank 1 killed twice: the second healed incident %.2f s after its kill\n",
       seconds);
-  ASSERT_TRUE(fs::exists(reference_dir + "/model.safetensors"));
-  for (const auto& entry : fs::directory_iterator(reference_dir)) {
-    const std::string file = entry.path().filename();
-    EXPECT_TRUE(file_bytes(entry.path()) == file_bytes(healed_dir + "/" + file))
-        << file << " of the twice-healed run differs from the uninterrupted run's";
-  }
+  expect_same_export(reference_dir, healed_dir);
 }
 
 // The spare's own process is killed as soon as it exists: no worker starts its rank processes
