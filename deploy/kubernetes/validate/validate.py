@@ -11,7 +11,9 @@ and the field, and exits 1 if there is any.
 """
 
 import argparse
+import posixpath
 import re
+import shlex
 import sys
 
 import kubernetes_validate
@@ -173,8 +175,7 @@ def check_workers(of, problems, everywhere):
 def runs_coordinator(document):
     """Whether a Deployment's pods run ddpd-coordinator."""
     containers = items(get(document.data, "spec", "template", "spec", "containers"))
-    return any("ddpd-coordinator" in c["command"] for c in containers
-               if isinstance(c.get("command"), list))
+    return any(is_coordinator(c) for c in containers)
 
 
 def selects(service, labels):
@@ -200,6 +201,102 @@ def check_coordinator(of, problems, everywhere):
         if not any(selects(s, labels) for s in of("Service")):
             problems.append(f"{document.where}: no Service selects the coordinator's pods")
     return coordinators
+
+
+def command_words(container):
+    """A container's command and args as words; a shell's -c script split as the shell would."""
+    words = [w for w in (container.get("command") or []) + (container.get("args") or [])
+             if isinstance(w, str)]
+    if len(words) >= 2 and posixpath.basename(words[0]) in ("sh", "bash") and "-c" in words:
+        script = " ".join(words[words.index("-c") + 1:])
+        try:
+            return words[:words.index("-c") + 1] + shlex.split(script)
+        except ValueError:
+            return words
+    return words
+
+
+def is_coordinator(container):
+    """Whether a container runs ddpd-coordinator (by any path, or from a shell's -c script)."""
+    return any(posixpath.basename(w) == "ddpd-coordinator" for w in command_words(container))
+
+
+def db_argument(container):
+    """The coordinator's --db argument as given (the last one wins), or None."""
+    words, path = command_words(container), None
+    for index, word in enumerate(words):
+        if word == "--db" and index + 1 < len(words):
+            path = words[index + 1]
+        elif word.startswith("--db="):
+            path = word[len("--db="):]
+    return path
+
+
+def store_mount(container, path):
+    """The volume mount that holds the directory of path (the store's -wal, -shm and .lock files
+    live beside it): the deepest whose mountPath is that directory or above it; None if none."""
+    directory = posixpath.dirname(path)
+    mounts = []
+    for mount in items(container.get("volumeMounts")):
+        mount_path = text(mount.get("mountPath"))
+        if mount_path and posixpath.isabs(mount_path):
+            mount_path = posixpath.normpath(mount_path)
+            if directory == mount_path or directory.startswith(mount_path.rstrip("/") + "/"):
+                mounts.append((len(mount_path), mount))
+    return max(mounts, key=lambda pair: pair[0])[1] if mounts else None
+
+
+def check_rollout(document, problems):
+    """One coordinator pod at a time: replicas 1 (the API's default when absent) and the
+    Recreate strategy, which stops the old pod before it starts the new one."""
+    replicas = get(document.data, "spec", "replicas")
+    if replicas is not None and replicas != 1:
+        problems.append(f"{document.where}: spec/replicas must be 1, not {replicas!r}: one "
+                        f"coordinator owns the SQLite store")
+    strategy = get(document.data, "spec", "strategy", "type")
+    if strategy != "Recreate":
+        problems.append(f"{document.where}: spec/strategy/type must be Recreate, not "
+                        f"{strategy or 'RollingUpdate (the default)'}: a rolling update runs "
+                        f"two coordinators on one store")
+
+
+def check_store_volume(document, container, claims, problems):
+    """The container's --db is an absolute path on a ReadWriteOnce PersistentVolumeClaim."""
+    at = f"{document.where}: container {container.get('name')}"
+    path = db_argument(container)
+    if path is None or not posixpath.isabs(path):
+        problems.append(f"{at}: --db must be an absolute path on the store's volume, not "
+                        f"{path or 'the default ddpd.db in the working directory'}")
+        return
+    path = posixpath.normpath(path)
+    mount = store_mount(container, path)
+    if mount is None:
+        problems.append(f"{at}: --db {path} is on no volume (the container's own file system "
+                        f"is lost with the pod)")
+        return
+    volumes = {text(v.get("name")): v
+               for v in items(get(document.data, "spec", "template", "spec", "volumes"))}
+    claim = text(get(volumes.get(text(mount.get("name"))), "persistentVolumeClaim", "claimName"))
+    if claim is None:
+        problems.append(f"{at}: --db {path} is on volume {mount.get('name')}, which is no "
+                        f"PersistentVolumeClaim (the store must outlive the pod)")
+    elif claim in claims:  # check_pods names a claim that is not in these manifests
+        modes = get(claims[claim].data, "spec", "accessModes")
+        modes = [m for m in modes if isinstance(m, str)] if isinstance(modes, list) else []
+        if not {"ReadWriteOnce", "ReadWriteOncePod"} & set(modes):
+            problems.append(f"{claims[claim].where}: spec/accessModes must be ReadWriteOnce "
+                            f"(or ReadWriteOncePod), not {', '.join(modes) or 'none'}: it "
+                            f"holds the coordinator's store (--db {path})")
+
+
+def check_store(document, of, problems):
+    """A coordinator restarted on the same --db adopts the jobs still running (docs/systemd.md),
+    so the store outlives the pod, and never do two coordinators open it."""
+    check_rollout(document, problems)
+    claims = {d.name: d for d in of("PersistentVolumeClaim")}
+    for container in items(get(document.data, "spec", "template", "spec", "containers")):
+        if is_coordinator(container):
+            check_store_volume(document, container, claims, problems)
 
 
 def check_container(container, where, secrets, problems):
@@ -255,10 +352,10 @@ def check_ddpd(documents, files, problems):
     workers = check_workers(of, problems, everywhere)
     coordinators = check_coordinator(of, problems, everywhere)
     check_pods(of("Deployment") + workers, of, problems)
-    # Both must survive a pod's restart: the job history and the checkpoints a job resumes from.
-    if not claim_names(coordinators):
-        problems.append(f"{everywhere}: coordinator: its SQLite store is on no "
-                        f"PersistentVolumeClaim")
+    # Both must survive a pod's restart: the job store (which a restarted coordinator adopts
+    # running jobs from) and the checkpoints a job resumes from.
+    for document in coordinators:
+        check_store(document, of, problems)
     if not claim_names(workers):
         problems.append(f"{everywhere}: workers: checkpoints are on no PersistentVolumeClaim")
 
