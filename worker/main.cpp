@@ -224,6 +224,21 @@ void add_serve_flags(CLI::App& serve_cmd, ddpd::WorkerDaemonOptions& daemon_opti
       .add_option("--metrics-host", daemon_options.metrics.bind_host,
                   "Address the /metrics endpoint listens on")
       ->capture_default_str();
+  serve_cmd
+      .add_option("--orphan-timeout", daemon_options.orphan_timeout_seconds,
+                  "Seconds a rank trains on with no coordinator before it is stopped")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 7 * 24 * 3600.0));
+  serve_cmd
+      .add_option_function<double>(
+          "--report-buffer-mb",
+          [&daemon_options](double mb) {
+            daemon_options.report_buffer_bytes = static_cast<int64_t>(mb * (1 << 20));
+          },
+          "Step reports and results kept until the coordinator stores them, MiB (default " +
+              std::to_string(daemon_options.report_buffer_bytes >> 20) +
+              "); past it step reports are dropped and counted")
+      ->check(CLI::Range(1.0, 65536.0));
   serve_cmd.add_flag("!--no-prestart-rank", daemon_options.prestart_rank,
                      "Start each rank process when its assignment comes, instead of keeping the "
                      "next one started and waiting while the daemon is idle");

@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "ddpd/api/session_protocol.h"
 #include "ddpd/api/spec_convert.h"
 #include "ddpd/api/step_report.h"
 #include "ddpd/common/comm_options.h"
@@ -23,6 +24,8 @@
 #include "ddpd/service/channel.h"
 #include "ddpd/v1/ddpd.grpc.pb.h"
 #include "rank_process.h"
+#include "reconnect_backoff.h"
+#include "report_log.h"
 
 namespace ddpd {
 namespace {
@@ -62,6 +65,10 @@ CommBenchResult from_pipe(const rank_pipe::CommRows& rows) {
   return bench;
 }
 
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 using Stream = grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>;
 
 // One session's writer: the heartbeat and job threads share the stream.
@@ -81,16 +88,31 @@ class SessionWriter {
 }  // namespace
 
 struct WorkerDaemon::Impl {
+  explicit Impl(WorkerDaemonOptions o)
+      : options(std::move(o)), reports(options.report_buffer_bytes) {}
+
   WorkerDaemonOptions options;
   std::atomic<bool> stopping{false};
   std::mutex mutex;
   std::condition_variable wake;
   grpc::ClientContext* live_context = nullptr;  // to end the session on stop()
   std::unique_ptr<WorkerMetrics> metrics;
+  // Steps and results until the coordinator has stored them; outlives every session.
+  ReportLog reports;
   // The running rank's latest progress, for heartbeats: set by the job thread from the rank's
   // events, read by the heartbeat thread, both under progress_mutex.
   std::mutex progress_mutex;
   std::optional<std::pair<std::string, v1::RankProgress>> progress;  // job id, progress
+
+  // The rank this daemon runs, or ran and has not seen its result stored: what its next hello
+  // claims. Set and updated by the job thread, forgotten once the result is acknowledged; under
+  // claim_mutex. result_seq: the result's sequence number in `reports` (0: not yet sent).
+  std::mutex claim_mutex;
+  std::optional<v1::RankClaim> claim;
+  uint64_t result_seq = 0;
+  // When the last session ended (steady, for --orphan-timeout); session thread only.
+  std::optional<std::chrono::steady_clock::time_point> session_lost;
+  double session_lost_unix = 0;
 
   // The running rank's process, so that a cancel can stop it: set and cleared by the job
   // thread, stopped by the session thread, both under running_mutex.
@@ -101,6 +123,9 @@ struct WorkerDaemon::Impl {
   // daemon has been idle otherwise: when to start the next rank process ahead.
   bool job_under_way = false;
   std::chrono::steady_clock::time_point idle_since;  // a daemon that just started: long idle
+  // The job thread outlives sessions; started and joined by the session thread only.
+  std::thread job_thread;
+  std::string current_job;  // the assignment's id; session thread only
 
   // The next assignment's rank process, started ahead: taken by the job thread, started by the
   // heartbeat thread once the daemon has been idle for options.prestart_idle_seconds.
@@ -138,10 +163,19 @@ struct WorkerDaemon::Impl {
     if (running_rank) running_rank->stop();
   }
 
+  bool rank_running() {
+    std::lock_guard<std::mutex> lock(running_mutex);
+    return job_under_way;
+  }
+
   // The coordinator healed the job this worker's rank runs: the rank forms the new group.
   void forward_heal(const v1::HealGroup& heal) {
     spdlog::info("job={} heal: group generation {} at {}:{} (rank {} replaced)", heal.job_id(),
                  heal.generation(), heal.master_addr(), heal.master_port(), heal.lost_rank());
+    {
+      std::lock_guard<std::mutex> lock(claim_mutex);
+      if (claim && claim->job_id() == heal.job_id()) claim->set_generation(heal.generation());
+    }
     rank_pipe::Control control;
     *control.mutable_heal() = heal;
     std::lock_guard<std::mutex> lock(running_mutex);
@@ -160,13 +194,25 @@ struct WorkerDaemon::Impl {
     return o;
   }
 
+  // Keeps `message` for the coordinator until it is stored (report_log.h).
+  uint64_t keep(const std::string& job_id, v1::WorkerMessage message) {
+    message.set_job_id(job_id);
+    const uint64_t seq = reports.push(std::move(message));
+    metrics->record_session(connected.load(), reports.kept_bytes(), reports.dropped());
+    return seq;
+  }
+  std::atomic<bool> connected{false};
+
   // The rank's events: steps to the coordinator, the metrics and the debug log; progress for
   // the heartbeats. `rank` is the rank's number now: the assignment's, until a shrink in place
   // renumbers it (a second Started event says so).
-  void relay(const v1::Assignment& a, int& rank, const rank_pipe::RankEvent& e,
-             SessionWriter& writer) {
+  void relay(const v1::Assignment& a, int& rank, const rank_pipe::RankEvent& e) {
     if (e.has_started()) {
       rank = e.started().rank();
+      {
+        std::lock_guard<std::mutex> lock(claim_mutex);
+        if (claim) claim->set_rank(rank);
+      }
       if (a.spec().has_comm()) {
         metrics->comm_job_started(a.job_id(), e.started().rank(), e.started().transport());
       } else {
@@ -179,10 +225,13 @@ struct WorkerDaemon::Impl {
       metrics->record_step(m);
       spdlog::debug("job={} rank={} step={} loss={:.4f} step_ms={:.2f} comm_fraction={:.3f}",
                     a.job_id(), rank, m.step, m.loss, m.step_seconds * 1e3, m.comm_fraction);
+      {
+        std::lock_guard<std::mutex> lock(claim_mutex);
+        if (claim) claim->set_last_step(e.step().step());
+      }
       v1::WorkerMessage step;
-      step.set_job_id(a.job_id());
       *step.mutable_step() = e.step();
-      writer.write(step);
+      keep(a.job_id(), std::move(step));
     } else if (e.has_progress()) {
       std::lock_guard<std::mutex> lock(progress_mutex);
       progress.emplace(a.job_id(), e.progress());
@@ -197,8 +246,8 @@ struct WorkerDaemon::Impl {
     }
   }
 
-  // Runs one assignment in its own process and reports its result, whatever ended it.
-  void run_job(const v1::Assignment& a, SessionWriter& writer) {
+  // Runs one assignment in its own process and keeps its result, whatever ended it.
+  void run_job(const v1::Assignment& a) {
     v1::JobResult result;
     try {
       auto rank = std::make_shared<RankProcess>(rank_process_options(), a, take_started_rank());
@@ -209,7 +258,7 @@ struct WorkerDaemon::Impl {
       }
       spdlog::info("job={} rank={} runs in process {}", a.job_id(), a.rank(), rank->pid());
       int rank_now = a.rank();
-      result = rank->run([&](const rank_pipe::RankEvent& e) { relay(a, rank_now, e, writer); });
+      result = rank->run([&](const rank_pipe::RankEvent& e) { relay(a, rank_now, e); });
     } catch (const std::exception& e) {
       result.set_job_id(a.job_id());
       result.set_rank(a.rank());
@@ -218,12 +267,7 @@ struct WorkerDaemon::Impl {
       result.set_named_rank(a.rank());
       result.set_error(e.what());
     }
-    {
-      std::lock_guard<std::mutex> lock(running_mutex);
-      running_rank.reset();
-      job_under_way = false;
-      idle_since = std::chrono::steady_clock::now();
-    }
+    result.set_end_unix_time(unix_now());  // the coordinator may store it after an outage
     {
       std::lock_guard<std::mutex> lock(progress_mutex);
       progress.reset();
@@ -234,94 +278,212 @@ struct WorkerDaemon::Impl {
     }
     metrics->job_finished(result.succeeded());
     v1::WorkerMessage done;
-    done.set_job_id(a.job_id());
     *done.mutable_result() = result;
-    writer.write(done);
+    {
+      // Under claim_mutex, so that an acknowledgement cannot pass the result unseen.
+      std::lock_guard<std::mutex> lock(claim_mutex);
+      result_seq = keep(a.job_id(), std::move(done));
+      if (claim) claim->set_process_state(v1::RANK_PROCESS_ENDED);
+    }
+    std::lock_guard<std::mutex> lock(running_mutex);
+    running_rank.reset();
+    job_under_way = false;
+    idle_since = std::chrono::steady_clock::now();
   }
 
-  // One registration; returns false when the coordinator refused us for good.
-  bool session(v1::Coordinator::Stub& stub, const v1::WorkerHello& hello) {
+  void start_job(const v1::Assignment& a) {
+    if (job_thread.joinable()) job_thread.join();  // the previous job has kept its result
+    current_job = a.job_id();
+    {
+      std::lock_guard<std::mutex> lock(claim_mutex);
+      claim.emplace();
+      claim->set_job_id(a.job_id());
+      claim->set_attempt(a.attempt());
+      claim->set_generation(a.join_generation());
+      claim->set_rank(a.rank());
+      claim->set_last_step(-1);
+      claim->set_process_state(v1::RANK_PROCESS_RUNNING);
+      result_seq = 0;
+    }
+    {
+      std::lock_guard<std::mutex> lock(running_mutex);
+      cancel_before_start = false;
+      job_under_way = true;
+    }
+    job_thread = std::thread([this, a] { run_job(a); });
+  }
+
+  // The coordinator stored every message up to `seq`; a stored result ends the claim.
+  void acknowledged(uint64_t seq) {
+    reports.acknowledge(seq);
+    {
+      std::lock_guard<std::mutex> lock(claim_mutex);
+      if (claim && result_seq > 0 && result_seq <= seq) claim.reset();
+    }
+    metrics->record_session(connected.load(), reports.kept_bytes(), reports.dropped());
+  }
+
+  v1::WorkerHello hello_for_session(const v1::WorkerHello& base) {
+    v1::WorkerHello hello = base;
+    std::lock_guard<std::mutex> lock(claim_mutex);
+    if (claim) {
+      *hello.mutable_claim() = *claim;
+      hello.mutable_claim()->set_session_lost_unix_time(session_lost_unix);
+    }
+    return hello;
+  }
+
+  void handle(const v1::CoordinatorMessage& message, const v1::WorkerHello& hello) {
+    if (message.has_welcome()) {
+      spdlog::info("registered with {} as {}", options.coordinator, hello.worker_id());
+      connected = true;
+      session_lost.reset();
+      metrics->record_session(true, reports.kept_bytes(), reports.dropped());
+    } else if (message.has_assign()) {
+      start_job(message.assign());
+    } else if (message.has_heal() && message.heal().job_id() == current_job) {
+      forward_heal(message.heal());
+    } else if (message.has_acknowledged()) {
+      acknowledged(message.acknowledged());
+    } else if (message.cancel_job_id() == current_job && !current_job.empty()) {
+      spdlog::info("job={} cancel requested", current_job);
+      stop_running_job();
+    }
+  }
+
+  // The session's heartbeats, each with the running rank's latest progress; returns when the
+  // session is over.
+  void send_heartbeats(SessionWriter& writer, const std::atomic<bool>& session_over) {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!session_over && !stopping) {
+      wake.wait_for(lock, std::chrono::duration<double>(options.heartbeat_seconds));
+      if (session_over || stopping) break;
+      lock.unlock();
+      v1::WorkerMessage beat;
+      beat.set_heartbeat(true);
+      {
+        std::lock_guard<std::mutex> progress_lock(progress_mutex);
+        if (progress) {
+          beat.set_job_id(progress->first);
+          *beat.mutable_progress() = progress->second;
+        }
+      }
+      writer.write(beat);
+      lock.lock();
+    }
+  }
+
+  enum class SessionEnd { kRetry, kWelcomedThenRetry, kRefused };
+
+  // One registration and the session that follows; the rank, if any, outlives it.
+  SessionEnd session(v1::Coordinator::Stub& stub, const v1::WorkerHello& base) {
     grpc::ClientContext context;
     if (!options.token.empty()) context.AddMetadata("authorization", "Bearer " + options.token);
     {
       std::lock_guard<std::mutex> lock(mutex);
-      if (stopping) return true;
+      if (stopping) return SessionEnd::kRetry;
       live_context = &context;
     }
+    const v1::WorkerHello hello = hello_for_session(base);
     auto stream = stub.WorkerSession(&context);
     SessionWriter writer(stream.get());
     v1::WorkerMessage first;
     *first.mutable_hello() = hello;
     writer.write(first);
+    reports.rewind();  // what no session has seen stored goes first
 
     std::atomic<bool> session_over{false};
-    std::string current_job;
-    std::thread job_thread;
-    std::thread heartbeat([&] {
-      std::unique_lock<std::mutex> lock(mutex);
-      while (!session_over && !stopping) {
-        wake.wait_for(lock, std::chrono::duration<double>(options.heartbeat_seconds));
-        if (session_over || stopping) break;
-        lock.unlock();
-        v1::WorkerMessage beat;
-        beat.set_heartbeat(true);
-        {
-          std::lock_guard<std::mutex> progress_lock(progress_mutex);
-          if (progress) {
-            beat.set_job_id(progress->first);
-            *beat.mutable_progress() = progress->second;
-          }
-        }
-        writer.write(beat);
-        start_rank_process_ahead();
-        lock.lock();
+    std::thread sender([&] {
+      while (!session_over) {
+        auto next = reports.next_to_send(std::chrono::seconds(1));
+        if (next && !writer.write(*next)) break;
       }
     });
-
+    std::thread heartbeat([&] { send_heartbeats(writer, session_over); });
+    bool welcomed = false;
     v1::CoordinatorMessage message;
     while (stream->Read(&message)) {
-      if (message.has_welcome()) {
-        spdlog::info("registered with {} as {}", options.coordinator, hello.worker_id());
-      } else if (message.has_assign()) {
-        if (job_thread.joinable()) job_thread.join();  // the previous job reported already
-        current_job = message.assign().job_id();
-        {
-          std::lock_guard<std::mutex> lock(running_mutex);
-          cancel_before_start = false;
-          job_under_way = true;
-        }
-        job_thread = std::thread(
-            [this, assignment = message.assign(), &writer] { run_job(assignment, writer); });
-      } else if (message.has_heal() && message.heal().job_id() == current_job) {
-        forward_heal(message.heal());
-      } else if (message.cancel_job_id() == current_job && !current_job.empty()) {
-        spdlog::info("job={} cancel requested", current_job);
-        stop_running_job();
-      }
+      welcomed |= message.has_welcome();
+      handle(message, hello);
     }
-    stop_running_job();
     {
       std::lock_guard<std::mutex> lock(mutex);
       session_over = true;
       live_context = nullptr;
     }
+    reports.interrupt();
     wake.notify_all();
     heartbeat.join();
-    if (job_thread.joinable()) job_thread.join();
+    sender.join();
+    connected = false;
+    metrics->record_session(false, reports.kept_bytes(), reports.dropped());
+    if (welcomed || !session_lost) {
+      session_lost = std::chrono::steady_clock::now();
+      session_lost_unix = unix_now();
+    }
     const grpc::Status status = stream->Finish();
     if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
         status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
-        status.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
+        status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
       spdlog::error("coordinator refused worker {}: {}", hello.worker_id(), status.error_message());
-      return false;
+      return SessionEnd::kRefused;
     }
-    if (!stopping) spdlog::warn("session ended ({}); registering again", status.error_message());
-    return true;
+    if (!stopping && welcomed) {
+      spdlog::warn("session ended ({}){}; registering again", status.error_message(),
+                   rank_running() ? ", the rank trains on" : "");
+    } else if (!stopping) {
+      spdlog::debug("registration failed ({}); trying again", status.error_message());
+    }
+    return welcomed ? SessionEnd::kWelcomedThenRetry : SessionEnd::kRetry;
+  }
+
+  // The daemon's own thread for starting rank processes ahead. Not a session's: a rank process
+  // dies with the thread that started it (PR_SET_PDEATHSIG, rank_main.cpp), and ranks outlive
+  // sessions.
+  void prestart_loop() {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!stopping) {
+      wake.wait_for(lock, std::chrono::duration<double>(options.heartbeat_seconds));
+      if (stopping) break;
+      lock.unlock();
+      start_rank_process_ahead();
+      lock.lock();
+    }
+  }
+
+  // Stops a rank that has had no coordinator for --orphan-timeout; true when it did.
+  void stop_orphan() {
+    if (!session_lost || !rank_running()) return;
+    const std::chrono::duration<double> alone = std::chrono::steady_clock::now() - *session_lost;
+    if (alone.count() < options.orphan_timeout_seconds) return;
+    spdlog::error(
+        "job={} no coordinator for {:.0f} s (--orphan-timeout {:.0f} s): stopping the "
+        "rank",
+        current_job, alone.count(), options.orphan_timeout_seconds);
+    stop_running_job();
+  }
+
+  // Registers, and again with backoff whenever a session ends, until stop(); 1 when refused.
+  int serve(v1::Coordinator::Stub& stub, const v1::WorkerHello& hello) {
+    std::mt19937 random(std::random_device{}());
+    std::uniform_real_distribution<double> uniform(0.0, 1.0);
+    int tries = 0;  // since the last welcomed session
+    while (!stopping) {
+      const SessionEnd end = session(stub, hello);
+      if (end == SessionEnd::kRefused) return 1;
+      if (end == SessionEnd::kWelcomedThenRetry) tries = 0;
+      stop_orphan();
+      const double delay = reconnect_delay_seconds(
+          tries++, uniform(random), options.reconnect_first_seconds, options.reconnect_max_seconds);
+      std::unique_lock<std::mutex> lock(mutex);
+      wake.wait_for(lock, std::chrono::duration<double>(delay), [&] { return stopping.load(); });
+    }
+    return 0;
   }
 };
 
-WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options) : impl_(std::make_unique<Impl>()) {
-  impl_->options = std::move(options);
+WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {
   impl_->metrics = std::make_unique<WorkerMetrics>(impl_->options.metrics);
   if (impl_->metrics->port() > 0) {
     spdlog::info("serving /metrics on {}:{}", impl_->options.metrics.bind_host,
@@ -329,7 +491,10 @@ WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options) : impl_(std::make_unique
   }
 }
 
-WorkerDaemon::~WorkerDaemon() = default;
+WorkerDaemon::~WorkerDaemon() {
+  impl_->stop_running_job();
+  if (impl_->job_thread.joinable()) impl_->job_thread.join();
+}
 
 void WorkerDaemon::stop() {
   std::lock_guard<std::mutex> lock(impl_->mutex);
@@ -362,15 +527,21 @@ int WorkerDaemon::run() {
   hello.add_backends("gloo");
   if (visible_cuda_devices() > o.cuda_device) hello.add_backends("nccl");
   hello.set_gpu_memory_bytes(cuda_device_memory_bytes(o.cuda_device));
+  hello.set_protocol_version(kSessionProtocolVersion);
   auto channel = coordinator_channel(o.coordinator, o.tls_ca);
   auto stub = v1::Coordinator::NewStub(channel);
-  while (!impl_->stopping) {
-    if (!impl_->session(*stub, hello)) return 1;
-    std::unique_lock<std::mutex> lock(impl_->mutex);
-    impl_->wake.wait_for(lock, std::chrono::duration<double>(o.reconnect_seconds),
-                         [&] { return impl_->stopping.load(); });
+  std::thread prestarter([this] { impl_->prestart_loop(); });
+  const int code = impl_->serve(*stub, hello);
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->stopping = true;  // refused: the prestarter ends too
   }
-  return 0;
+  impl_->wake.notify_all();
+  prestarter.join();
+  // Stopped (or refused): the daemon's rank goes with it.
+  impl_->stop_running_job();
+  if (impl_->job_thread.joinable()) impl_->job_thread.join();
+  return code;
 }
 
 }  // namespace ddpd

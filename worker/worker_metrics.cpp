@@ -109,6 +109,24 @@ struct WorkerMetrics::Impl {
                                                  .Help("Jobs this worker ran, by kind and result")
                                                  .Register(*registry);
   Gauge& busy = busy_family.Add({});
+  // The session with the coordinator and the reports kept for it (worker/report_log.h).
+  Gauge& connected = prometheus::BuildGauge()
+                         .Name("ddpd_worker_connected")
+                         .Help("1 while the worker has a session with the coordinator")
+                         .Register(*registry)
+                         .Add({});
+  Gauge& kept_bytes = prometheus::BuildGauge()
+                          .Name("ddpd_worker_unacknowledged_report_bytes")
+                          .Help("Step reports and results kept until the coordinator stores them")
+                          .Register(*registry)
+                          .Add({});
+  Gauge& dropped = prometheus::BuildGauge()
+                       .Name("ddpd_worker_dropped_reports")
+                       .Help(
+                           "Step reports dropped since start: the buffer (--report-buffer-mb) "
+                           "was full")
+                       .Register(*registry)
+                       .Add({});
 
   // The current job's series, created at start; removed when the job falls out of retention.
   struct JobSeries {
@@ -247,6 +265,12 @@ void WorkerMetrics::job_finished(bool succeeded) {
   impl_->jobs_family.Add({{"kind", kind}, {"result", succeeded ? "succeeded" : "failed"}})
       .Increment();
   impl_->busy.Set(0);
+}
+
+void WorkerMetrics::record_session(bool connected, int64_t kept_bytes, int64_t dropped) {
+  impl_->connected.Set(connected ? 1 : 0);
+  impl_->kept_bytes.Set(static_cast<double>(kept_bytes));
+  impl_->dropped.Set(static_cast<double>(dropped));
 }
 
 }  // namespace ddpd

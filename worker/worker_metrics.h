@@ -1,6 +1,7 @@
 // Prometheus metrics of one worker daemon: one prometheus-cpp registry served on --metrics-port.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -28,8 +29,10 @@ struct WorkerMetricsOptions {
 //   ddpd_comm_{time_seconds, algbw_bytes_per_second, busbw_bytes_per_second}
 //                                         {collective, size_bytes, world_size}: comm jobs
 //   ddpd_worker_busy, ddpd_worker_jobs_total{kind, result}
+//   ddpd_worker_connected, ddpd_worker_unacknowledged_report_bytes, ddpd_worker_dropped_reports
 //
-// Thread contract: one thread at a time records (the daemon's job thread, or main in `run`);
+// Thread contract: one thread at a time records a job's series (the daemon's job thread, or main
+// in `run`); record_session, which sets plain gauges only, from any thread;
 // the /metrics endpoint's thread reads the registry on scrape, which prometheus-cpp makes safe.
 // Only one job is current at a time.
 class WorkerMetrics {
@@ -48,6 +51,8 @@ class WorkerMetrics {
   void record_memory(const MemoryProfile& memory, bool final_points);
   void record_comm(const CommBenchResult& result);
   void job_finished(bool succeeded);
+  // The coordinator session's state and the report buffer's (worker/report_log.h).
+  void record_session(bool connected, int64_t kept_bytes, int64_t dropped);
 
  private:
   struct Impl;

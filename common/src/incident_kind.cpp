@@ -5,6 +5,6 @@
 namespace ddpd {
 
 DDPD_ENUM_NAMES(IncidentKind, "stall", "desync", "straggler", "restart", "resumed", "limit", "heal",
-                "healed")
+                "healed", "adopted")
 
 }  // namespace ddpd

@@ -15,7 +15,7 @@
 namespace ddpd::coordinator {
 namespace {
 
-const char* const kWorkerStates[] = {"IDLE", "BUSY", "LOST"};
+const char* const kWorkerStates[] = {"IDLE", "BUSY", "LOST", "DISCONNECTED"};
 const char* const kJobStates[] = {"PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"};
 
 // Refreshes the state gauges from a snapshot, then collects the registry: state gauges are

@@ -25,6 +25,14 @@ struct CoordinatorOptions {
   // is cancelled (LOST, "stopped reading") once this is passed, rather than blocking the
   // coordinator or growing its memory. 1 MiB holds thousands of assignments.
   int64_t max_session_queue_bytes = 1 << 20;
+  // Adoption (docs/protocols.md, "Adoption"): a job found RUNNING in the store at start stays
+  // RUNNING while its ranks' daemons register again and claim them, for up to adopt_timeout; a
+  // rank not claimed by then is lost. 30 s: a live daemon tries to register at least every 10 s
+  // (its backoff's cap), so 30 s gives each three tries, while a rank that really is gone is
+  // healed or restarted no later than that. adopt = false (--no-adopt): such jobs restart from
+  // their checkpoint, or fail "coordinator restarted" without restarts left (before adoption).
+  std::chrono::milliseconds adopt_timeout{30000};
+  bool adopt = true;
   // Prometheus file-based service discovery (prometheus_targets.h); empty: none.
   std::string prometheus_targets;
 };

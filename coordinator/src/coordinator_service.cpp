@@ -4,6 +4,7 @@
 
 #include <string_view>
 
+#include "ddpd/api/session_protocol.h"
 #include "ddpd/api/spec_convert.h"
 #include "ddpd/common/memory_estimate.h"
 #include "session_outbox.h"
@@ -133,6 +134,11 @@ grpc::Status CoordinatorService::WorkerSession(
   if (hello.worker_id().empty()) return {grpc::StatusCode::INVALID_ARGUMENT, "worker_id: empty"};
   if (hello.rendezvous_port() <= 0 || hello.rendezvous_port() > 65535) {
     return {grpc::StatusCode::INVALID_ARGUMENT, "rendezvous_port: must be in 1..65535"};
+  }
+  if (const std::string refusal = session_protocol_refusal(hello.protocol_version());
+      !refusal.empty()) {
+    spdlog::warn("worker={} refused: {}", hello.worker_id(), refusal);
+    return {grpc::StatusCode::FAILED_PRECONDITION, refusal};
   }
   auto session = std::make_shared<Session>();
   session->context = context;

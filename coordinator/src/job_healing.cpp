@@ -42,12 +42,14 @@ bool JobManager::try_heal(JobEntry& entry, int lost_rank, const std::string& los
     shrink_in_place(entry, lost_rank, reason);
     return true;
   }
-  ++entry.generation;
+  entry.job.mutable_group()->set_generation(entry.job.group().generation() + 1);
+  entry.job.mutable_group()->set_lost_rank(lost_rank);
+  entry.last_step_stored.erase(lost_rank);  // the spare's steps are its own
   ++heals_started_;
   // The store outlives every rank but rank 0's process: lose rank 0, and the spare serves it.
   if (lost_rank == 0) {
-    entry.master_addr = spare->hello.advertised_host();
-    entry.master_port = spare->hello.rendezvous_port();
+    entry.job.mutable_group()->set_master_addr(spare->hello.advertised_host());
+    entry.job.mutable_group()->set_master_port(spare->hello.rendezvous_port());
   }
   const std::string& spare_id = spare->hello.worker_id();
   job.set_worker_ids(lost_rank, spare_id);
@@ -60,14 +62,15 @@ bool JobManager::try_heal(JobEntry& entry, int lost_rank, const std::string& los
   entry.last_advance = clock_.steady_now();
   entry.stall_reported = false;
   record_incident(entry, IncidentKind::kHeal, lost_rank,
-                  "heal " + std::to_string(entry.generation) + " after: " + reason + "; worker " +
-                      spare_id + " takes rank " + std::to_string(lost_rank) +
-                      " in group generation " + std::to_string(entry.generation) + " (store " +
-                      entry.master_addr + ":" + std::to_string(entry.master_port) +
+                  "heal " + std::to_string(entry.job.group().generation()) + " after: " + reason +
+                      "; worker " + spare_id + " takes rank " + std::to_string(lost_rank) +
+                      " in group generation " + std::to_string(entry.job.group().generation()) +
+                      " (store " + entry.job.group().master_addr() + ":" +
+                      std::to_string(entry.job.group().master_port()) +
                       "), its state from a survivor");
   store_.save_job(job, entry.sequence);
 
-  send_heal(entry, lost_rank, /*skipped_rank=*/lost_rank);
+  send_heal(entry, /*skipped_rank=*/lost_rank);
 
   const int attempt = current_attempt(job);
   v1::Assignment assignment;
@@ -75,10 +78,10 @@ bool JobManager::try_heal(JobEntry& entry, int lost_rank, const std::string& los
   *assignment.mutable_spec() = attempt > 0 ? next_attempt_spec(job.spec()) : job.spec();
   assignment.set_rank(lost_rank);
   assignment.set_world_size(job.worker_ids_size());
-  assignment.set_master_addr(entry.master_addr);
-  assignment.set_master_port(entry.master_port);
+  assignment.set_master_addr(entry.job.group().master_addr());
+  assignment.set_master_port(entry.job.group().master_port());
   assignment.set_attempt(attempt);
-  assignment.set_join_generation(entry.generation);
+  assignment.set_join_generation(entry.job.group().generation());
   spare->state = v1::BUSY;
   spare->job_id = job.job_id();
   spare->rank = lost_rank;
@@ -91,15 +94,9 @@ bool JobManager::try_heal(JobEntry& entry, int lost_rank, const std::string& los
   return true;
 }
 
-void JobManager::send_heal(const JobEntry& entry, int lost_rank, int skipped_rank) {
+void JobManager::send_heal(const JobEntry& entry, int skipped_rank) {
   const v1::Job& job = entry.job;
-  v1::HealGroup heal;
-  heal.set_job_id(job.job_id());
-  heal.set_generation(entry.generation);
-  heal.set_master_addr(entry.master_addr);
-  heal.set_master_port(entry.master_port);
-  heal.set_lost_rank(lost_rank);
-  heal.set_world_size(job.worker_ids_size());
+  const v1::HealGroup& heal = job.group();
   for (int rank = 0; rank < job.worker_ids_size(); ++rank) {
     if (rank == skipped_rank) continue;
     WorkerEntry* survivor = find_worker(job.worker_ids(rank));
@@ -112,9 +109,11 @@ void JobManager::send_heal(const JobEntry& entry, int lost_rank, int skipped_ran
 
 void JobManager::shrink_in_place(JobEntry& entry, int lost_rank, const std::string& reason) {
   v1::Job& job = entry.job;
-  ++entry.generation;
+  entry.job.mutable_group()->set_generation(entry.job.group().generation() + 1);
   ++heals_started_;
   const int world = job.worker_ids_size() - 1;
+  job.mutable_group()->set_lost_rank(lost_rank);
+  job.mutable_group()->set_world_size(world);
   job.mutable_worker_ids()->erase(job.mutable_worker_ids()->begin() + lost_rank);
   job.mutable_ranks()->DeleteSubrange(lost_rank, 1);
   for (int rank = 0; rank < world; ++rank) {
@@ -125,26 +124,32 @@ void JobManager::shrink_in_place(JobEntry& entry, int lost_rank, const std::stri
   // worker's rendezvous port (connect_generation opens it where the endpoint changed).
   if (lost_rank == 0) {
     if (const WorkerEntry* first = find_worker(job.worker_ids(0))) {
-      entry.master_addr = first->hello.advertised_host();
-      entry.master_port = first->hello.rendezvous_port();
+      entry.job.mutable_group()->set_master_addr(first->hello.advertised_host());
+      entry.job.mutable_group()->set_master_port(first->hello.rendezvous_port());
     }
   }
   // Keyed by the old numbers, and of steps the old group did not complete.
   entry.progress_marks.clear();
   entry.partial_steps.clear();
+  std::map<int, int64_t> renumbered;  // each survivor's last step, under its new number
+  for (const auto& [rank, step] : entry.last_step_stored) {
+    if (rank != lost_rank) renumbered[rank > lost_rank ? rank - 1 : rank] = step;
+  }
+  entry.last_step_stored = std::move(renumbered);
   entry.healing_since = clock_.steady_now();
   entry.last_advance = clock_.steady_now();
   entry.stall_reported = false;
   record_incident(entry, IncidentKind::kHeal, lost_rank,
-                  "heal " + std::to_string(entry.generation) + " after: " + reason +
+                  "heal " + std::to_string(entry.job.group().generation()) + " after: " + reason +
                       "; no idle worker replaces rank " + std::to_string(lost_rank) + ": the " +
                       std::to_string(world) + " survivors go on in group generation " +
-                      std::to_string(entry.generation) + ", those above rank " +
-                      std::to_string(lost_rank) + " one number lower (store " + entry.master_addr +
-                      ":" + std::to_string(entry.master_port) +
+                      std::to_string(entry.job.group().generation()) + ", those above rank " +
+                      std::to_string(lost_rank) + " one number lower (store " +
+                      entry.job.group().master_addr() + ":" +
+                      std::to_string(entry.job.group().master_port()) +
                       "), each with a larger share of the same global batch");
   store_.save_job(job, entry.sequence);
-  send_heal(entry, lost_rank, /*skipped_rank=*/-1);
+  send_heal(entry, /*skipped_rank=*/-1);
   on_change_();
 }
 
@@ -157,7 +162,7 @@ void JobManager::note_healed(JobEntry& entry, int64_t step) {
   char text[160];
   std::snprintf(text, sizeof(text),
                 "healed: group generation %d completed step %lld, %.2f s after the loss was seen",
-                entry.generation, static_cast<long long>(step), seconds);
+                entry.job.group().generation(), static_cast<long long>(step), seconds);
   record_incident(entry, IncidentKind::kHealed, -1, text);
 }
 

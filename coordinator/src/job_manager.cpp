@@ -20,9 +20,10 @@ std::string job_id_for(int64_t sequence) {
 
 // The job's complete steps (every rank reported), by step, from the reports in the store. A job
 // that shrank in place has fewer ranks now than its steps before the shrink had.
-std::map<int64_t, std::vector<v1::StepReport>> complete_steps(JobStore& store, const v1::Job& job) {
+std::map<int64_t, std::vector<v1::StepReport>> complete_steps(
+    const std::vector<v1::StepReport>& stored, const v1::Job& job) {
   std::map<int64_t, std::vector<v1::StepReport>> by_step;
-  for (auto& s : store.load_steps(job.job_id())) by_step[s.step()].push_back(s);
+  for (const auto& s : stored) by_step[s.step()].push_back(s);
   for (auto it = by_step.begin(); it != by_step.end();) {
     const bool complete = static_cast<int>(it->second.size()) >= job.worker_ids_size();
     it = complete ? std::next(it) : by_step.erase(it);
@@ -41,17 +42,21 @@ JobManager::JobManager(const CoordinatorOptions& options, JobStore& store,
 }
 
 void JobManager::recover() {
-  // History and results as stored; jobs that were running restart or fail.
-  for (auto& stored : store_.load_jobs()) {
+  // History and results as stored; jobs that were running are adopted, or restart or fail.
+  std::vector<int64_t> sequences;
+  auto stored_jobs = store_.load_jobs(sequences);
+  for (size_t i = 0; i < stored_jobs.size(); ++i) {
     auto owned = std::make_unique<JobEntry>();
     JobEntry& entry = *owned;
-    entry.job = std::move(stored);
+    entry.job = std::move(stored_jobs[i]);
+    entry.sequence = sequences[i];
     entry.submitted = clock_.steady_now();
     const std::string id = entry.job.job_id();
     job_order_.push_back(id);
     jobs_[id] = std::move(owned);
     for (const auto& t : entry.job.history()) *entry.events.emplace_back().mutable_transition() = t;
-    for (const auto& [step, ranks] : complete_steps(store_, entry.job)) {
+    const std::vector<v1::StepReport> stored_steps = store_.load_steps(id);
+    for (const auto& [step, ranks] : complete_steps(stored_steps, entry.job)) {
       *entry.events.emplace_back().mutable_step() = aggregate_step(ranks);
       for (const auto& r : ranks) {
         if (r.checkpoint_seconds() > 0) entry.last_checkpoint_step = step + 1;
@@ -61,7 +66,10 @@ void JobManager::recover() {
     const std::string& restart = enum_name(IncidentKind::kRestart);
     for (const auto& i : entry.job.incidents()) restarts += i.kind() == restart;
     entry.job.set_attempts(entry.job.state() == v1::PENDING && restarts == 0 ? 0 : restarts + 1);
-    if (entry.job.state() == v1::RUNNING) {
+    if (entry.job.state() == v1::RUNNING && options_.adopt) {
+      restore_steps(entry, stored_steps);
+      begin_adoption(entry);
+    } else if (entry.job.state() == v1::RUNNING) {
       entry.previous_world_size = entry.job.worker_ids_size();
       entry.restart_reason = "coordinator restarted";
       if (may_restart(entry.job)) {
@@ -98,7 +106,11 @@ std::optional<Refusal> JobManager::register_worker(const v1::WorkerHello& hello,
                                                    std::shared_ptr<WorkerLink> link) {
   if (stopping_) return Refusal{Refusal::Code::kUnavailable, "coordinator is shutting down"};
   auto& entry = workers_[hello.worker_id()];
-  if (entry && entry->link) {
+  // The same daemon coming back on a new connection before its old session's end was seen (a
+  // half-open connection) claims the rank it holds: the new session replaces the old one.
+  const bool same_rank = entry && hello.has_claim() && entry->job_id == hello.claim().job_id() &&
+                         entry->rank == hello.claim().rank();
+  if (entry && entry->link && !same_rank) {
     return Refusal{Refusal::Code::kAlreadyExists,
                    "worker_id: " + hello.worker_id() + " already has a live session"};
   }
@@ -106,18 +118,30 @@ std::optional<Refusal> JobManager::register_worker(const v1::WorkerHello& hello,
     entry = std::make_unique<WorkerEntry>();
     worker_order_.push_back(hello.worker_id());
   }
+  if (entry->link) entry->link->disconnect();  // its loss is ignored: the link is replaced
+  if (!hello.has_claim() && !entry->job_id.empty()) {
+    // A daemon back without the rank it ran (it restarted): that rank is gone.
+    lose_rank_of(*entry, "its worker " + hello.worker_id() +
+                             " registered again without it (the daemon restarted)");
+  }
   entry->hello = hello;
   entry->state = v1::IDLE;
   entry->job_id.clear();
+  entry->rank = -1;
   entry->link = std::move(link);
   entry->silence.clear();
+  entry->received_seq = entry->acknowledged_seq = 0;  // sequence numbers are per session's sender
   entry->last_seen = clock_.unix_seconds();
   entry->last_heartbeat = clock_.steady_now();
-  spdlog::info("worker={} registered ({}:{}, {} cpus)", hello.worker_id(), hello.advertised_host(),
-               hello.rendezvous_port(), hello.cpu_count());
+  spdlog::info("worker={} registered ({}:{}, {} cpus){}", hello.worker_id(),
+               hello.advertised_host(), hello.rendezvous_port(), hello.cpu_count(),
+               hello.has_claim() ? ", claiming rank " + std::to_string(hello.claim().rank()) +
+                                       " of " + hello.claim().job_id()
+                                 : "");
   v1::CoordinatorMessage welcome;
   welcome.set_welcome(true);
   entry->link->send(welcome);
+  if (hello.has_claim()) claim(*entry, hello.claim());
   write_prometheus_targets();
   place();
   return std::nullopt;
@@ -128,6 +152,7 @@ void JobManager::on_message(const std::string& worker_id, const v1::WorkerMessag
   if (!worker) return;
   worker->last_seen = clock_.unix_seconds();
   worker->last_heartbeat = clock_.steady_now();
+  note_sequence(*worker, message);
   if (message.has_progress()) on_progress(worker_id, message.job_id(), message.progress());
   if (message.has_step()) {
     on_step(message.job_id(), message.step());
@@ -175,7 +200,12 @@ void JobManager::on_result(const std::string& worker_id, const v1::JobResult& re
     worker->rank = -1;
   }
   JobEntry* entry = find_job(result.job_id());
-  if (entry != nullptr && result.attempt() == current_attempt(entry->job)) {
+  // Only the rank's holder speaks for it: a result re-sent by a worker whose rank was lost
+  // and replaced, or whose claim was refused, changes nothing.
+  const bool holder = entry != nullptr && result.rank() >= 0 &&
+                      result.rank() < entry->job.worker_ids_size() &&
+                      entry->job.worker_ids(result.rank()) == worker_id;
+  if (holder && result.attempt() == current_attempt(entry->job)) {
     if (result.rank() >= 0 && result.rank() < entry->job.ranks_size()) {
       v1::RankStatus* rank = entry->job.mutable_ranks(result.rank());
       rank->set_state(result.succeeded()                             ? v1::RANK_SUCCEEDED
@@ -194,7 +224,8 @@ void JobManager::on_result(const std::string& worker_id, const v1::JobResult& re
       entry->succeeded_ranks.insert(result.rank());
       if (result.rank() == 0) entry->job.set_result_json(result.result_json());
       if (static_cast<int>(entry->succeeded_ranks.size()) == entry->job.worker_ids_size()) {
-        transition(*entry, v1::SUCCEEDED, "every rank finished");
+        // When the last rank ended, which an outage may have put well before now.
+        transition(*entry, v1::SUCCEEDED, "every rank finished", result.end_unix_time());
       }
     }
   }
@@ -222,26 +253,49 @@ void JobManager::lost(const std::string& worker_id, const WorkerLink* link,
   WorkerEntry* worker = find_worker(worker_id);
   if (!worker || worker->link.get() != link) return;  // replaced by a newer session
   if (stopping_) return;
-  spdlog::warn("worker={} lost: {}", worker_id, reason);
   worker->link.reset();
+  const JobEntry* entry = worker->job_id.empty() ? nullptr : find_job(worker->job_id);
+  if (entry && entry->job.state() == v1::RUNNING && worker->rank >= 0 &&
+      worker->attempt == current_attempt(entry->job)) {
+    // Its rank may well train on (protocol step 9): lost only once its job stops advancing.
+    spdlog::warn("worker={} disconnected: {}; rank {} of {} is expected back", worker_id, reason,
+                 worker->rank, worker->job_id);
+    worker->state = v1::DISCONNECTED;
+    worker->disconnected_since = clock_.steady_now();
+    worker->disconnect_reason = reason;
+    on_change_();
+    return;
+  }
+  spdlog::warn("worker={} lost: {}", worker_id, reason);
   worker->state = v1::LOST;
   write_prometheus_targets();
-  if (!worker->job_id.empty()) {
-    if (JobEntry* entry = find_job(worker->job_id)) {
-      if (worker->rank >= 0 && worker->rank < entry->job.ranks_size()) {
-        entry->job.mutable_ranks(worker->rank)->set_state(v1::RANK_LOST);
-      }
-      if (worker->attempt == current_attempt(entry->job)) {
-        const std::string why =
-            "worker " + worker_id + " (rank " + std::to_string(worker->rank) + ") lost: " + reason;
-        if (!try_heal(*entry, worker->rank, worker_id, why)) fail_or_restart(*entry, why);
-      }
-    }
-    worker->job_id.clear();
-    worker->rank = -1;
-  }
+  lose_rank_of(*worker, reason);
   place();  // pending jobs' reasons count this worker no more
   on_change_();
+}
+
+void JobManager::lose_rank_of(WorkerEntry& worker, const std::string& reason) {
+  if (worker.job_id.empty()) return;
+  if (JobEntry* entry = find_job(worker.job_id)) {
+    const bool holder = worker.rank >= 0 && worker.rank < entry->job.worker_ids_size() &&
+                        entry->job.worker_ids(worker.rank) == worker.hello.worker_id();
+    if (holder && worker.attempt == current_attempt(entry->job) &&
+        entry->job.state() == v1::RUNNING) {
+      rank_lost(*entry, worker.rank, worker.hello.worker_id(),
+                "worker " + worker.hello.worker_id() + " (rank " + std::to_string(worker.rank) +
+                    ") lost: " + reason);
+    }
+  }
+  worker.job_id.clear();
+  worker.rank = -1;
+}
+
+void JobManager::rank_lost(JobEntry& entry, int rank, const std::string& worker_id,
+                           const std::string& why) {
+  if (rank >= 0 && rank < entry.job.ranks_size()) {
+    entry.job.mutable_ranks(rank)->set_state(v1::RANK_LOST);
+  }
+  if (!try_heal(entry, rank, worker_id, why)) fail_or_restart(entry, why);
 }
 
 std::string JobManager::silence(const std::string& worker_id) const {
@@ -250,6 +304,14 @@ std::string JobManager::silence(const std::string& worker_id) const {
 }
 
 std::optional<Refusal> JobManager::submit(const v1::SubmitJobRequest& request, v1::Job* job) {
+  if (!request.request_id().empty()) {
+    // A retry of a submission whose reply was lost: the job it created, not a second one.
+    const std::string created = store_.submission(request.request_id());
+    if (const JobEntry* entry = created.empty() ? nullptr : find_job(created)) {
+      *job = entry->job;
+      return std::nullopt;
+    }
+  }
   int64_t pending = 0;
   for (const auto& [id, entry] : jobs_) pending += entry->job.state() == v1::PENDING;
   if (pending >= options_.max_pending_jobs) {
@@ -278,6 +340,8 @@ std::optional<Refusal> JobManager::submit(const v1::SubmitJobRequest& request, v
   *entry.events.emplace_back().mutable_transition() = t;
   store_.save_job(entry.job, entry.sequence);
   store_.add_transition(entry.job.job_id(), t);
+  if (!request.request_id().empty())
+    store_.save_submission(request.request_id(), entry.job.job_id());
   const std::string id = entry.job.job_id();
   job_order_.push_back(id);
   jobs_[id] = std::move(owned);
@@ -314,7 +378,8 @@ void JobManager::stop() {
   }
 }
 
-void JobManager::transition(JobEntry& entry, v1::JobState to, const std::string& reason) {
+void JobManager::transition(JobEntry& entry, v1::JobState to, const std::string& reason,
+                            double unix_time) {
   v1::Job& job = entry.job;
   if (!transition_allowed(job.state(), to)) {
     throw std::logic_error("job " + job.job_id() + ": transition " +
@@ -323,7 +388,8 @@ void JobManager::transition(JobEntry& entry, v1::JobState to, const std::string&
   }
   v1::StateTransition t;
   t.set_state(to);
-  t.set_unix_time(clock_.unix_seconds());
+  t.set_unix_time(unix_time > 0 ? std::min(unix_time, clock_.unix_seconds())
+                                : clock_.unix_seconds());
   t.set_reason(reason);
   job.set_state(to);
   // "waiting for…" describes a pending job only: a job cancelled while pending kept it in list
@@ -365,7 +431,8 @@ void JobManager::cancel_workers(JobEntry& entry) {
 void JobManager::fail_or_restart(JobEntry& entry, const std::string& what_happened) {
   std::string reason = what_happened;
   if (entry.healing_since) {
-    reason += " (during heal " + std::to_string(entry.generation) + ": no second heal is tried)";
+    reason += " (during heal " + std::to_string(entry.job.group().generation()) +
+              ": no second heal is tried)";
   }
   if (entry.job.state() == v1::RUNNING && may_restart(entry.job)) {
     // The running attempt's ranks are told to stop; they return to IDLE as their (ignored)

@@ -88,8 +88,23 @@ struct Refusal {
 //     rank 0's rendezvous endpoint for the store). Otherwise 7 applies; so it does to a
 //     loss or failure while a heal is under way (before its `healed` incident), and the
 //     restart's reason says so.
-// On construction, jobs found RUNNING in the store are restarted the same way when restarts are
-// left, else marked FAILED ("coordinator restarted").
+//  9. Sessions and adoption (job_adoption.cpp; docs/protocols.md, "Adoption"). Steps and
+//     results carry the daemon's sequence number; tick() acknowledges, per worker, the highest
+//     one received once the store has committed every step report (JobStore::steps_committed),
+//     and the daemon forgets what is acknowledged. A re-sent step (job, attempt, rank, step) or
+//     result is stored once. A session that ends while its worker runs a rank of the running
+//     attempt leaves the worker DISCONNECTED, not lost: its rank is lost only when its job has
+//     not advanced for --worker-timeout since (the data plane is the evidence it lives; a job
+//     of one rank has none, and waits --adopt-timeout). A daemon registering again claims its
+//     rank (hello.claim): accepted when the job is RUNNING in that attempt and the rank is the
+//     worker's; refused otherwise (unknown or ended job, another attempt, a rank another worker
+//     holds), and a refused claim's rank is cancelled. A worker whose group generation is behind
+//     the job's gets the job's HealGroup again (a heal its session missed).
+// On construction, jobs found RUNNING in the store stay RUNNING, adopting: their ranks' claims
+// are awaited for --adopt-timeout, the stall and worker clocks start at adoption, and an
+// `adopted` incident names the outage once every rank is claimed; a rank not claimed in time is
+// lost as in 4. With --no-adopt they are restarted as in 7 when restarts are left, else marked
+// FAILED ("coordinator restarted").
 //
 // Thread contract: none of its own, and not thread-safe: the service calls every method under
 // its one mutex. Links are only queued to (WorkerLink::send never blocks), and `on_change` is
@@ -149,6 +164,13 @@ class JobManager {
     std::shared_ptr<WorkerLink> link;          // null once the session ended
     std::optional<v1::RankProgress> progress;  // the last heartbeat's, for job_id
     std::string silence;                       // set by tick() when it ends a silent session
+    // Sessions (protocol step 9): the highest sequence number received and acknowledged, and
+    // while DISCONNECTED, since when and why.
+    uint64_t received_seq = 0;
+    uint64_t acknowledged_seq = 0;
+    int64_t reports_dropped = 0;  // as the daemon last reported it
+    LifecycleClock::TimePoint disconnected_since;
+    std::string disconnect_reason;
   };
 
   struct JobEntry {
@@ -170,18 +192,40 @@ class JobManager {
     int64_t last_checkpoint_step = 0;
     std::unique_ptr<StragglerWatch> stragglers;  // DDP jobs, from RUNNING on
     int64_t step_reports = 0;                    // received (stored up to max_step_reports_per_job)
-    // The running attempt's store, and healing: its group generation and, until the healed
-    // group completes a step, when the loss it healed was seen.
-    std::string master_addr;
-    int master_port = 0;
-    int generation = 0;
+    // Healing (the group is job.group): until the healed group completes a step, when the loss
+    // it healed was seen.
     std::optional<LifecycleClock::TimePoint> healing_since;
+    // Each rank's last step stored in this attempt: a re-sent report at or below it is a copy.
+    std::map<int, int64_t> last_step_stored;
+    // Adoption after a restart: until when claims are awaited, and the ranks claimed so far.
+    std::optional<LifecycleClock::TimePoint> adopt_deadline;
+    std::set<int> claimed_ranks;
+    double earliest_session_lost = 0;  // unix; the claims' earliest, for the outage's length
+    double adopt_started = 0;          // unix; when this coordinator started adopting
   };
 
   void recover();
+  // Adoption and sessions (job_adoption.cpp).
+  void begin_adoption(JobEntry& job);
+  void restore_steps(JobEntry& job, const std::vector<v1::StepReport>& stored);
+  // Handles hello.claim for a worker just registered; the worker is BUSY on it or refused.
+  void claim(WorkerEntry& worker, const v1::RankClaim& claim);
+  void refuse_claim(WorkerEntry& worker, const v1::RankClaim& claim, const std::string& why);
+  void finish_adoption(JobEntry& job);
+  void check_adoptions(LifecycleClock::TimePoint now);
+  void check_disconnected(LifecycleClock::TimePoint now);
+  void acknowledge_stored();
+  void note_sequence(WorkerEntry& worker, const v1::WorkerMessage& message);
+  // The worker's rank, if it holds one of a running attempt, is lost for `reason`; the worker
+  // holds none after.
+  void lose_rank_of(WorkerEntry& worker, const std::string& reason);
+  // A rank of the running attempt is gone: heal it where the job may, else fail or restart.
+  void rank_lost(JobEntry& job, int rank, const std::string& worker_id, const std::string& why);
   WorkerEntry* find_worker(const std::string& worker_id);
   JobEntry* find_job(const std::string& job_id);
-  void transition(JobEntry& job, v1::JobState to, const std::string& reason);
+  // `unix_time`: when it happened, where that was before now (a job that ended during an outage);
+  // 0: now.
+  void transition(JobEntry& job, v1::JobState to, const std::string& reason, double unix_time = 0);
   void record_incident(JobEntry& job, IncidentKind kind, int rank, const std::string& message);
   // Placement (job_placement.cpp).
   void place();
@@ -202,9 +246,9 @@ class JobManager {
   WorkerEntry* spare_for(const JobEntry& job, const std::string& lost_worker);
   // Step 8 without a spare: the survivors go on one rank fewer, renumbered.
   void shrink_in_place(JobEntry& job, int lost_rank, const std::string& reason);
-  // Step 8's HealGroup, for the job's current worker_ids, to every rank but `skipped_rank` (the
-  // lost one; -1 where the ranks were renumbered without it already).
-  void send_heal(const JobEntry& job, int lost_rank, int skipped_rank);
+  // Step 8's HealGroup (job.group), for the job's current worker_ids, to every connected rank
+  // but `skipped_rank` (the lost one; -1 where the ranks were renumbered without it already).
+  void send_heal(const JobEntry& job, int skipped_rank);
   void note_healed(JobEntry& job, int64_t step);
   void record_failure(JobEntry& job, const WorkerEntry& worker, const v1::JobResult& result);
   // Monitoring (job_monitor.cpp).

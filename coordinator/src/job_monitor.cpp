@@ -26,6 +26,10 @@ void JobManager::on_step(const std::string& job_id, const v1::StepReport& step) 
       step.attempt() != current_attempt(entry->job)) {
     return;
   }
+  // A report sent again after a lost acknowledgement (protocol step 9) is stored once.
+  auto [last, first_of_rank] = entry->last_step_stored.emplace(step.rank(), step.step());
+  if (!first_of_rank && step.step() <= last->second) return;
+  last->second = step.step();
   entry->last_advance = clock_.steady_now();
   entry->stall_reported = false;
   if (++entry->step_reports > options_.max_step_reports_per_job) {
@@ -86,7 +90,10 @@ void JobManager::aggregate_complete_step(JobEntry& entry,
 
 void JobManager::tick() {
   store_.flush_steps_older_than(std::chrono::milliseconds(250));
+  acknowledge_stored();
   const auto now = clock_.steady_now();
+  check_adoptions(now);
+  check_disconnected(now);
   check_heartbeats(now);
   check_pending_timeouts(now);
   for (const auto& id : job_order_) check_stall(*jobs_[id], now);
@@ -154,7 +161,9 @@ void JobManager::write_prometheus_targets() const {
   std::vector<ScrapeTarget> targets;
   for (const auto& id : worker_order_) {
     const WorkerEntry& worker = *workers_.at(id);
-    if (!worker.link || worker.hello.metrics_port() <= 0) continue;
+    // A disconnected worker's /metrics still serves its rank: scraped through the outage.
+    const bool alive = worker.link || worker.state == v1::DISCONNECTED;
+    if (!alive || worker.hello.metrics_port() <= 0) continue;
     targets.push_back({id, worker.hello.advertised_host(), worker.hello.metrics_port()});
   }
   if (!coordinator::write_prometheus_targets(options_.prometheus_targets, targets)) {

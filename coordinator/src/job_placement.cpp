@@ -56,9 +56,12 @@ void JobManager::start_attempt(JobEntry& entry, const std::vector<std::string>& 
   assignment.set_master_addr(rank0.hello.advertised_host());
   assignment.set_master_port(rank0.hello.rendezvous_port());
   entry.job.set_attempts(attempt + 1);
-  entry.master_addr = assignment.master_addr();
-  entry.master_port = assignment.master_port();
-  entry.generation = 0;
+  entry.job.mutable_group()->Clear();
+  entry.job.mutable_group()->set_job_id(entry.job.job_id());
+  entry.job.mutable_group()->set_master_addr(assignment.master_addr());
+  entry.job.mutable_group()->set_master_port(assignment.master_port());
+  entry.job.mutable_group()->set_lost_rank(-1);
+  entry.job.mutable_group()->set_world_size(world);
   entry.healing_since.reset();
   entry.job.clear_worker_ids();
   entry.job.clear_ranks();
@@ -81,6 +84,7 @@ void JobManager::start_attempt(JobEntry& entry, const std::vector<std::string>& 
   entry.stall_reported = false;
   entry.succeeded_ranks.clear();
   entry.partial_steps.clear();
+  entry.last_step_stored.clear();
   if (attempt > 0 && ddp) {
     const DdpJobOptions options = from_proto(entry.job.spec().ddp());
     record_incident(entry, IncidentKind::kRestart, -1,

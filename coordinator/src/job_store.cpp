@@ -75,6 +75,11 @@ JobStore::JobStore(const std::string& path) {
       "CREATE TABLE IF NOT EXISTS steps (job_id TEXT NOT NULL, rank INTEGER NOT NULL, "
       "step INTEGER NOT NULL, loss REAL, step_seconds REAL, comm_fraction REAL, report BLOB "
       "NOT NULL, PRIMARY KEY (job_id, rank, step))");
+  // A store from before groups were kept (an upgrade): the column is added, empty.
+  if (!has_column("jobs", "grp")) exec("ALTER TABLE jobs ADD COLUMN grp BLOB NOT NULL DEFAULT x''");
+  exec(
+      "CREATE TABLE IF NOT EXISTS submissions (request_id TEXT PRIMARY KEY, job_id TEXT NOT "
+      "NULL)");
   exec(
       "CREATE TABLE IF NOT EXISTS ranks (job_id TEXT NOT NULL, rank INTEGER NOT NULL, status BLOB "
       "NOT NULL, PRIMARY KEY (job_id, rank))");
@@ -97,12 +102,23 @@ void JobStore::exec(const std::string& sql) {
   }
 }
 
+bool JobStore::has_column(const std::string& table, const std::string& column) {
+  Statement info(db_, "SELECT name FROM pragma_table_info(?1)");
+  info.text(1, table);
+  while (info.step()) {
+    if (info.column_text(0) == column) return true;
+  }
+  return false;
+}
+
 void JobStore::save_job(const v1::Job& job, int64_t sequence) {
   std::string workers;
   for (const auto& w : job.worker_ids()) workers += (workers.empty() ? "" : ",") + w;
   Statement(db_,
-            "INSERT INTO jobs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT(job_id) DO "
-            "UPDATE SET state=?6, worker_ids=?7, result_json=?8, error=?9")
+            "INSERT INTO jobs (job_id, sequence, kind, world_size, spec, state, worker_ids, "
+            "result_json, error, grp) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON "
+            "CONFLICT(job_id) DO UPDATE SET state=?6, worker_ids=?7, result_json=?8, error=?9, "
+            "grp=?10")
       .text(1, job.job_id())
       .integer(2, sequence)
       .text(3, kind_name(job.spec()))
@@ -112,7 +128,21 @@ void JobStore::save_job(const v1::Job& job, int64_t sequence) {
       .text(7, workers)
       .text(8, job.result_json())
       .text(9, job.error())
+      .blob(10, job.group().SerializeAsString())
       .step();
+}
+
+void JobStore::save_submission(const std::string& request_id, const std::string& job_id) {
+  Statement(db_, "INSERT OR IGNORE INTO submissions VALUES (?1, ?2)")
+      .text(1, request_id)
+      .text(2, job_id)
+      .step();
+}
+
+std::string JobStore::submission(const std::string& request_id) {
+  Statement select(db_, "SELECT job_id FROM submissions WHERE request_id = ?1");
+  select.text(1, request_id);
+  return select.step() ? select.column_text(0) : "";
 }
 
 void JobStore::add_transition(const std::string& job_id, const v1::StateTransition& t) {
@@ -193,11 +223,11 @@ void JobStore::flush_steps() {
   pending_steps_.clear();
 }
 
-std::vector<v1::Job> JobStore::load_jobs() {
+std::vector<v1::Job> JobStore::load_jobs(std::vector<int64_t>& sequences) {
   std::vector<v1::Job> jobs;
   Statement select(db_,
-                   "SELECT job_id, spec, state, worker_ids, result_json, error FROM jobs "
-                   "ORDER BY sequence");
+                   "SELECT job_id, spec, state, worker_ids, result_json, error, grp, sequence "
+                   "FROM jobs ORDER BY sequence");
   while (select.step()) {
     v1::Job job;
     job.set_job_id(select.column_text(0));
@@ -214,6 +244,8 @@ std::vector<v1::Job> JobStore::load_jobs() {
     }
     job.set_result_json(select.column_text(4));
     job.set_error(select.column_text(5));
+    job.mutable_group()->ParseFromString(select.column_text(6));
+    sequences.push_back(select.column_int(7));
     Statement history(db_,
                       "SELECT state_code, unix_time, reason FROM transitions WHERE job_id = ?1 "
                       "ORDER BY rowid");

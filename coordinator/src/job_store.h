@@ -34,18 +34,25 @@ class JobStore {
   void add_step(const std::string& job_id, const v1::StepReport& step);
   void flush_steps();
   void flush_steps_older_than(std::chrono::milliseconds age);
+  // Whether every step report added so far is committed (what an acknowledgement may cover).
+  bool steps_committed() const { return pending_steps_.empty(); }
   static constexpr size_t kStepBatch = 512;
   void add_incident(const std::string& job_id, const v1::Incident& incident);
   // Replaces the job's rank statuses (what ddpctl diagnose shows once it has ended).
   void save_ranks(const v1::Job& job);
 
-  // Every job in submission order, with its history and incidents.
-  std::vector<v1::Job> load_jobs();
+  // Every job in submission order, with its history and incidents; `sequences` gets each one's
+  // sequence number.
+  std::vector<v1::Job> load_jobs(std::vector<int64_t>& sequences);
+  // SubmitJob's request ids (SubmitJobRequest.request_id): the job each one created.
+  void save_submission(const std::string& request_id, const std::string& job_id);
+  std::string submission(const std::string& request_id);  // empty: none
   std::vector<v1::StepReport> load_steps(const std::string& job_id);
   int64_t max_sequence();
 
  private:
   void exec(const std::string& sql);
+  bool has_column(const std::string& table, const std::string& column);
   sqlite3* db_ = nullptr;
   struct PendingStep {
     std::string job_id;

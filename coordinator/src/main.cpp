@@ -40,6 +40,7 @@ struct CoordinatorFlags {
   // The timeouts in seconds on the command line; their defaults are CoordinatorOptions'.
   double worker_timeout_s = seconds(CoordinatorOptions{}.worker_timeout);
   double pending_timeout_s = seconds(CoordinatorOptions{}.pending_timeout);
+  double adopt_timeout_s = seconds(CoordinatorOptions{}.adopt_timeout);
 };
 
 void add_flags(CLI::App& app, CoordinatorFlags& f) {
@@ -58,6 +59,12 @@ void add_flags(CLI::App& app, CoordinatorFlags& f) {
   app.add_option("--pending-timeout", f.pending_timeout_s,
                  "Seconds a job may wait for idle workers before failing (0: forever)")
       ->capture_default_str();
+  app.add_option("--adopt-timeout", f.adopt_timeout_s,
+                 "Seconds a job found running at start waits for its ranks' workers to claim "
+                 "them; an unclaimed rank is lost")
+      ->capture_default_str();
+  app.add_flag("!--no-adopt", o.adopt,
+               "Restart (or fail) the jobs found running at start instead of adopting them");
   app.add_option("--max-pending-jobs", o.max_pending_jobs,
                  "SubmitJob is refused while this many jobs are pending")
       ->capture_default_str();
@@ -96,6 +103,7 @@ void finish_flags(CoordinatorFlags& f) {
   }
   if (f.worker_timeout_s <= 0) throw OptionError("--worker-timeout", "must be > 0");
   if (f.pending_timeout_s < 0) throw OptionError("--pending-timeout", "must be >= 0");
+  if (f.adopt_timeout_s <= 0) throw OptionError("--adopt-timeout", "must be > 0");
   if (o.max_pending_jobs < 1) throw OptionError("--max-pending-jobs", "must be >= 1");
   if (o.max_watchers_per_job < 1) throw OptionError("--max-watchers-per-job", "must be >= 1");
   if (o.max_step_reports_per_job < 1) {
@@ -110,6 +118,7 @@ void finish_flags(CoordinatorFlags& f) {
   }
   o.worker_timeout = milliseconds(f.worker_timeout_s);
   o.pending_timeout = milliseconds(f.pending_timeout_s);
+  o.adopt_timeout = milliseconds(f.adopt_timeout_s);
 }
 
 std::string read_file(const std::string& path, const char* flag) {

@@ -9,7 +9,7 @@
 namespace ddpd::coordinator {
 
 struct StateCounts {
-  std::map<std::string, int> workers;  // by state name: IDLE, BUSY, LOST
+  std::map<std::string, int> workers;  // by state name: IDLE, BUSY, LOST, DISCONNECTED
   std::map<std::string, int> jobs;     // by state name: PENDING, …, CANCELLED
   int queue_length = 0;                // jobs waiting for workers
   // Straggler scores by (job_id, rank): running jobs and the last ended ones

@@ -147,7 +147,8 @@ TEST(JobStore, SurvivesReopening) {
     store.add_step(job.job_id(), step);
   }
   JobStore reopened(path);
-  const auto jobs = reopened.load_jobs();
+  std::vector<int64_t> sequences;
+  const auto jobs = reopened.load_jobs(sequences);
   ASSERT_EQ(jobs.size(), 1u);
   EXPECT_EQ(jobs[0].job_id(), "job-000007");
   EXPECT_EQ(jobs[0].state(), v1::SUCCEEDED);

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <thread>
 
 #include "ddpd/api/restart_policy.h"
 #include "job_manager.h"
@@ -111,6 +112,14 @@ class JobManagerTest : public ::testing::Test {
     return job.job_id();
   }
   const v1::Job& job(const std::string& id) { return *manager_->job(id); }
+  // The worker's session ends, and its job then goes --worker-timeout without advancing: the
+  // data plane's evidence that its rank is gone too.
+  void lose(const std::string& worker, const std::string& reason) {
+    manager_->lost(worker, links_[worker].get(), reason);
+    clock_.advance(seconds(options_.worker_timeout));
+    manager_->tick();
+  }
+  static double seconds(std::chrono::milliseconds d) { return d.count() / 1000.0; }
   void result(const std::string& worker, const std::string& job_id, int rank, int attempt,
               v1::RankFailureCause cause = v1::RANK_FAILURE_UNSPECIFIED,
               const std::string& error = "") {
@@ -204,8 +213,16 @@ TEST_F(JobManagerTest, ALostWorkerFailsItsJobAndTheOtherRanksAreCancelled) {
   FakeLink& w1 = add_worker("w1");
   const std::string id = submit(ddp_spec(2));
   manager_->lost("w1", &w1, "its connection broke");
+  EXPECT_EQ(job(id).state(), v1::RUNNING);  // its rank may train on: the job is the evidence
+  clock_.advance(14.5);
+  manager_->tick();
+  EXPECT_EQ(job(id).state(), v1::RUNNING);
+  clock_.advance(1.0);
+  manager_->tick();
   EXPECT_EQ(job(id).state(), v1::FAILED);
-  EXPECT_EQ(job(id).error(), "worker w1 (rank 1) lost: its connection broke");
+  EXPECT_EQ(job(id).error(),
+            "worker w1 (rank 1) lost: its connection broke, and its job has not advanced for "
+            "15.5 s since");
   EXPECT_EQ(job(id).ranks(1).state(), v1::RANK_LOST);
   EXPECT_EQ(w0.cancels(id), 1);
   EXPECT_EQ(w1.cancels(id), 0);
@@ -350,7 +367,7 @@ TEST_F(JobManagerTest, LosingRankZerosWorkerMovesTheStoreToTheSpare) {
   FakeLink& w1 = add_worker("w1");
   FakeLink& spare = add_worker("w2");
   const std::string id = submit(spec);
-  manager_->lost("w0", &w0, "its connection broke");
+  lose("w0", "its connection broke");
   EXPECT_EQ(job(id).state(), v1::RUNNING);
   ASSERT_EQ(w1.heals().size(), 1u);
   EXPECT_EQ(w1.heals()[0].master_addr(), "10.0.0.3");
@@ -462,7 +479,7 @@ TEST_F(JobManagerTest, ARestartShrinksToTheLargestSizeThatIdleWorkersAllowDownTo
   FakeLink& w1 = add_worker("w1");
   add_worker("w2");
   const std::string id = submit(spec);
-  manager_->lost("w1", &w1, "its connection broke");
+  lose("w1", "its connection broke");
   ASSERT_EQ(job(id).state(), v1::PENDING);
   result("w0", id, 0, 0, v1::RANK_FAILURE_CANCELLED);
   EXPECT_EQ(job(id).state(), v1::PENDING);  // one idle worker, under --min-world-size: waits
@@ -484,7 +501,7 @@ TEST_F(JobManagerTest, ALostWorkerWithNoSpareShrinksTheJobInPlace) {
   FakeLink& w1 = add_worker("w1");
   FakeLink& w2 = add_worker("w2");
   const std::string id = submit(spec);
-  manager_->lost("w1", &w1, "its connection broke");
+  lose("w1", "its connection broke");
   ASSERT_EQ(job(id).state(), v1::RUNNING);
   EXPECT_EQ(job(id).attempts(), 1) << "no restart";
   ASSERT_EQ(job(id).worker_ids_size(), 2);
@@ -527,7 +544,7 @@ TEST_F(JobManagerTest, StepsFromBeforeAndAfterAShrinkAreReplayedAfterACoordinato
   for (int s = 0; s < 3; ++s) {
     for (int rank = 0; rank < 3; ++rank) step(job(id).worker_ids(rank), id, rank, s, 0.1);
   }
-  manager_->lost("w1", &w1, "its connection broke");
+  lose("w1", "its connection broke");
   for (int s = 3; s < 5; ++s) {
     for (int rank = 0; rank < 2; ++rank) step(job(id).worker_ids(rank), id, rank, s, 0.1);
   }
@@ -549,7 +566,7 @@ TEST_F(JobManagerTest, ShrinkingWithoutRankZeroMovesTheStoreToTheNewRankZero) {
   FakeLink& w1 = add_worker("w1");
   FakeLink& w2 = add_worker("w2");
   const std::string id = submit(spec);
-  manager_->lost("w0", &w0, "its connection broke");
+  lose("w0", "its connection broke");
   ASSERT_EQ(job(id).state(), v1::RUNNING);
   ASSERT_EQ(job(id).worker_ids_size(), 2);
   EXPECT_EQ(job(id).worker_ids(0), "w1");
@@ -797,7 +814,8 @@ TEST_F(JobManagerTest, AJobRunningWhenTheCoordinatorStoppedRestartsOrFailsOnTheN
   manager_->lost("w0", links_["w0"].get(), "shutting down");  // changes nothing while stopping
   EXPECT_EQ(job(plain).state(), v1::RUNNING);
   links_.clear();
-  open();  // a new coordinator on the same store
+  options_.adopt = false;  // --no-adopt: the path before adoption
+  open();                  // a new coordinator on the same store
   EXPECT_EQ(job(plain).state(), v1::FAILED);
   EXPECT_EQ(job(plain).error(), "coordinator restarted");
   EXPECT_EQ(job(restarted).state(), v1::PENDING);
@@ -805,6 +823,190 @@ TEST_F(JobManagerTest, AJobRunningWhenTheCoordinatorStoppedRestartsOrFailsOnTheN
   add_worker("w0");
   EXPECT_EQ(job(restarted).state(), v1::RUNNING);
   EXPECT_EQ(links_["w0"]->assignments().back().attempt(), 1);
+}
+
+// Sessions and adoption (protocol step 9 in job_manager.h).
+class AdoptionTest : public JobManagerTest {
+ protected:
+  // A worker registering again with its rank (hello.claim), on a new link.
+  FakeLink& reclaim(const std::string& id, const std::string& job_id, int rank, int attempt = 0,
+                    int64_t last_step = 3, double session_lost = 0) {
+    v1::WorkerHello hello;
+    hello.set_worker_id(id);
+    hello.set_advertised_host("10.0.1.1");
+    hello.set_rendezvous_port(29500);
+    auto* claim = hello.mutable_claim();
+    claim->set_job_id(job_id);
+    claim->set_attempt(attempt);
+    claim->set_rank(rank);
+    claim->set_last_step(last_step);
+    claim->set_process_state(v1::RANK_PROCESS_RUNNING);
+    claim->set_session_lost_unix_time(session_lost);
+    auto link = std::make_shared<FakeLink>();
+    links_[id] = link;
+    EXPECT_FALSE(manager_->register_worker(hello, link).has_value());
+    return *link;
+  }
+  // A coordinator killed (no stop(): its store as a crash leaves it) and started again.
+  void crash_and_restart() {
+    links_.clear();
+    open();
+  }
+  void sequenced_step(const std::string& worker, const std::string& job_id, int rank,
+                      int64_t step_index, uint64_t seq) {
+    v1::WorkerMessage message;
+    message.set_job_id(job_id);
+    message.set_seq(seq);
+    message.mutable_step()->set_rank(rank);
+    message.mutable_step()->set_step(step_index);
+    manager_->on_message(worker, message);
+  }
+  std::vector<uint64_t> acknowledgements(const FakeLink& link) {
+    std::vector<uint64_t> out;
+    for (const auto& m : link.sent) {
+      if (m.has_acknowledged()) out.push_back(m.acknowledged());
+    }
+    return out;
+  }
+  v1::ListWorkersReply workers() {
+    v1::ListWorkersReply reply;
+    manager_->list_workers(&reply);
+    return reply;
+  }
+};
+
+TEST_F(AdoptionTest, ARestartedCoordinatorAdoptsARunningJobInTheSameAttempt) {
+  add_worker("w0");
+  add_worker("w1");
+  const std::string id = submit(ddp_spec(2));
+  step("w0", id, 0, 0, 0.1);
+  step("w1", id, 1, 0, 0.1);
+  step("w0", id, 0, 1, 0.1);  // step 1 half reported when the coordinator dies
+  store_->flush_steps();
+  crash_and_restart();
+  EXPECT_EQ(job(id).state(), v1::RUNNING);
+  clock_.advance(5.0);
+  FakeLink& w1 = reclaim("w1", id, 1, 0, 1, clock_.unix_seconds() - 9.0);
+  EXPECT_TRUE(incidents(id, "adopted").empty());  // one rank of two
+  FakeLink& w0 = reclaim("w0", id, 0, 0, 1, clock_.unix_seconds() - 8.0);
+  ASSERT_EQ(incidents(id, "adopted").size(), 1u);
+  EXPECT_EQ(incidents(id, "adopted")[0].message(),
+            "adopted: all 2 ranks claimed 5.0 s after this coordinator started; their sessions "
+            "were down 9.0 s; no rank restarted");
+  EXPECT_TRUE(w0.assignments().empty());  // nothing started again
+  EXPECT_TRUE(w1.assignments().empty());
+  EXPECT_EQ(w0.cancels(id), 0);
+  EXPECT_EQ(workers().workers(0).state(), v1::BUSY);
+  // Step 1's other half completes the step the old coordinator had half.
+  step("w1", id, 1, 1, 0.1);
+  step("w0", id, 0, 1, 0.1);  // a copy, sent again: stored once
+  EXPECT_EQ(manager_->steps(id).size(), 4u);
+  int step_events = 0;
+  for (const auto& e : *manager_->events(id)) step_events += e.has_step();
+  EXPECT_EQ(step_events, 2);
+  result("w0", id, 0, 0);
+  result("w1", id, 1, 0);
+  EXPECT_EQ(job(id).state(), v1::SUCCEEDED);
+  EXPECT_EQ(job(id).attempts(), 1);
+  EXPECT_TRUE(incidents(id, "restart").empty());
+}
+
+TEST_F(AdoptionTest, ARankNotClaimedWithinTheAdoptTimeoutIsLost) {
+  add_worker("w0");
+  add_worker("w1");
+  const std::string id = submit(ddp_spec(2));
+  crash_and_restart();
+  reclaim("w0", id, 0);
+  clock_.advance(seconds(options_.adopt_timeout) - 0.5);
+  manager_->tick();
+  EXPECT_EQ(job(id).state(), v1::RUNNING);
+  clock_.advance(1.0);
+  manager_->tick();
+  EXPECT_EQ(job(id).state(), v1::FAILED);
+  EXPECT_EQ(job(id).error(),
+            "rank 1 (worker w1) not claimed within --adopt-timeout 30 s of the coordinator's "
+            "restart");
+  EXPECT_EQ(links_["w0"]->cancels(id), 1);
+}
+
+TEST_F(AdoptionTest, ClaimsForAnUnknownJobAnotherAttemptOrAnotherWorkersRankStopThatRank) {
+  add_worker("w0");
+  add_worker("w1");
+  const std::string id = submit(ddp_spec(2));
+  crash_and_restart();
+  FakeLink& stranger = reclaim("w9", "job-999999", 0);
+  EXPECT_EQ(stranger.cancels("job-999999"), 1);
+  FakeLink& old_attempt = reclaim("w8", id, 0, /*attempt=*/3);
+  EXPECT_EQ(old_attempt.cancels(id), 1);
+  FakeLink& impostor = reclaim("w7", id, 1);  // rank 1 is w1's
+  EXPECT_EQ(impostor.cancels(id), 1);
+  // Their cancelled results speak for no rank: the job goes on, and they are idle again.
+  result("w7", id, 1, 0, v1::RANK_FAILURE_CANCELLED, "cancelled");
+  EXPECT_EQ(job(id).state(), v1::RUNNING);
+  reclaim("w0", id, 0);
+  reclaim("w1", id, 1);
+  EXPECT_EQ(incidents(id, "adopted").size(), 1u);
+}
+
+TEST_F(AdoptionTest, ADisconnectedWorkersRankIsNotLostWhileItsJobAdvances) {
+  FakeLink& w0 = add_worker("w0");
+  add_worker("w1");
+  const std::string id = submit(ddp_spec(2));
+  manager_->lost("w1", links_["w1"].get(), "its connection broke");
+  EXPECT_EQ(workers().workers(1).state(), v1::DISCONNECTED);
+  // Rank 0 keeps completing collectives, which it cannot without rank 1.
+  for (int i = 1; i <= 12; ++i) {
+    clock_.advance(5.0);
+    v1::WorkerMessage beat;
+    beat.set_job_id(id);
+    beat.set_heartbeat(true);
+    beat.mutable_progress()->set_last_completed(i);
+    beat.mutable_progress()->set_step(i);
+    manager_->on_message("w0", beat);
+    manager_->tick();
+  }
+  EXPECT_EQ(job(id).state(), v1::RUNNING);
+  EXPECT_EQ(w0.cancels(id), 0);
+  reclaim("w1", id, 1, 0, 11, clock_.unix_seconds() - 60.0);
+  EXPECT_EQ(workers().workers(1).state(), v1::BUSY);
+  ASSERT_EQ(incidents(id, "adopted").size(), 1u);
+  EXPECT_EQ(incidents(id, "adopted")[0].message(),
+            "adopted: worker w1 claimed rank 1 again 60.0 s after its session ended; the rank "
+            "trained on (last step 11)");
+}
+
+TEST_F(AdoptionTest, StoredMessagesAreAcknowledgedOnceCommittedAndCopiesStoredOnce) {
+  FakeLink& w0 = add_worker("w0");
+  add_worker("w1");
+  const std::string id = submit(ddp_spec(2));
+  sequenced_step("w0", id, 0, 0, 1);
+  sequenced_step("w0", id, 0, 1, 2);
+  EXPECT_TRUE(acknowledgements(w0).empty());  // in the store's batch, not yet committed
+  store_->flush_steps();
+  manager_->tick();
+  EXPECT_EQ(acknowledgements(w0), std::vector<uint64_t>{2});
+  // The session broke before the acknowledgement arrived: the daemon sends both again.
+  manager_->lost("w0", &w0, "its connection broke");
+  FakeLink& again = reclaim("w0", id, 0, 0, 1);
+  sequenced_step("w0", id, 0, 0, 1);
+  sequenced_step("w0", id, 0, 1, 2);
+  sequenced_step("w0", id, 0, 2, 3);
+  store_->flush_steps();
+  manager_->tick();
+  EXPECT_EQ(acknowledgements(again), std::vector<uint64_t>{3});
+  EXPECT_EQ(manager_->steps(id).size(), 3u);
+}
+
+TEST_F(AdoptionTest, ASubmissionRetriedWithItsRequestIdCreatesOneJob) {
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = ddp_spec(1);
+  request.set_request_id("4f1c");
+  v1::Job first, retried;
+  ASSERT_FALSE(manager_->submit(request, &first).has_value());
+  crash_and_restart();  // the reply was lost with the coordinator
+  ASSERT_FALSE(manager_->submit(request, &retried).has_value());
+  EXPECT_EQ(retried.job_id(), first.job_id());
+  EXPECT_EQ(manager_->job_order().size(), 1u);
 }
 
 }  // namespace
