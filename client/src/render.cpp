@@ -274,7 +274,8 @@ std::string jobs_table(const v1::ListJobsReply& jobs) {
 
 std::string workers_table(const v1::ListWorkersReply& workers) {
   std::ostringstream out;
-  out << format("%-20s %-6s %-12s %-22s %-5s %-5s %-10s %s\n", "WORKER", "STATE", "JOB", "ADDRESS",
+  // STATE is as wide as its longest value, DISCONNECTED.
+  out << format("%-20s %-12s %-12s %-22s %-5s %-5s %-10s %s\n", "WORKER", "STATE", "JOB", "ADDRESS",
                 "CPUS", "GPUS", "BACKENDS", "LAST SEEN");
   for (const auto& w : workers.workers()) {
     const std::string address =
@@ -282,7 +283,7 @@ std::string workers_table(const v1::ListWorkersReply& workers) {
     std::string backends;
     for (const auto& b : w.hello().backends()) backends += (backends.empty() ? "" : ",") + b;
     out << format(
-        "%-20s %-6s %-12s %-22s %-5d %-5d %-10s %s\n", w.hello().worker_id().c_str(),
+        "%-20s %-12s %-12s %-22s %-5d %-5d %-10s %s\n", w.hello().worker_id().c_str(),
         v1::WorkerState_Name(w.state()).c_str(), w.job_id().empty() ? "-" : w.job_id().c_str(),
         address.c_str(), w.hello().cpu_count(), w.hello().gpu_count(),
         backends.empty() ? "gloo" : backends.c_str(), clock_time(w.last_seen_unix_time()).c_str());

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "ddpd/common/job_options.h"
 #include "job_file.h"
 #include "render.h"
 #include "trace.h"
@@ -14,6 +15,10 @@ Commands::Commands(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--token", connection_.token, "Shared token (default: $DDPD_TOKEN)");
   app.add_option("--tls-ca", connection_.tls_ca, "PEM CA certificate: connect with TLS");
+  app.add_option("--wait", connection_.wait_seconds,
+                 "Seconds to keep retrying while the coordinator is unavailable (restarting): "
+                 "reads, submit and watch; cancel is tried once. 0: fail at once")
+      ->capture_default_str();
 }
 
 void Commands::on(CLI::App* command, std::function<int()> run) {
@@ -21,6 +26,7 @@ void Commands::on(CLI::App* command, std::function<int()> run) {
 }
 
 int Commands::run_parsed() const {
+  if (connection_.wait_seconds < 0) throw OptionError("--wait", "must be >= 0");
   // Registered parents come before their subcommands, so the last parsed one is the deepest.
   const std::function<int()>* chosen = nullptr;
   for (const auto& [command, run] : actions_) {

@@ -134,6 +134,7 @@ int run_local(const LocalFlags& flags, const std::vector<v1::JobSpec>& specs) {
   ConnectionOptions connection;
   connection.coordinator = cluster.address();
   connection.token = cluster.token();
+  connection.wait_seconds = 0;  // its own coordinator: wait_for_workers waits for it to start
   ControlClient control(connection);
   wait_for_workers(cluster, control, workers);
   const LocalRun run = run_jobs(control, flags, specs);

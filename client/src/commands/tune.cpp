@@ -350,6 +350,7 @@ void add_tune_command(CLI::App& app, Commands& commands) {
     ConnectionOptions connection;
     connection.coordinator = cluster.address();
     connection.token = cluster.token();
+    connection.wait_seconds = 0;  // its own coordinator: wait_for_workers waits for it to start
     ControlClient control(connection);
     wait_for_workers(cluster, control, local_flags->world_size);
     return run_tune(connection, *local_flags);
