@@ -144,6 +144,7 @@ class RankRun {
   void watch_for_stop() {
     rank_pipe::Control control;
     while (read_frame(0, control)) {
+      if (control.stop_after_checkpoint()) stop_after_checkpoint_ = true;
       if (!control.has_heal()) continue;
       std::lock_guard<std::mutex> lock(state_mutex_);
       heals_.push_back(control.heal());
@@ -311,6 +312,11 @@ class RankRun {
             rank_pipe::RankEvent e;
             *e.mutable_step() = report_with_spans(m, a_.rank(), a_.attempt());
             write(e);
+            if (stop_after_checkpoint_ && m.checkpoint_seconds > 0) {
+              throw JobCancelled("orphaned: stopped after writing the checkpoint of step " +
+                                 std::to_string(m.step + 1) + " (no coordinator for " +
+                                 "--orphan-timeout)");
+            }
           },
           [&] { return cancelled_.load(); }, regroup);
     } catch (...) {
@@ -360,6 +366,7 @@ class RankRun {
   // that reads it.
   v1::Assignment a_;
   std::atomic<bool> cancelled_{false};
+  std::atomic<bool> stop_after_checkpoint_{false};  // the daemon is orphaned (set by the watcher)
   std::mutex events_mutex_;
   std::mutex state_mutex_;
   std::condition_variable progress_cv_;

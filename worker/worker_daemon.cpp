@@ -125,7 +125,9 @@ struct WorkerDaemon::Impl {
   std::chrono::steady_clock::time_point idle_since;  // a daemon that just started: long idle
   // The job thread outlives sessions; started and joined by the session thread only.
   std::thread job_thread;
-  std::string current_job;  // the assignment's id; session thread only
+  std::string current_job;                           // the assignment's id; session thread only
+  v1::Assignment current_assignment;                 // session thread only
+  bool orphan_told = false, orphan_stopped = false;  // this assignment's; session thread only
 
   // The next assignment's rank process, started ahead: taken by the job thread, started by the
   // heartbeat thread once the daemon has been idle for options.prestart_idle_seconds.
@@ -294,6 +296,8 @@ struct WorkerDaemon::Impl {
   void start_job(const v1::Assignment& a) {
     if (job_thread.joinable()) job_thread.join();  // the previous job has kept its result
     current_job = a.job_id();
+    current_assignment = a;
+    orphan_told = orphan_stopped = false;
     {
       std::lock_guard<std::mutex> lock(claim_mutex);
       claim.emplace();
@@ -451,16 +455,38 @@ struct WorkerDaemon::Impl {
     }
   }
 
-  // Stops a rank that has had no coordinator for --orphan-timeout; true when it did.
+  // A rank with no coordinator for --orphan-timeout: one whose job checkpoints is told to stop
+  // after its next checkpoint (its peers are as orphaned, and all write that one), and stopped
+  // outright if it still runs at twice the timeout; any other rank is stopped at once.
   void stop_orphan() {
     if (!session_lost || !rank_running()) return;
-    const std::chrono::duration<double> alone = std::chrono::steady_clock::now() - *session_lost;
-    if (alone.count() < options.orphan_timeout_seconds) return;
+    const double alone =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - *session_lost).count();
+    const double limit = options.orphan_timeout_seconds;
+    if (alone < limit || orphan_stopped) return;
+    const bool checkpoints = current_assignment.spec().has_ddp() && [&] {
+      const DdpJobOptions job = from_proto(current_assignment.spec().ddp());
+      return !job.checkpoint_dir.empty() && job.checkpoint_every > 0;
+    }();
+    if (checkpoints && !orphan_told) {
+      spdlog::error(
+          "job={} no coordinator for {:.0f} s (--orphan-timeout {:.0f} s): the rank "
+          "stops after its next checkpoint",
+          current_job, alone, limit);
+      rank_pipe::Control control;
+      control.set_stop_after_checkpoint(true);
+      std::lock_guard<std::mutex> lock(running_mutex);
+      if (running_rank) running_rank->send(control);
+      orphan_told = true;
+      return;
+    }
+    if (checkpoints && alone < 2 * limit) return;  // its checkpoint may still come
     spdlog::error(
         "job={} no coordinator for {:.0f} s (--orphan-timeout {:.0f} s): stopping the "
         "rank",
-        current_job, alone.count(), options.orphan_timeout_seconds);
+        current_job, alone, limit);
     stop_running_job();
+    orphan_stopped = true;
   }
 
   // Registers, and again with backoff whenever a session ends, until stop(); 1 when refused.
