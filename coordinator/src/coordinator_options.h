@@ -33,6 +33,10 @@ struct CoordinatorOptions {
   // their checkpoint, or fail "coordinator restarted" without restarts left (before adoption).
   std::chrono::milliseconds adopt_timeout{30000};
   bool adopt = true;
+  // The reaper ticks every 0.5 s: a longer gap between ticks means the coordinator itself did
+  // not run (SIGSTOP, a paused VM, swapping), and the silence it saw was its own, not its
+  // workers' or jobs'. Their clocks are moved on by the gap. 0: no such check.
+  std::chrono::milliseconds own_pause{2000};
   // Prometheus file-based service discovery (prometheus_targets.h); empty: none.
   std::string prometheus_targets;
 };

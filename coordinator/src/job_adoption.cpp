@@ -45,6 +45,14 @@ void JobManager::begin_adoption(JobEntry& entry) {
     status->set_worker_id(job.worker_ids(rank));
     status->set_state(v1::RANK_RUNNING);
   }
+  // A heal the old coordinator started and never saw complete (a `heal` incident with no
+  // `healed` after it) is still under way: another loss restarts the job (protocol step 8).
+  int last_heal = -1, last_healed = -1;
+  for (int i = 0; i < job.incidents_size(); ++i) {
+    if (job.incidents(i).kind() == enum_name(IncidentKind::kHeal)) last_heal = i;
+    if (job.incidents(i).kind() == enum_name(IncidentKind::kHealed)) last_healed = i;
+  }
+  if (last_heal > last_healed) entry.healing_since = clock_.steady_now();
   entry.adopt_deadline = clock_.steady_now() + options_.adopt_timeout;
   entry.adopt_started = clock_.unix_seconds();
   entry.last_advance = clock_.steady_now();
@@ -195,6 +203,24 @@ void JobManager::check_disconnected(LifecycleClock::TimePoint now) {
     write_prometheus_targets();
     place();
     on_change_();
+  }
+}
+
+void JobManager::forgive_own_pause(LifecycleClock::TimePoint now) {
+  const auto gap = last_tick_ ? now - *last_tick_ : LifecycleClock::TimePoint::duration{};
+  last_tick_ = now;
+  if (options_.own_pause.count() <= 0 || gap <= options_.own_pause) return;
+  spdlog::warn(
+      "the coordinator did not run for {:.1f} s (stopped or paused): the workers' and "
+      "jobs' clocks move on by as much",
+      span_seconds(gap));
+  for (auto& [id, worker] : workers_) {
+    worker->last_heartbeat += gap;
+    worker->disconnected_since += gap;
+  }
+  for (auto& [id, entry] : jobs_) {
+    entry->last_advance += gap;
+    if (entry->adopt_deadline) *entry->adopt_deadline += gap;
   }
 }
 

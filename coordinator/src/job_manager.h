@@ -213,6 +213,8 @@ class JobManager {
   void refuse_claim(WorkerEntry& worker, const v1::RankClaim& claim, const std::string& why);
   void finish_adoption(JobEntry& job);
   void check_adoptions(LifecycleClock::TimePoint now);
+  // Moves every clock the checks read on by a pause of the coordinator's own (own_pause).
+  void forgive_own_pause(LifecycleClock::TimePoint now);
   void check_disconnected(LifecycleClock::TimePoint now);
   void acknowledge_stored();
   void note_sequence(WorkerEntry& worker, const v1::WorkerMessage& message);
@@ -268,6 +270,7 @@ class JobManager {
   std::vector<std::string> job_order_;  // submission order
   int64_t next_sequence_ = 1;
   bool stopping_ = false;
+  std::optional<LifecycleClock::TimePoint> last_tick_;
   int64_t heals_started_ = 0;         // since this coordinator started (StateCounts)
   std::vector<double> heal_seconds_;  // each heal's, from the loss seen to the healed step
 };

@@ -92,6 +92,7 @@ void JobManager::tick() {
   store_.flush_steps_older_than(std::chrono::milliseconds(250));
   acknowledge_stored();
   const auto now = clock_.steady_now();
+  forgive_own_pause(now);
   check_adoptions(now);
   check_disconnected(now);
   check_heartbeats(now);

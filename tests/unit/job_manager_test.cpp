@@ -81,6 +81,8 @@ class JobManagerTest : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".db";
     std::remove(path_.c_str());
     options_.worker_timeout = std::chrono::seconds(15);
+    // The tests move the fake clock by seconds between ticks; AdoptionTest tests the check.
+    options_.own_pause = std::chrono::milliseconds(0);
     open();
   }
   void TearDown() override {
@@ -995,6 +997,21 @@ TEST_F(AdoptionTest, StoredMessagesAreAcknowledgedOnceCommittedAndCopiesStoredOn
   manager_->tick();
   EXPECT_EQ(acknowledgements(again), std::vector<uint64_t>{3});
   EXPECT_EQ(manager_->steps(id).size(), 3u);
+}
+
+TEST_F(AdoptionTest, ACoordinatorsOwnPauseIsNoWorkersSilence) {
+  options_.own_pause = std::chrono::seconds(2);
+  open();
+  FakeLink& w0 = add_worker("w0");
+  manager_->tick();
+  clock_.advance(30.0);  // SIGSTOP, SIGCONT: nothing ran, no heartbeat was read
+  manager_->tick();
+  EXPECT_FALSE(w0.disconnected);
+  for (int i = 0; i < 32; ++i) {  // ticking again, and the worker really silent for 16 s
+    clock_.advance(0.5);
+    manager_->tick();
+  }
+  EXPECT_TRUE(w0.disconnected);
 }
 
 TEST_F(AdoptionTest, ASubmissionRetriedWithItsRequestIdCreatesOneJob) {
