@@ -7,8 +7,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -70,6 +75,16 @@ class Cluster {
         name_ + "-coordinator" + std::to_string(restarts_++));
   }
 
+  // A crash: SIGKILL, nothing flushed, no goodbye to the workers.
+  void kill_coordinator() {
+    coordinator_->signal(SIGKILL);
+    coordinator_->wait(std::chrono::seconds(20));
+  }
+  // The next start_coordinator() opens this database instead (a coordinator that lost its store).
+  void use_db(const std::string& path) { db_ = path; }
+  // Worker i's next start reaches the coordinator at 127.0.0.1:port (a proxy) instead.
+  void route_worker(int i, int port) { worker_ports_[i] = port; }
+
   void stop_coordinator() {
     coordinator_->signal(SIGTERM);
     EXPECT_EQ(coordinator_->wait(std::chrono::seconds(20)), 0) << coordinator_->log();
@@ -77,8 +92,11 @@ class Cluster {
 
   void start_worker(int i) {
     workers_.resize(std::max<size_t>(workers_.size(), i + 1));
+    const auto route = worker_ports_.find(i);
+    const std::string coordinator =
+        route == worker_ports_.end() ? address() : "127.0.0.1:" + std::to_string(route->second);
     std::vector<std::string> argv{bin("ddpd-worker"), "serve",
-                                  "--coordinator",    address(),
+                                  "--coordinator",    coordinator,
                                   "--worker-id",      name_ + "-w" + std::to_string(i),
                                   "--heartbeat",      "0.5"};
     if (worker_args_) {
@@ -160,7 +178,26 @@ class Cluster {
   std::string db_;
   std::unique_ptr<BackgroundProcess> coordinator_;
   std::vector<std::unique_ptr<BackgroundProcess>> workers_;
+  std::map<int, int> worker_ports_;  // route_worker's
 };
+
+inline std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// Every file of the uninterrupted run's --export-hf directory equals the other run's, byte for
+// byte.
+inline void expect_same_export(const std::string& reference_dir, const std::string& other_dir) {
+  ASSERT_TRUE(std::filesystem::exists(reference_dir + "/model.safetensors"));
+  for (const auto& entry : std::filesystem::directory_iterator(reference_dir)) {
+    const std::string file = entry.path().filename();
+    EXPECT_TRUE(file_bytes(entry.path()) == file_bytes(other_dir + "/" + file))
+        << file << " differs from the uninterrupted run's";
+  }
+}
 
 // The job's incidents of one kind (show --json's "events"), in order.
 inline std::vector<nlohmann::json> events_of(const nlohmann::json& shown, const std::string& kind) {

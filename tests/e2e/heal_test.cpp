@@ -37,24 +37,6 @@ std::vector<std::string> with_extra(std::vector<std::string> flags,
   return flags;
 }
 
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-// Every file of the uninterrupted run's --export-hf directory equals the healed run's, byte for
-// byte.
-void expect_same_export(const std::string& reference_dir, const std::string& healed_dir) {
-  ASSERT_TRUE(fs::exists(reference_dir + "/model.safetensors"));
-  for (const auto& entry : fs::directory_iterator(reference_dir)) {
-    const std::string file = entry.path().filename();
-    EXPECT_TRUE(file_bytes(entry.path()) == file_bytes(healed_dir + "/" + file))
-        << file << " of the healed run differs from the uninterrupted run's";
-  }
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -569,10 +551,11 @@ TEST(Heal, TheSourceLostMidTransferEndsInTheRestart) {
 }
 
 // The coordinator restarts while a heal is under way: the spare's daemon is frozen (SIGSTOP)
-// before rank 1 is killed, so the new generation cannot form until the coordinator is gone
-// (--worker-timeout 60 keeps the frozen worker from being declared lost first). The restarted
-// coordinator restarts the job from its history; the ranks waiting in generation 1's
-// rendezvous are stopped by their daemons, whose sessions ended.
+// before rank 1 is killed, so the new generation cannot form (--worker-timeout 60 keeps the
+// frozen worker from being declared lost first). The restarted coordinator adopts the job, with
+// its heal still under way; the survivors claim their ranks, the frozen spare never claims its
+// own, and at --adopt-timeout that loss restarts the job from its history, as any loss during a
+// heal does.
 TEST(Heal, ACoordinatorRestartedWhileHealingRestartsTheJob) {
   Cluster cluster(4, "heal-coordinator", {"--worker-timeout", "60"});
   const std::string job = cluster.submit(heal_job(120, 3));
@@ -596,7 +579,10 @@ TEST(Heal, ACoordinatorRestartedWhileHealingRestartsTheJob) {
   ASSERT_TRUE(cluster.wait_until([&] { return cluster.ctl({"list"}).exit_code == 0; },
                                  std::chrono::seconds(30)));
   const auto [seconds, shown] = until_restarted(cluster, job, restarted_at);
-  expect_restart_during_heal(shown, "after: coordinator restarted");
+  expect_restart_during_heal(shown, "not claimed within --adopt-timeout 30 s");
+  EXPECT_NE(events_of(shown, "restart")[0]["message"].get<std::string>().find(
+                "(during heal 1: no second heal is tried)"),
+            std::string::npos);
   std::printf(
       "[ heal     ] coordinator restarted during heal 1: the job restarted (placed) "
       "%.1f s after the coordinator's start\n",

@@ -89,8 +89,9 @@ TEST(Restart, ARankWhoseProcessExitsIsRestartedFromItsCheckpoint) {
   }
 }
 
-TEST(Restart, ACoordinatorRestartMidJobRestartsItInsteadOfFailingIt) {
-  Cluster cluster(2, "restart-coordinator");
+// --no-adopt: the path before adoption, still offered (adoption_test.cpp has the default).
+TEST(Restart, WithoutAdoptionACoordinatorRestartMidJobRestartsTheJob) {
+  Cluster cluster(2, "restart-coordinator", {"--no-adopt"});
   const std::string dir = temp_dir() + "/restart-coordinator-ckpt";
   fs::remove_all(dir);
   const std::string job =

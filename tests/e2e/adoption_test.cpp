@@ -1,0 +1,267 @@
+// The control plane can fail (docs/reliability.md), against real daemons: a coordinator killed
+// mid-job and started again on the same --db, one stopped past --worker-timeout, one worker's
+// link cut through a loopback proxy. The job goes on in its first attempt: no rank process is
+// started again, every (rank, step) report is stored once, and the exported weights equal an
+// uninterrupted run's byte for byte. Faults during the outage (a rank killed, a job that ends),
+// a claim the coordinator cannot know, and a rank orphaned past --orphan-timeout.
+#include <unistd.h>
+
+#include <regex>
+#include <set>
+
+#include "e2e/cluster.h"
+#include "support/tcp_proxy.h"
+
+namespace ddpd::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::seconds;
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// A job long enough to outlive a 5 s outage and the workers' return (tiny model: a few ms a
+// step on 2 cores).
+std::vector<std::string> long_job(int world, const std::string& strategy, int steps,
+                                  const std::string& export_dir) {
+  return {"--world-size", std::to_string(world), "--strategy",  strategy,  "--batch", "6",
+          "--steps",      std::to_string(steps), "--export-hf", export_dir};
+}
+
+// Worker daemons that log each rank process they start ("runs in process PID", at info).
+std::vector<std::string> info_logs(int) { return {"--log-level", "info"}; }
+
+// Waits until the job has stored step reports (it trains).
+void wait_for_steps(Cluster& cluster, const std::string& job) {
+  ASSERT_TRUE(
+      cluster.wait_until([&] { return !cluster.show(job)["rank_steps"].empty(); }, seconds(120)));
+}
+
+// Each rank's process, by rank.
+std::vector<int> rank_pids(Cluster& cluster, const std::string& job, int world) {
+  std::vector<int> pids;
+  for (int rank = 0; rank < world; ++rank) pids.push_back(rank_process_of(cluster, job, rank));
+  return pids;
+}
+
+// The processes a worker daemon's log says it started for `job` ("runs in process PID").
+std::vector<int> started_for(Cluster& cluster, int worker, const std::string& job) {
+  const std::string log = cluster.worker(worker).log();
+  const std::regex line("job=" + job + " rank=\\d+ runs in process (\\d+)");
+  std::vector<int> pids;
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), line); it != std::sregex_iterator();
+       ++it) {
+    pids.push_back(std::stoi((*it)[1]));
+  }
+  return pids;
+}
+
+// The job succeeded in its first attempt, and every rank reported every step exactly once.
+void expect_no_step_lost(const nlohmann::json& shown, int world, int steps) {
+  ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump().substr(0, 4000);
+  EXPECT_EQ(shown["attempts"], 1);
+  EXPECT_TRUE(events_of(shown, "restart").empty()) << shown["events"].dump();
+  std::set<std::pair<int, int>> seen;
+  for (const auto& s : shown["rank_steps"]) {
+    EXPECT_TRUE(seen.insert({s["rank"].get<int>(), s["step"].get<int>()}).second)
+        << "rank " << s["rank"] << " step " << s["step"] << " stored twice";
+  }
+  EXPECT_EQ(seen.size(), static_cast<size_t>(world * steps)) << "reports lost";
+}
+
+// kill -9 of the coordinator mid-job and a new one on the same --db 5 s later.
+void expect_coordinator_kill_adopted(int world, const std::string& strategy, int steps) {
+  const std::string name = "adopt-" + strategy + std::to_string(world);
+  Cluster cluster(world, name, {}, info_logs);
+  const std::string reference_dir = temp_dir() + "/" + name + "-reference";
+  const std::string adopted_dir = temp_dir() + "/" + name + "-adopted";
+  fs::remove_all(reference_dir);
+  fs::remove_all(adopted_dir);
+  const std::string reference = cluster.submit(long_job(world, strategy, steps, reference_dir));
+  ASSERT_EQ(cluster.wait_for_end(reference, seconds(300))["state"], "SUCCEEDED");
+
+  const std::string job = cluster.submit(long_job(world, strategy, steps, adopted_dir));
+  wait_for_steps(cluster, job);
+  const std::vector<int> pids = rank_pids(cluster, job, world);
+  const size_t reports_before = cluster.show(job)["rank_steps"].size();
+  cluster.kill_coordinator();
+  std::this_thread::sleep_for(seconds(5));
+  const double restarted = unix_now();
+  cluster.start_coordinator();
+  const auto shown = cluster.wait_for_end(job, seconds(300));
+  expect_no_step_lost(shown, world, steps);
+  const auto adopted = events_of(shown, "adopted");
+  ASSERT_EQ(adopted.size(), 1u) << shown["events"].dump();
+  EXPECT_EQ(adopted[0]["rank"], -1);
+  // No rank process started again: each daemon started one for the job, the one seen before.
+  for (int rank = 0; rank < world; ++rank) {
+    EXPECT_EQ(started_for(cluster, worker_index_of_rank(cluster, job, rank), job),
+              std::vector<int>{pids[rank]});
+  }
+  std::printf(
+      "[ adopt    ] world %d %s: coordinator killed after %zu reports, back 5 s later; "
+      "adopted %.1f s after it started (%s)\n",
+      world, strategy.c_str(), reports_before, adopted[0]["unix_time"].get<double>() - restarted,
+      adopted[0]["message"].get<std::string>().c_str());
+  expect_same_export(reference_dir, adopted_dir);
+}
+
+TEST(Adoption, ACoordinatorKilledMidJobIsAdoptedAtWorld2Bucketed) {
+  expect_coordinator_kill_adopted(2, "bucketed", 1500);
+}
+TEST(Adoption, ACoordinatorKilledMidJobIsAdoptedAtWorld3Bucketed) {
+  expect_coordinator_kill_adopted(3, "bucketed", 1000);
+}
+TEST(Adoption, ACoordinatorKilledMidJobIsAdoptedAtWorld2Fsdp) {
+  expect_coordinator_kill_adopted(2, "fsdp", 1000);
+}
+TEST(Adoption, ACoordinatorKilledMidJobIsAdoptedAtWorld3Fsdp) {
+  expect_coordinator_kill_adopted(3, "fsdp", 800);
+}
+
+// SIGSTOP of the coordinator for twice --worker-timeout (3 s here), then SIGCONT: its own pause
+// is no worker's silence, and nothing is restarted.
+TEST(Adoption, ACoordinatorStoppedPastTheWorkerTimeoutLosesNoRank) {
+  Cluster cluster(2, "adopt-sigstop", {}, info_logs);
+  const int steps = 1000;
+  const std::string job = cluster.submit({"--steps", std::to_string(steps)});
+  wait_for_steps(cluster, job);
+  const std::vector<int> pids = rank_pids(cluster, job, 2);
+  ::kill(cluster.coordinator_pid(), SIGSTOP);
+  std::this_thread::sleep_for(seconds(6));
+  ::kill(cluster.coordinator_pid(), SIGCONT);
+  const auto shown = cluster.wait_for_end(job, seconds(300));
+  expect_no_step_lost(shown, 2, steps);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(started_for(cluster, worker_index_of_rank(cluster, job, rank), job),
+              std::vector<int>{pids[rank]});
+  }
+  // The pause was the coordinator's own: no worker was taken for silent.
+  EXPECT_TRUE(events_of(shown, "adopted").empty()) << shown["events"].dump();
+}
+
+// One worker's link to the coordinator cut for 10 s through a proxy, while the coordinator and
+// the data plane live: the worker is DISCONNECTED, not lost, and claims its rank again.
+TEST(Adoption, AWorkersLinkCutForTenSecondsLosesNoStep) {
+  Cluster cluster(1, "adopt-link");
+  TcpProxy proxy(std::stoi(cluster.address().substr(cluster.address().rfind(':') + 1)));
+  cluster.route_worker(1, proxy.port());
+  cluster.start_worker(1);
+  ASSERT_TRUE(cluster.wait_until([&] { return cluster.count_workers("IDLE") == 2; }, seconds(30)));
+  const int steps = 3000;
+  const std::string job = cluster.submit({"--steps", std::to_string(steps)});
+  wait_for_steps(cluster, job);
+  proxy.cut();
+  const double cut_at = unix_now();
+  EXPECT_TRUE(
+      cluster.wait_until([&] { return cluster.count_workers("DISCONNECTED") == 1; }, seconds(5)))
+      << cluster.ctl({"workers"}).out;
+  std::this_thread::sleep_for(seconds(10) - seconds(static_cast<int>(unix_now() - cut_at)));
+  EXPECT_EQ(cluster.show(job)["state"], "RUNNING");
+  proxy.restore();
+  const auto shown = cluster.wait_for_end(job, seconds(300));
+  expect_no_step_lost(shown, 2, steps);
+  const auto adopted = events_of(shown, "adopted");
+  ASSERT_EQ(adopted.size(), 1u) << shown["events"].dump();
+  EXPECT_EQ(adopted[0]["rank"], worker_index_of_rank(cluster, job, 0) == 1 ? 0 : 1);
+  std::printf("[ link     ] %s\n", adopted[0]["message"].get<std::string>().c_str());
+}
+
+// A rank killed while the coordinator is down is healed once it is back: its daemon kept the
+// rank's result, and the survivors wait for their new group.
+TEST(Adoption, ARankKilledDuringTheOutageIsHealedAfterAdoption) {
+  Cluster cluster(4, "adopt-heal");
+  const std::string job = cluster.submit({"--world-size", "3", "--batch", "6", "--steps", "800",
+                                          "--max-restarts", "1", "--timeout", "300"});
+  wait_for_steps(cluster, job);
+  const int victim = rank_process_of(cluster, job, 1);
+  ASSERT_GT(victim, 0);
+  cluster.kill_coordinator();
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  std::this_thread::sleep_for(seconds(3));
+  cluster.start_coordinator();
+  const auto shown = cluster.wait_for_end(job, seconds(300));
+  ASSERT_EQ(shown["state"], "SUCCEEDED") << shown["events"].dump() << cluster.coordinator_log();
+  EXPECT_EQ(shown["attempts"], 1);
+  EXPECT_TRUE(events_of(shown, "restart").empty()) << shown["events"].dump();
+  ASSERT_EQ(events_of(shown, "heal").size(), 1u) << shown["events"].dump();
+  EXPECT_NE(events_of(shown, "heal")[0]["message"].get<std::string>().find("SIGKILL"),
+            std::string::npos);
+}
+
+// A job whose ranks finish while the coordinator is down is recorded with its real end.
+TEST(Adoption, AJobThatEndsDuringTheOutageIsRecordedWithItsRealEnd) {
+  Cluster cluster(2, "adopt-ended");
+  const std::string job = cluster.submit({"--steps", "300"});
+  wait_for_steps(cluster, job);
+  cluster.kill_coordinator();
+  ASSERT_TRUE(cluster.wait_until(
+      [&] {
+        return rank_process_pids(cluster.worker(0).pid()).empty() &&
+               rank_process_pids(cluster.worker(1).pid()).empty();
+      },
+      seconds(120)));
+  std::this_thread::sleep_for(seconds(1));
+  const double restarted = unix_now();
+  cluster.start_coordinator();
+  const auto shown = cluster.wait_for_end(job, seconds(60));
+  expect_no_step_lost(shown, 2, 300);
+  const double ended = shown["history"].back()["unix_time"];
+  EXPECT_LT(ended, restarted) << "the end is the ranks', not the restarted coordinator's";
+}
+
+// A coordinator that does not know the job (a new, empty store): each claim is refused and its
+// rank stopped, so no training goes on unseen.
+TEST(Adoption, AClaimForAnUnknownJobStopsThatRank) {
+  Cluster cluster(2, "adopt-unknown");
+  const std::string job = cluster.submit({"--steps", "100000"});
+  wait_for_steps(cluster, job);
+  cluster.kill_coordinator();
+  cluster.use_db(temp_dir() + "/adopt-unknown-other.db");
+  fs::remove(temp_dir() + "/adopt-unknown-other.db");
+  cluster.start_coordinator();
+  EXPECT_TRUE(cluster.wait_until(
+      [&] {
+        return cluster.count_workers("IDLE") == 2 &&
+               rank_process_pids(cluster.worker(0).pid()).empty() &&
+               rank_process_pids(cluster.worker(1).pid()).empty();
+      },
+      seconds(60)))
+      << cluster.coordinator_log();
+  EXPECT_NE(cluster.coordinator_log().find("of " + job + " (attempt 0): refused, no such job"),
+            std::string::npos)
+      << cluster.coordinator_log();
+}
+
+// A rank whose daemon has had no coordinator for --orphan-timeout stops after its next
+// checkpoint, which every rank writes: nothing trained is lost.
+TEST(Adoption, AnOrphanedRankStopsAfterWritingItsNextCheckpoint) {
+  Cluster cluster(2, "adopt-orphan", {}, [](int) {
+    return std::vector<std::string>{"--orphan-timeout", "2"};
+  });
+  const std::string dir = temp_dir() + "/adopt-orphan-ckpt";
+  fs::remove_all(dir);
+  const std::string job =
+      cluster.submit({"--steps", "1000000", "--checkpoint-dir", dir, "--checkpoint-every", "50"});
+  wait_for_steps(cluster, job);
+  cluster.kill_coordinator();
+  ASSERT_TRUE(cluster.wait_until(
+      [&] {
+        return rank_process_pids(cluster.worker(0).pid()).empty() &&
+               rank_process_pids(cluster.worker(1).pid()).empty();
+      },
+      seconds(90)));
+  const std::regex stopped("orphaned: stopped after writing the checkpoint of step (\\d+)");
+  std::smatch match;
+  const std::string log = cluster.worker(0).log();
+  ASSERT_TRUE(std::regex_search(log, match, stopped)) << log;
+  char name[32];
+  std::snprintf(name, sizeof(name), "/step-%06d", std::stoi(match[1]));
+  EXPECT_TRUE(fs::exists(dir + name)) << dir + name;
+  EXPECT_NE(log.find("the rank stops after its next checkpoint"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ddpd::testing
