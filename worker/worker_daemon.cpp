@@ -490,21 +490,40 @@ struct WorkerDaemon::Impl {
   }
 
   // Registers, and again with backoff whenever a session ends, until stop(); 1 when refused.
-  int serve(v1::Coordinator::Stub& stub, const v1::WorkerHello& hello) {
+  int serve(grpc::Channel& channel, v1::Coordinator::Stub& stub, const v1::WorkerHello& hello) {
     std::mt19937 random(std::random_device{}());
     std::uniform_real_distribution<double> uniform(0.0, 1.0);
     int tries = 0;  // since the last welcomed session
     while (!stopping) {
       const SessionEnd end = session(stub, hello);
+      // Still connected: the coordinator itself ended the session (or refused it for now), and
+      // the backoff is owed in full; else the connection is what failed.
+      const bool connected_still = channel.GetState(false) == GRPC_CHANNEL_READY;
       if (end == SessionEnd::kRefused) return 1;
       if (end == SessionEnd::kWelcomedThenRetry) tries = 0;
       stop_orphan();
       const double delay = reconnect_delay_seconds(
           tries++, uniform(random), options.reconnect_first_seconds, options.reconnect_max_seconds);
-      std::unique_lock<std::mutex> lock(mutex);
-      wake.wait_for(lock, std::chrono::duration<double>(delay), [&] { return stopping.load(); });
+      wait_to_register(channel, delay, /*until_ready=*/!connected_still);
     }
     return 0;
+  }
+
+  // Waits `delay` before the next registration, or, `until_ready`, less: the channel keeps
+  // connecting on its own (its reconnect backoff is capped at 1 s, service/channel.cpp), and a
+  // coordinator that accepts a connection again is registered with at once, not at the end of a
+  // long backoff. Measured: a 5 s outage's adoption came 7.5-8.6 s after the coordinator's start
+  // without it.
+  void wait_to_register(grpc::Channel& channel, double delay, bool until_ready) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(delay);
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!stopping && std::chrono::steady_clock::now() < deadline) {
+      lock.unlock();
+      const bool ready = channel.GetState(/*try_to_connect=*/true) == GRPC_CHANNEL_READY;
+      lock.lock();
+      if (ready && until_ready) return;
+      wake.wait_for(lock, std::chrono::milliseconds(100), [&] { return stopping.load(); });
+    }
   }
 };
 
@@ -557,7 +576,7 @@ int WorkerDaemon::run() {
   auto channel = coordinator_channel(o.coordinator, o.tls_ca);
   auto stub = v1::Coordinator::NewStub(channel);
   std::thread prestarter([this] { impl_->prestart_loop(); });
-  const int code = impl_->serve(*stub, hello);
+  const int code = impl_->serve(*channel, *stub, hello);
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     impl_->stopping = true;  // refused: the prestarter ends too
