@@ -184,19 +184,20 @@ void JobManager::check_disconnected(LifecycleClock::TimePoint now) {
     JobEntry* entry = find_job(worker->job_id);
     const bool running = entry && entry->job.state() == v1::RUNNING &&
                          worker->attempt == current_attempt(entry->job);
+    double quiet = 0;  // seconds the job has not advanced
     if (running) {
-      // Its peers' collectives complete only with its rank: while the job advances, it lives.
-      // A job of one rank has no peers to say so.
-      const auto grace =
-          entry->job.worker_ids_size() > 1 ? options_.worker_timeout : options_.adopt_timeout;
-      const auto quiet_since = std::max(worker->disconnected_since, entry->last_advance);
-      if (now - quiet_since < grace) continue;
+      // Its peers' collectives complete only with its rank: while the job advances, it lives,
+      // and a job that stopped advancing --worker-timeout ago (a daemon stopped, its rank
+      // blocked on its pipe) needs no second wait. A job of one rank has no peers to say so: it
+      // waits --adopt-timeout from the disconnection.
+      const bool peers = entry->job.worker_ids_size() > 1;
+      const auto quiet_since =
+          peers ? entry->last_advance : std::max(worker->disconnected_since, entry->last_advance);
+      quiet = span_seconds(now - quiet_since);
+      if (now - quiet_since < (peers ? options_.worker_timeout : options_.adopt_timeout)) continue;
     }
-    char why[120];
-    std::snprintf(
-        why, sizeof(why), ", and its job has not advanced for %.1f s since",
-        running ? span_seconds(now - std::max(worker->disconnected_since, entry->last_advance))
-                : 0.0);
+    char why[80];
+    std::snprintf(why, sizeof(why), ", and its job has not advanced for %.1f s", quiet);
     spdlog::warn("worker={} lost: {}", id, worker->disconnect_reason);
     worker->state = v1::LOST;
     lose_rank_of(*worker, worker->disconnect_reason + (running ? why : ""));

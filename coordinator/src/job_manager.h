@@ -93,9 +93,9 @@ struct Refusal {
 //     one received once the store has committed every step report (JobStore::steps_committed),
 //     and the daemon forgets what is acknowledged. A re-sent step (job, attempt, rank, step) or
 //     result is stored once. A session that ends while its worker runs a rank of the running
-//     attempt leaves the worker DISCONNECTED, not lost: its rank is lost only when its job has
-//     not advanced for --worker-timeout since (the data plane is the evidence it lives; a job
-//     of one rank has none, and waits --adopt-timeout). A daemon registering again claims its
+//     attempt leaves the worker DISCONNECTED, not lost: its rank is lost only once its job has
+//     not advanced for --worker-timeout (the data plane is the evidence it lives; a job of one
+//     rank has none, and waits --adopt-timeout). A daemon registering again claims its
 //     rank (hello.claim): accepted when the job is RUNNING in that attempt and the rank is the
 //     worker's; refused otherwise (unknown or ended job, another attempt, a rank another worker
 //     holds), and a refused claim's rank is cancelled. A worker whose group generation is behind

@@ -224,7 +224,7 @@ TEST_F(JobManagerTest, ALostWorkerFailsItsJobAndTheOtherRanksAreCancelled) {
   EXPECT_EQ(job(id).state(), v1::FAILED);
   EXPECT_EQ(job(id).error(),
             "worker w1 (rank 1) lost: its connection broke, and its job has not advanced for "
-            "15.5 s since");
+            "15.5 s");
   EXPECT_EQ(job(id).ranks(1).state(), v1::RANK_LOST);
   EXPECT_EQ(w0.cancels(id), 1);
   EXPECT_EQ(w1.cancels(id), 0);
