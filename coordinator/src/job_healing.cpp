@@ -36,6 +36,9 @@ bool JobManager::try_heal(JobEntry& entry, int lost_rank, const std::string& los
   // joins, and the ranks may be mid-transfer. The checkpoint restart is the path that is sure
   // (fail_or_restart says why).
   if (entry.healing_since) return false;
+  // A survivor that already finished cannot form the new group: a rank whose daemon was cut off
+  // trains on, and its peers may end the job before its loss is seen.
+  if (!entry.succeeded_ranks.empty()) return false;
   WorkerEntry* spare = spare_for(entry, lost_worker);
   if (!spare) {
     if (!may_shrink_in_place(job, lost_rank)) return false;

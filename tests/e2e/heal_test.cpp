@@ -201,9 +201,11 @@ TEST(Heal, AKilledRankZeroIsReplacedAndTheStoreMovesToTheSpare) {
 // A worker daemon stopped mid-job is lost after --worker-timeout (3 s here); its rank process
 // lives on, stuck, in the old group. The coordinator gives its rank to the idle fourth worker,
 // and the survivors abort the old group's collectives on the HealGroup and form the new one.
+// The stopped daemon's rank trains on until its event pipe (64 KiB) is full, about 160 tiny
+// steps, and the job is still training when that worker is lost.
 TEST(Heal, ARankWhoseWorkerIsLostIsReplacedByAnIdleWorker) {
   Cluster cluster(4, "heal-lost-worker");
-  const std::string job = cluster.submit(heal_job(150));
+  const std::string job = cluster.submit(heal_job(400));
   int stopped = -1;
   const auto [seconds, shown] = fault_and_heal(cluster, job, [&] {
     stopped = worker_index_of_rank(cluster, job, 1);
