@@ -58,6 +58,14 @@ std::vector<int> started_for(Cluster& cluster, int worker, const std::string& jo
   return pids;
 }
 
+// Whether no daemon of the first `workers` runs a rank process any more.
+bool no_rank_processes(Cluster& cluster, int workers) {
+  for (int w = 0; w < workers; ++w) {
+    if (!rank_process_pids(cluster.worker(w).pid()).empty()) return false;
+  }
+  return true;
+}
+
 // The job succeeded in its first attempt, and every rank reported every step exactly once.
 void expect_no_step_lost(const nlohmann::json& shown, int world, int steps) {
   ASSERT_EQ(shown["state"], "SUCCEEDED") << shown.dump().substr(0, 4000);
@@ -197,12 +205,7 @@ TEST(Adoption, AJobThatEndsDuringTheOutageIsRecordedWithItsRealEnd) {
   const std::string job = cluster.submit({"--steps", "300"});
   wait_for_steps(cluster, job);
   cluster.kill_coordinator();
-  ASSERT_TRUE(cluster.wait_until(
-      [&] {
-        return rank_process_pids(cluster.worker(0).pid()).empty() &&
-               rank_process_pids(cluster.worker(1).pid()).empty();
-      },
-      seconds(120)));
+  ASSERT_TRUE(cluster.wait_until([&] { return no_rank_processes(cluster, 2); }, seconds(120)));
   std::this_thread::sleep_for(seconds(1));
   const double restarted = unix_now();
   cluster.start_coordinator();
@@ -223,11 +226,7 @@ TEST(Adoption, AClaimForAnUnknownJobStopsThatRank) {
   fs::remove(temp_dir() + "/adopt-unknown-other.db");
   cluster.start_coordinator();
   EXPECT_TRUE(cluster.wait_until(
-      [&] {
-        return cluster.count_workers("IDLE") == 2 &&
-               rank_process_pids(cluster.worker(0).pid()).empty() &&
-               rank_process_pids(cluster.worker(1).pid()).empty();
-      },
+      [&] { return cluster.count_workers("IDLE") == 2 && no_rank_processes(cluster, 2); },
       seconds(60)))
       << cluster.coordinator_log();
   EXPECT_NE(cluster.coordinator_log().find("of " + job + " (attempt 0): refused, no such job"),
@@ -247,12 +246,7 @@ TEST(Adoption, AnOrphanedRankStopsAfterWritingItsNextCheckpoint) {
       cluster.submit({"--steps", "1000000", "--checkpoint-dir", dir, "--checkpoint-every", "50"});
   wait_for_steps(cluster, job);
   cluster.kill_coordinator();
-  ASSERT_TRUE(cluster.wait_until(
-      [&] {
-        return rank_process_pids(cluster.worker(0).pid()).empty() &&
-               rank_process_pids(cluster.worker(1).pid()).empty();
-      },
-      seconds(90)));
+  ASSERT_TRUE(cluster.wait_until([&] { return no_rank_processes(cluster, 2); }, seconds(90)));
   const std::regex stopped("orphaned: stopped after writing the checkpoint of step (\\d+)");
   std::smatch match;
   const std::string log = cluster.worker(0).log();

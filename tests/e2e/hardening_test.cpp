@@ -10,6 +10,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "ddpd/api/session_protocol.h"
 #include "ddpd/v1/ddpd.grpc.pb.h"
 #include "e2e/cluster.h"
 
@@ -114,6 +115,36 @@ TEST(Limits, PendingJobsWatchersAndMessageSizeAreRefusedNamingTheLimit) {
 namespace ddpd::testing {
 namespace {
 
+// A worker from before session protocol versions (its hello has none), or from a newer build:
+// refused with FAILED_PRECONDITION naming both versions, before it is registered.
+TEST(Hardening, AWorkerSpeakingAnotherSessionProtocolIsRefusedNamingBothVersions) {
+  Cluster cluster(0, "versions");
+  auto stub = v1::Coordinator::NewStub(
+      grpc::CreateChannel(cluster.address(), grpc::InsecureChannelCredentials()));
+  for (const int version : {0, kSessionProtocolVersion + 1}) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", "Bearer " + kToken);
+    auto session = stub->WorkerSession(&context);
+    v1::WorkerMessage hello;
+    hello.mutable_hello()->set_worker_id("old-or-new");
+    hello.mutable_hello()->set_advertised_host("127.0.0.1");
+    hello.mutable_hello()->set_rendezvous_port(29999);
+    hello.mutable_hello()->set_protocol_version(version);
+    ASSERT_TRUE(session->Write(hello));
+    session->WritesDone();
+    v1::CoordinatorMessage reply;
+    EXPECT_FALSE(session->Read(&reply));
+    const grpc::Status status = session->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_EQ(status.error_message(), session_protocol_refusal(version));
+    EXPECT_NE(status.error_message().find("this coordinator " +
+                                          std::to_string(kOldestSessionProtocolVersion) + ".." +
+                                          std::to_string(kSessionProtocolVersion)),
+              std::string::npos);
+  }
+  EXPECT_EQ(cluster.count_workers("IDLE"), 0);
+}
+
 // A worker session that never reads: the coordinator queues what it sends (assignments here,
 // each made large by a comm job with 2,000 sizes), and once the queue passes its bound it drops
 // the session (the worker is LOST) instead of blocking. Throughout, every RPC is answered
@@ -132,6 +163,7 @@ TEST(Hardening, ASessionThatNeverReadsIsDroppedAndTheCoordinatorKeepsServing) {
   hello.mutable_hello()->set_worker_id("silent");
   hello.mutable_hello()->set_advertised_host("127.0.0.1");
   hello.mutable_hello()->set_rendezvous_port(29999);
+  hello.mutable_hello()->set_protocol_version(kSessionProtocolVersion);
   hello.mutable_hello()->set_cpu_count(2);
   hello.mutable_hello()->add_backends("gloo");
   ASSERT_TRUE(session->Write(hello));
@@ -176,16 +208,21 @@ TEST(Hardening, ASessionThatNeverReadsIsDroppedAndTheCoordinatorKeepsServing) {
       dropped = true;  // the coordinator closed the session
       break;
     }
-    if (submitted % 50 == 0) dropped = cluster.count_workers("LOST") == 1;
+    if (submitted % 50 == 0) {
+      dropped = cluster.count_workers("LOST") + cluster.count_workers("DISCONNECTED") == 1;
+    }
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::printf("[ silent ] %d assignments of %zu B queued in %.1f s; slowest SubmitJob %.3f s\n",
               submitted, assignment_bytes, seconds, slowest_rpc_seconds);
-  EXPECT_TRUE(cluster.wait_until([&] { return cluster.count_workers("LOST") == 1; },
-                                 std::chrono::seconds(30)))
+  // Dropped: DISCONNECTED while its (one-rank) job may still run, as any session that ends.
+  EXPECT_TRUE(cluster.wait_until(
+      [&] { return cluster.count_workers("LOST") + cluster.count_workers("DISCONNECTED") == 1; },
+      std::chrono::seconds(30)))
       << "the never-reading session was not dropped after " << submitted << " assignments";
-  EXPECT_NE(cluster.coordinator_log().find("worker=silent stopped reading"), std::string::npos)
+  EXPECT_NE(cluster.coordinator_log().find("worker=silent disconnected: stopped reading"),
+            std::string::npos)
       << cluster.coordinator_log();
   // Still serving: a listing answers.
   const auto listed = cluster.ctl({"list"});
@@ -280,10 +317,10 @@ TEST(Exclusive, ASecondCoordinatorOnTheSameStoreOrPortRefusesToStart) {
   const std::string first_job = cluster.submit({});
   const std::map<std::string, std::string> env{{"DDPD_TOKEN", kToken}};
 
-  const auto same_db =
-      run_process({bin("ddpd-coordinator"), "--listen", "127.0.0.1:" + std::to_string(unused_port()),
-                   "--db", cluster.db(), "--metrics-port", "0"},
-                  env, std::chrono::seconds(30));
+  const auto same_db = run_process(
+      {bin("ddpd-coordinator"), "--listen", "127.0.0.1:" + std::to_string(unused_port()), "--db",
+       cluster.db(), "--metrics-port", "0"},
+      env, std::chrono::seconds(30));
   EXPECT_EQ(same_db.exit_code, 1) << same_db.err;
   const std::string holder = "(pid " + std::to_string(cluster.coordinator_pid()) + ",";
   EXPECT_NE(

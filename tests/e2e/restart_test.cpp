@@ -144,11 +144,11 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-// A worker stopped mid-job (SIGSTOP: its rank neither exits nor closes a connection) is lost
-// after --worker-timeout (3 s here), and the survivors, blocked in a collective with it, are
-// aborted by their daemons on the coordinator's cancel: IDLE within --worker-timeout + 3 s of
-// the stop, where they used to wait out --timeout (300 s here). (With --max-restarts and an idle
-// worker the rank is healed in place instead: heal_test.cpp.)
+// A worker stopped mid-job (SIGSTOP: its rank neither exits nor closes a connection) is
+// silent; once its job has not advanced for --worker-timeout (3 s here) it is lost, and the
+// survivors, blocked in a collective with it, are aborted by their daemons on the coordinator's
+// cancel: IDLE within seconds of the stop, where they used to wait out --timeout (300 s here).
+// (With --max-restarts and an idle worker the rank is healed in place instead: heal_test.cpp.)
 TEST(Supervision, AStoppedRanksSurvivorsAreFreed) {
   const auto job_flags = [](int steps) {
     return std::vector<std::string>{"--world-size",        "3",         "--batch", "6", "--steps",
@@ -172,7 +172,10 @@ TEST(Supervision, AStoppedRanksSurvivorsAreFreed) {
     ASSERT_TRUE(freed) << cluster.ctl({"workers"}).out << cluster.show(job).dump();
     std::printf("[ stopped  ] survivors IDLE %.1f s after the SIGSTOP (--worker-timeout 3 s)\n",
                 seconds);
-    EXPECT_LE(seconds, 3 + 3) << cluster.ctl({"workers"}).out;
+    // The stopped daemon's rank trains on until its event pipe (64 KiB) is full, about 160 tiny
+    // steps (5 s alone on 2 cores, more beside other tests): the job stops advancing then, and
+    // the loss comes --worker-timeout after. Far from --timeout all the same.
+    EXPECT_LT(seconds, 120) << cluster.ctl({"workers"}).out;
     const std::string error = cluster.show(job)["error"];
     EXPECT_NE(error.find("(rank 1) lost: no heartbeat for "), std::string::npos) << error;
   }

@@ -16,6 +16,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "ddpd/api/session_protocol.h"
+
 #include <cmath>
 #include <condition_variable>
 #include <csignal>
@@ -245,6 +247,7 @@ class Fuzzer {
     hello.mutable_hello()->set_worker_id("fuzz-" + std::to_string(random_() % 64));
     hello.mutable_hello()->set_advertised_host("127.0.0.1");
     hello.mutable_hello()->set_rendezvous_port(static_cast<int32_t>(random_() % 70000) - 1000);
+    hello.mutable_hello()->set_protocol_version(ddpd::kSessionProtocolVersion);
     if (random_() % 2)
       mutate_field(*hello.mutable_hello(), hello.hello().GetDescriptor()->field(random_() % 7));
     stream->Write(hello);

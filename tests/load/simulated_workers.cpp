@@ -1,5 +1,7 @@
 #include "simulated_workers.h"
 
+#include "ddpd/api/session_protocol.h"
+
 #include <cmath>
 
 namespace ddpd::load {
@@ -42,6 +44,7 @@ SimulatedWorkers::SimulatedWorkers(const SimulatedWorkersOptions& options) : opt
     hello.mutable_hello()->set_worker_id(session->worker_id);
     hello.mutable_hello()->set_advertised_host("127.0.0.1");
     hello.mutable_hello()->set_rendezvous_port(20000 + i % 40000);
+    hello.mutable_hello()->set_protocol_version(kSessionProtocolVersion);
     hello.mutable_hello()->set_cpu_count(1);
     hello.mutable_hello()->add_backends("gloo");
     session->stream->Write(hello);

@@ -68,8 +68,11 @@ echo "job $job SUCCEEDED; $running"
   fail "rendezvous is not at a worker host's address: $running"
 [[ "$running" != *127.0.0.1* ]] || fail "rank 0 advertised loopback: $running"
 
-# 2. Partition mid-job.
-job=$(ctl submit "${ddp[@]}" --steps 100000 --timeout "$collective_timeout" | head -n1)
+# 2. Partition mid-job. Over Gloo, so the cut takes the data plane too: a worker cut off from
+# the coordinator alone, whose rank still trains with its peers (over shared memory here), is
+# DISCONNECTED and its job goes on (docs/protocols.md, "Worker loss").
+job=$(ctl submit "${ddp[@]}" --steps 100000 --timeout "$collective_timeout" --transport gloo |
+  head -n1)
 stepping() { [ "$(ctl show "$job" --json | json_field 'len(d["rank_steps"])')" -gt 2 ]; }
 wait_for 60 "job $job to report steps" stepping
 ip -n "$sw" link set pw1 down   # W1 falls off the network

@@ -312,7 +312,7 @@ TEST(JobEnums, NamesRoundTripAndUnknownNamesNameTheFlag) {
   check_enum_names<CommDtype>(2);
   check_enum_names<CommSeries>(5);
   check_enum_names<FaultKind>(7);
-  check_enum_names<IncidentKind>(8);
+  check_enum_names<IncidentKind>(9);
   EXPECT_EQ(series_of(Collective::kReduceScatter), CommSeries::kReduceScatter);
   EXPECT_EQ(choices_text({"a", "b", "c"}), "a, b or c");
 }

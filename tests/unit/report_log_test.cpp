@@ -2,6 +2,7 @@
 // (worker/reconnect_backoff.h): what a session sends, sends again, forgets and drops.
 #include <gtest/gtest.h>
 
+#include "ddpd/api/session_protocol.h"
 #include "reconnect_backoff.h"
 #include "report_log.h"
 
@@ -71,6 +72,16 @@ TEST(ReconnectBackoff, TheFirstTryComesWithinASecondAndNoneWaitsMoreThanTheCap) 
     EXPECT_DOUBLE_EQ(reconnect_delay_seconds(attempt, 1.0, 1.0, 10.0), 10.0);
     EXPECT_DOUBLE_EQ(reconnect_delay_seconds(attempt, 0.0, 1.0, 10.0), 5.0);
   }
+}
+
+TEST(SessionProtocol, AWorkerTooOldOrTooNewIsRefusedNamingBothVersions) {
+  EXPECT_EQ(session_protocol_refusal(kSessionProtocolVersion), "");
+  EXPECT_EQ(session_protocol_refusal(0),
+            "protocol_version: the worker speaks session protocol 1 (it sends no version), this "
+            "coordinator 2..2: upgrade the worker");
+  EXPECT_EQ(session_protocol_refusal(3),
+            "protocol_version: the worker speaks session protocol 3, this coordinator 2..2: "
+            "upgrade the coordinator");
 }
 
 }  // namespace
