@@ -188,9 +188,10 @@ void JobManager::check_disconnected(LifecycleClock::TimePoint now) {
     if (running) {
       // Its peers' collectives complete only with its rank: while the job advances, it lives,
       // and a job that stopped advancing --worker-timeout ago (a daemon stopped, its rank
-      // blocked on its pipe) needs no second wait. A job of one rank has no peers to say so: it
-      // waits --adopt-timeout from the disconnection.
-      const bool peers = entry->job.worker_ids_size() > 1;
+      // blocked on its pipe) needs no second wait. A job of one rank has no peers to say so,
+      // nor has one whose other ranks have finished (its rank most likely has too, its result
+      // behind the cut): it waits --adopt-timeout from the disconnection.
+      const bool peers = entry->job.worker_ids_size() > 1 && entry->succeeded_ranks.empty();
       const auto quiet_since =
           peers ? entry->last_advance : std::max(worker->disconnected_since, entry->last_advance);
       quiet = span_seconds(now - quiet_since);

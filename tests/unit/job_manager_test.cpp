@@ -977,6 +977,20 @@ TEST_F(AdoptionTest, ADisconnectedWorkersRankIsNotLostWhileItsJobAdvances) {
             "trained on (last step 11)");
 }
 
+TEST_F(AdoptionTest, AJobWhoseOtherRanksFinishedWaitsTheAdoptTimeoutForTheCutOne) {
+  add_worker("w0");
+  add_worker("w1");
+  const std::string id = submit(ddp_spec(2));
+  manager_->lost("w1", links_["w1"].get(), "its connection broke");
+  result("w0", id, 0, 0);  // rank 0 finished: the job advances no more, and that says nothing
+  clock_.advance(seconds(options_.worker_timeout) + 1.0);
+  manager_->tick();
+  EXPECT_EQ(job(id).state(), v1::RUNNING);
+  reclaim("w1", id, 1, 0, 19);
+  result("w1", id, 1, 0);
+  EXPECT_EQ(job(id).state(), v1::SUCCEEDED);
+}
+
 TEST_F(AdoptionTest, StoredMessagesAreAcknowledgedOnceCommittedAndCopiesStoredOnce) {
   FakeLink& w0 = add_worker("w0");
   add_worker("w1");
