@@ -20,7 +20,11 @@ std::shared_ptr<grpc::Channel> coordinator_channel(const std::string& address,
   }
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  // Also each connection attempt's deadline: at 100 ms a loaded host's handshakes timed out
+  // again and again ("tcp handshaker shutdown"), and daemons took up to 4.5 s to register with a
+  // coordinator that was back (tests/bench/bench_control_plane.sh). A refused connection still
+  // fails at once.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 2000);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   return grpc::CreateCustomChannel(address, credentials, args);
 }
