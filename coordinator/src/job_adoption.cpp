@@ -10,14 +10,6 @@
 #include "job_manager.h"
 
 namespace ddpd::coordinator {
-namespace {
-
-double span_seconds(LifecycleClock::TimePoint::duration d) {
-  return std::chrono::duration<double>(d).count();
-}
-
-}  // namespace
-
 void JobManager::restore_steps(JobEntry& entry, const std::vector<v1::StepReport>& stored) {
   const int attempt = current_attempt(entry.job);
   std::map<int64_t, std::vector<v1::StepReport>> by_step;
@@ -61,7 +53,7 @@ void JobManager::begin_adoption(JobEntry& entry) {
         job.worker_ids_size(), from_proto(job.spec().ddp()).straggler_threshold);
   }
   spdlog::info("job={} adopting: waiting up to {:.0f} s (--adopt-timeout) for its {} ranks",
-               job.job_id(), span_seconds(options_.adopt_timeout), job.worker_ids_size());
+               job.job_id(), to_seconds(options_.adopt_timeout), job.worker_ids_size());
 }
 
 void JobManager::claim(WorkerEntry& worker, const v1::RankClaim& claim) {
@@ -194,7 +186,7 @@ void JobManager::check_disconnected(LifecycleClock::TimePoint now) {
       const bool peers = entry->job.worker_ids_size() > 1 && entry->succeeded_ranks.empty();
       const auto quiet_since =
           peers ? entry->last_advance : std::max(worker->disconnected_since, entry->last_advance);
-      quiet = span_seconds(now - quiet_since);
+      quiet = to_seconds(now - quiet_since);
       if (now - quiet_since < (peers ? options_.worker_timeout : options_.adopt_timeout)) continue;
     }
     char why[80];
@@ -215,7 +207,7 @@ void JobManager::forgive_own_pause(LifecycleClock::TimePoint now) {
   spdlog::warn(
       "the coordinator did not run for {:.1f} s (stopped or paused): the workers' and "
       "jobs' clocks move on by as much",
-      span_seconds(gap));
+      to_seconds(gap));
   for (auto& [id, worker] : workers_) {
     worker->last_heartbeat += gap;
     worker->disconnected_since += gap;

@@ -12,14 +12,6 @@
 #include "prometheus_targets.h"
 
 namespace ddpd::coordinator {
-namespace {
-
-double seconds(LifecycleClock::TimePoint::duration d) {
-  return std::chrono::duration<double>(d).count();
-}
-
-}  // namespace
-
 void JobManager::on_step(const std::string& job_id, const v1::StepReport& step) {
   JobEntry* entry = find_job(job_id);
   if (!entry || entry->job.state() != v1::RUNNING ||
@@ -110,7 +102,7 @@ void JobManager::check_heartbeats(LifecycleClock::TimePoint now) {
     std::snprintf(text, sizeof(text),
                   "no heartbeat for %.1f s (--worker-timeout %.1f s): the worker is stopped, "
                   "hung or cut off",
-                  seconds(now - worker->last_heartbeat), seconds(options_.worker_timeout));
+                  to_seconds(now - worker->last_heartbeat), to_seconds(options_.worker_timeout));
     worker->silence = text;
     worker->link->disconnect();  // its reader then reports it lost
   }
@@ -140,7 +132,7 @@ void JobManager::check_stall(JobEntry& entry, LifecycleClock::TimePoint now) {
     return;
   }
   const DdpJobOptions job = from_proto(entry.job.spec().ddp());
-  const double stalled = seconds(now - entry.last_advance);
+  const double stalled = to_seconds(now - entry.last_advance);
   if (job.stall_seconds <= 0 || stalled < job.stall_seconds) return;
   std::vector<RankReport> ranks;
   for (int rank = 0; rank < entry.job.worker_ids_size(); ++rank) {

@@ -17,6 +17,11 @@ class LifecycleClock {
   virtual double unix_seconds() const = 0;
 };
 
+// A span of the lifecycle's steady time, in seconds (for messages and limits).
+inline double to_seconds(LifecycleClock::TimePoint::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
 class SystemClock final : public LifecycleClock {
  public:
   TimePoint steady_now() const override { return std::chrono::steady_clock::now(); }

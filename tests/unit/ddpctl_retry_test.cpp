@@ -45,6 +45,7 @@ TEST(Backoff, DoublesFromFourTenthsUpToTheCapWithoutJitter) {
   EXPECT_DOUBLE_EQ(pauses[4], 2.0);
   // 0.4 + 0.8 + 1.6, thirteen pauses of 2 s (28.8 s), and the last cut to the 1.2 s left.
   ASSERT_EQ(pauses.size(), 17u);
+  // 1e-9: float64 roundoff of a sum of 17 terms up to 30 is below 17 * 30 * 2^-52, about 1e-13.
   EXPECT_NEAR(pauses.back(), 1.2, 1e-9);
   EXPECT_NEAR(sum(pauses), 30.0, 1e-9);
 }
