@@ -9,7 +9,6 @@
 namespace ddpd::client {
 namespace {
 
-constexpr double kProbeBucketMb = 25;  // c10d's default
 constexpr double kSmallestBucketMb = 0.25;
 constexpr double kLargestBucketMb = 1000;
 
@@ -164,7 +163,7 @@ TuneOutcome tune(const TuneOptions& options, const RunTrial& run, const PlanFrom
   Candidate probe;
   probe.options = options.base;
   probe.options.strategy = Strategy::kBucketed;
-  probe.options.bucket_size_mb = kProbeBucketMb;
+  probe.options.bucket_size_mb = kJobDefaults.bucket_size_mb;  // c10d's default too
   probe.options.shard_optimizer = false;
   probe.label = label_of(probe.options, options.world_size);
   if (!search.trial(probe, 1, options.trial_steps) || probe.trials.empty()) {

@@ -69,7 +69,7 @@ using RunTrial = std::function<std::optional<TrialResult>(const DdpJobOptions&, 
 // this host offers (the probe's first), and the replay's step for a candidate (nullopt: not
 // modeled). tune.cpp builds it from the probe's measured job (ddpd/common/step_replay.h).
 struct ProbePlan {
-  double advised_bucket_mb = 25;
+  double advised_bucket_mb = kJobDefaults.bucket_size_mb;
   std::vector<Transport> transports;
   std::function<std::optional<double>(const DdpJobOptions&)> predict;
 };

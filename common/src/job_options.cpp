@@ -7,6 +7,7 @@
 
 #include "ddpd/common/fault_injection.h"
 #include "ddpd/common/hf_config.h"
+#include "ddpd/common/job_option_table.h"
 #include "enum_names_define.h"
 
 namespace ddpd {
@@ -144,7 +145,7 @@ Attention DdpJobOptions::resolved_attention() const {
 
 namespace {
 
-void validate_shape(const DdpJobOptions& o, const ModelConfig& m) {
+void validate_shape(const ModelConfig& m) {
   require(m.d_model > 0, "--d-model", "must be > 0, got " + std::to_string(m.d_model));
   require(m.d_ff > 0, "--d-ff", "must be > 0, got " + std::to_string(m.d_ff));
   require(m.num_layers >= 0, "--layers", "must be >= 0, got " + std::to_string(m.num_layers));
@@ -155,52 +156,21 @@ void validate_shape(const DdpJobOptions& o, const ModelConfig& m) {
   require(m.resolved_head_dim() % 2 == 0, "--heads",
           "head dimension " + std::to_string(m.resolved_head_dim()) + " must be even for RoPE");
   require(m.vocab_size > 1, "--vocab", "must be > 1, got " + std::to_string(m.vocab_size));
-  require(o.context_length > 0, "--context",
-          "must be > 0, got " + std::to_string(o.context_length));
 }
 
+// The checks between options; each option's own range is the table's (check_ranges).
 void validate_batch(const DdpJobOptions& o, int world_size) {
   const Strategy strategy = o.strategy;
   require(world_size >= 1, "WORLD_SIZE", "must be >= 1, got " + std::to_string(world_size));
-  require(o.batch_size > 0, "--batch", "must be > 0, got " + std::to_string(o.batch_size));
   require(o.batch_size % world_size == 0, "--batch",
           "global batch " + std::to_string(o.batch_size) + " is not divisible by world size " +
               std::to_string(world_size));
-  // 0: no training step, only the evaluation of the initial model and the export.
-  require(o.steps >= 0, "--steps", "must be >= 0, got " + std::to_string(o.steps));
-  require(o.warmup_steps >= 0, "--warmup-steps",
-          "must be >= 0, got " + std::to_string(o.warmup_steps));
-  require(std::isfinite(o.bucket_size_mb) && o.bucket_size_mb > 0, "--bucket-mb",
-          "must be > 0, got " + std::to_string(o.bucket_size_mb));
   require(!(o.shard_optimizer && strategy == Strategy::kFsdp), "--shard-optimizer",
           "fsdp already shards optimizer state; use it with another strategy");
-  require(o.shard_replicas == 0 || o.shard_replicas == 1, "--shard-replicas",
-          "must be 0 or 1, got " + std::to_string(o.shard_replicas));
   // A copy of each rank's shards on the next rank: ZeRO-1's optimizer shards, or fsdp's shards
   // of parameters and optimizer state (docs/healing.md).
   require(o.shard_replicas == 0 || o.shard_optimizer || strategy == Strategy::kFsdp,
           "--shard-replicas", "copies sharded state: set --shard-optimizer, or --strategy fsdp");
-}
-
-void validate_optimizer_and_run(const DdpJobOptions& o) {
-  require(std::isfinite(o.lr) && o.lr > 0, "--lr", "must be > 0");
-  require(o.beta1 >= 0 && o.beta1 < 1, "--beta1", "must be in [0, 1)");
-  require(o.beta2 >= 0 && o.beta2 < 1, "--beta2", "must be in [0, 1)");
-  require(o.eps > 0, "--eps", "must be > 0");
-  require(o.weight_decay >= 0, "--weight-decay", "must be >= 0");
-  require(o.spread_every >= 0, "--spread-every", "must be >= 0");
-  require(o.max_param_spread >= 0, "--max-param-spread", "must be >= 0");
-  require(o.threads >= 0 && o.threads <= kMaxThreadsPerRank, "--threads",
-          "must be in 0.." + std::to_string(kMaxThreadsPerRank) + " (0: cores / world size), got " +
-              std::to_string(o.threads));
-  // Bounded above: a timeout past ~9.2e9 s overflowed the milliseconds it becomes (the
-  // rendezvous then "timed out after -9223372036854775s"), and inf passed as a number.
-  require(o.collective_timeout_s > 0 && o.collective_timeout_s <= kMaxCollectiveTimeoutSeconds,
-          "--timeout",
-          "must be > 0 and at most " +
-              std::to_string(static_cast<int64_t>(kMaxCollectiveTimeoutSeconds)) +
-              " seconds (30 days)");
-  require(o.stall_seconds >= 0, "--stall-seconds", "must be >= 0 (0: never)");
 }
 
 void validate_faults_and_checkpoints(const DdpJobOptions& o, int world_size) {
@@ -219,21 +189,15 @@ void validate_faults_and_checkpoints(const DdpJobOptions& o, int world_size) {
             "exit-during-heal needs a job that may heal: set --max-restarts N (N > 0) and "
             "leave out --no-heal");
   }
-  require(o.checkpoint_every >= 0, "--checkpoint-every", "must be >= 0 (0: no checkpoints)");
   require(o.checkpoint_every == 0 || !o.checkpoint_dir.empty(), "--checkpoint-every",
           "needs --checkpoint-dir");
-  require(o.keep_checkpoints >= 0, "--keep-checkpoints", "must be >= 0 (0: keep all)");
   require((o.resume != "latest" && o.resume != "auto") || !o.checkpoint_dir.empty(), "--resume",
           "'" + o.resume + "' needs --checkpoint-dir");
-  require(o.max_restarts >= 0, "--max-restarts", "must be >= 0");
 }
 
 void validate_schedule_and_data(const DdpJobOptions& o, const ModelConfig& m, int world_size) {
   const Strategy strategy = o.strategy;
-  require(o.lr_warmup_steps >= 0, "--lr-warmup-steps", "must be >= 0");
-  require(o.min_lr >= 0 && o.min_lr <= o.lr, "--min-lr", "must be in 0..--lr");
-  require(o.clip_grad_norm >= 0, "--clip-grad-norm", "must be >= 0 (0: no clipping)");
-  require(o.grad_accum >= 1, "--grad-accum", "must be >= 1, got " + std::to_string(o.grad_accum));
+  require(o.min_lr <= o.lr, "--min-lr", "must be in 0..--lr");
   require(world_size <= 0 || o.batch_size % (static_cast<int64_t>(world_size) * o.grad_accum) == 0,
           "--grad-accum",
           "--batch " + std::to_string(o.batch_size) +
@@ -241,38 +205,30 @@ void validate_schedule_and_data(const DdpJobOptions& o, const ModelConfig& m, in
               std::to_string(o.grad_accum) + ")");
   require(o.grad_compression == GradCompression::kNone || strategy != Strategy::kFsdp,
           "--grad-compression", "applies to naive, flat, overlap and bucketed, not fsdp");
-  require(o.fsdp_prefetch >= 0 && o.fsdp_prefetch <= 2, "--fsdp-prefetch",
-          "must be 0, 1 or 2, got " + std::to_string(o.fsdp_prefetch));
   require(o.data_text.empty() || m.vocab_size >= 256, "--vocab",
           "--data-text needs a vocabulary of at least 256 (one token per byte)");
   require(o.data_text.empty() || o.data_path.empty(), "--data-text",
           "give --data or --data-text, not both");
-  require(o.eval_every >= 0, "--eval-every", "must be >= 0 (0: no evaluation)");
   require(o.eval_every == 0 || !o.eval_data.empty(), "--eval-every", "needs --eval-data");
-  require(o.eval_batches >= 1, "--eval-batches", "must be >= 1");
-  require(o.max_shard_bytes > 0, "--max-shard-size", "must be > 0");
   require(o.export_hf.empty() || o.export_hf != o.init_from, "--export-hf",
           "must not be the --init-from directory (the export would overwrite its source)");
   require(o.min_world_size >= 0 && (world_size <= 0 || o.min_world_size <= world_size),
           "--min-world-size",
           "must be in 0..world size (" + std::to_string(world_size) + "), got " +
               std::to_string(o.min_world_size));
-  require(o.straggler_threshold >= 0 && o.straggler_threshold < 1, "--straggler-threshold",
-          "must be in [0, 1) (0: never)");
   require(o.transport != Transport::kShm || o.device != Device::kCuda, "--transport",
           "shm is for CPU ranks (cuda ranks use NCCL)");
-  require(o.journal_size >= 1 && o.journal_size <= 1000000, "--journal-size",
-          "must be in 1..1000000, got " + std::to_string(o.journal_size));
 }
 
 }  // namespace
 
-// The checks in groups, in this order, so the first error named is the same as ever.
+// The model's shape, then each option's range in the table's order, then the checks between
+// options.
 void validate(const DdpJobOptions& o, int world_size) {
   const ModelConfig m = o.resolved_model();  // checks --model
-  validate_shape(o, m);
+  validate_shape(m);
+  check_ranges(o);
   validate_batch(o, world_size);
-  validate_optimizer_and_run(o);
   validate_faults_and_checkpoints(o, world_size);
   validate_schedule_and_data(o, m, world_size);
 }

@@ -138,9 +138,10 @@ CollectiveCost link_cost(const LinkModel& link) {
   return [link](double bytes) { return link.alpha_s + bytes * link.seconds_per_byte; };
 }
 
+// The job being predicted; every field is set from its options (replay_steps).
 struct Target {
-  Strategy strategy = Strategy::kBucketed;
-  double bucket_mb = 25;
+  Strategy strategy = kJobDefaults.strategy;
+  double bucket_mb = kJobDefaults.bucket_size_mb;
   int world = 1;
   bool sharded = false;
   bool optimizer_per_bucket = false;

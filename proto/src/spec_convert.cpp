@@ -2,142 +2,105 @@
 
 #include <algorithm>
 #include <map>
+#include <stdexcept>
+#include <type_traits>
+
+#include "ddpd/common/job_option_table.h"
 
 namespace ddpd {
 
-v1::DdpSpec to_proto(const DdpJobOptions& o) {
-  v1::DdpSpec s;
-  s.set_model(o.model);
-  if (o.d_model) s.set_d_model(*o.d_model);
-  if (o.d_ff) s.set_d_ff(*o.d_ff);
-  if (o.num_layers) s.set_num_layers(*o.num_layers);
-  if (o.num_heads) s.set_num_heads(*o.num_heads);
-  if (o.vocab_size) s.set_vocab_size(*o.vocab_size);
-  s.set_context_length(o.context_length);
-  s.set_batch_size(o.batch_size);
-  s.set_steps(o.steps);
-  s.set_warmup_steps(o.warmup_steps);
-  s.set_seed(o.seed);
-  s.set_strategy(enum_name(o.strategy));
-  s.set_bucket_size_mb(o.bucket_size_mb);
-  s.set_shard_optimizer(o.shard_optimizer);
-  s.set_shard_replicas(o.shard_replicas);
-  s.set_lr(o.lr);
-  s.set_beta1(o.beta1);
-  s.set_beta2(o.beta2);
-  s.set_eps(o.eps);
-  s.set_weight_decay(o.weight_decay);
-  s.set_precision(enum_name(o.precision));
-  s.set_attention(enum_name(o.attention));
-  s.set_device(enum_name(o.device));
-  s.set_data_path(o.data_path);
-  s.set_data_dtype(enum_name(o.data_dtype));
-  s.set_spread_every(o.spread_every);
-  s.set_max_param_spread(o.max_param_spread);
-  s.set_threads(o.threads);
-  s.set_collective_timeout_s(o.collective_timeout_s);
-  s.set_journal_size(o.journal_size);
-  s.set_stall_seconds(o.stall_seconds);
-  s.set_on_stall(enum_name(o.on_stall));
-  s.set_inject(o.inject);
-  s.set_check_collectives(o.check_collectives);
-  s.set_transport(enum_name(o.transport));
-  s.set_checkpoint_dir(o.checkpoint_dir);
-  s.set_checkpoint_every(o.checkpoint_every);
-  s.set_keep_checkpoints(o.keep_checkpoints);
-  s.set_resume(o.resume);
-  s.set_max_restarts(o.max_restarts);
-  s.set_no_heal(o.no_heal);
-  s.set_min_world_size(o.min_world_size);
-  s.set_lr_schedule(enum_name(o.lr_schedule));
-  s.set_lr_warmup_steps(o.lr_warmup_steps);
-  s.set_min_lr(o.min_lr);
-  s.set_clip_grad_norm(o.clip_grad_norm);
-  s.set_grad_accum(o.grad_accum);
-  s.set_grad_compression(enum_name(o.grad_compression));
-  s.set_data_text(o.data_text);
-  s.set_eval_data(o.eval_data);
-  s.set_eval_every(o.eval_every);
-  s.set_eval_batches(o.eval_batches);
-  s.set_static_buckets(o.static_buckets);
-  s.set_find_unused_parameters(o.find_unused_parameters);
-  s.set_fsdp_units(enum_name(o.fsdp_units));
-  s.set_fsdp_prefetch(o.fsdp_prefetch);
-  s.set_reshard_after_forward(o.reshard_after_forward);
-  s.set_straggler_threshold(o.straggler_threshold);
-  s.set_eval_order(enum_name(o.eval_order));
-  s.set_init_from(o.init_from);
-  s.set_export_hf(o.export_hf);
-  s.set_max_shard_bytes(o.max_shard_bytes);
-  return s;
+namespace {
+
+using google::protobuf::FieldDescriptor;
+
+// An option's DdpSpec field; the table names fields that exist (job_option_table_test.cpp).
+template <typename T>
+const FieldDescriptor& field_of(const JobOption<T>& entry) {
+  const FieldDescriptor* field = v1::DdpSpec::descriptor()->FindFieldByName(entry.proto_field);
+  if (field == nullptr) throw std::logic_error(std::string("DdpSpec has no ") + entry.proto_field);
+  return *field;
 }
 
-DdpJobOptions from_proto(const v1::DdpSpec& s) {
-  DdpJobOptions o;
-  if (!s.model().empty()) o.model = s.model();
-  if (s.has_d_model()) o.d_model = s.d_model();
-  if (s.has_d_ff()) o.d_ff = s.d_ff();
-  if (s.has_num_layers()) o.num_layers = s.num_layers();
-  if (s.has_num_heads()) o.num_heads = s.num_heads();
-  if (s.has_vocab_size()) o.vocab_size = s.vocab_size();
-  if (s.has_context_length()) o.context_length = s.context_length();
-  if (s.has_batch_size()) o.batch_size = s.batch_size();
-  if (s.has_steps()) o.steps = s.steps();
-  if (s.has_warmup_steps()) o.warmup_steps = s.warmup_steps();
-  if (s.has_seed()) o.seed = s.seed();
-  if (!s.strategy().empty()) o.strategy = parse_enum<Strategy>(s.strategy());
-  if (s.has_bucket_size_mb()) o.bucket_size_mb = s.bucket_size_mb();
-  o.shard_optimizer = s.shard_optimizer();
-  o.shard_replicas = s.shard_replicas();
-  if (s.has_lr()) o.lr = s.lr();
-  if (s.has_beta1()) o.beta1 = s.beta1();
-  if (s.has_beta2()) o.beta2 = s.beta2();
-  if (s.has_eps()) o.eps = s.eps();
-  if (s.has_weight_decay()) o.weight_decay = s.weight_decay();
-  if (!s.precision().empty()) o.precision = parse_enum<Precision>(s.precision());
-  if (!s.attention().empty()) o.attention = parse_enum<Attention>(s.attention());
-  if (!s.device().empty()) o.device = parse_enum<Device>(s.device());
-  o.data_path = s.data_path();
-  if (!s.data_dtype().empty()) o.data_dtype = parse_enum<TokenDtype>(s.data_dtype());
-  if (s.has_spread_every()) o.spread_every = s.spread_every();
-  if (s.has_max_param_spread()) o.max_param_spread = s.max_param_spread();
-  if (s.has_threads()) o.threads = s.threads();
-  if (s.has_collective_timeout_s()) o.collective_timeout_s = s.collective_timeout_s();
-  if (s.has_journal_size()) o.journal_size = s.journal_size();
-  if (s.has_stall_seconds()) o.stall_seconds = s.stall_seconds();
-  if (!s.on_stall().empty()) o.on_stall = parse_enum<OnStall>(s.on_stall());
-  o.inject = s.inject();
-  o.check_collectives = s.check_collectives();
-  if (!s.transport().empty()) o.transport = parse_enum<Transport>(s.transport());
-  o.checkpoint_dir = s.checkpoint_dir();
-  if (s.has_checkpoint_every()) o.checkpoint_every = s.checkpoint_every();
-  if (s.has_keep_checkpoints()) o.keep_checkpoints = s.keep_checkpoints();
-  o.resume = s.resume();
-  if (s.has_max_restarts()) o.max_restarts = s.max_restarts();
-  o.no_heal = s.no_heal();
-  if (s.has_min_world_size()) o.min_world_size = s.min_world_size();
-  if (!s.lr_schedule().empty()) o.lr_schedule = parse_enum<LrSchedule>(s.lr_schedule());
-  if (s.has_lr_warmup_steps()) o.lr_warmup_steps = s.lr_warmup_steps();
-  if (s.has_min_lr()) o.min_lr = s.min_lr();
-  if (s.has_clip_grad_norm()) o.clip_grad_norm = s.clip_grad_norm();
-  if (s.has_grad_accum()) o.grad_accum = s.grad_accum();
-  if (!s.grad_compression().empty())
-    o.grad_compression = parse_enum<GradCompression>(s.grad_compression());
-  o.data_text = s.data_text();
-  o.eval_data = s.eval_data();
-  if (s.has_eval_every()) o.eval_every = s.eval_every();
-  if (s.has_eval_batches()) o.eval_batches = s.eval_batches();
-  o.static_buckets = s.static_buckets();
-  o.find_unused_parameters = s.find_unused_parameters();
-  if (!s.fsdp_units().empty()) o.fsdp_units = parse_enum<FsdpUnits>(s.fsdp_units());
-  if (s.has_fsdp_prefetch()) o.fsdp_prefetch = s.fsdp_prefetch();
-  if (s.has_reshard_after_forward()) o.reshard_after_forward = s.reshard_after_forward();
-  if (s.has_straggler_threshold()) o.straggler_threshold = s.straggler_threshold();
-  if (!s.eval_order().empty()) o.eval_order = parse_enum<EvalOrder>(s.eval_order());
-  o.init_from = s.init_from();
-  o.export_hf = s.export_hf();
-  if (s.has_max_shard_bytes()) o.max_shard_bytes = s.max_shard_bytes();
-  return o;
+// Writes each option into its field, by name through protobuf's reflection. An unset shape
+// override leaves its field unset (the preset's value).
+struct SpecWriter {
+  const DdpJobOptions& options;
+  v1::DdpSpec& spec;
+
+  template <typename T>
+  void operator()(const JobOption<T>& entry) const {
+    const FieldDescriptor& field = field_of(entry);
+    const auto* reflection = spec.GetReflection();
+    const T& value = options.*(entry.member);
+    if constexpr (std::is_same_v<T, std::optional<int64_t>>) {
+      if (value) reflection->SetInt64(&spec, &field, *value);
+    } else if constexpr (std::is_same_v<T, bool>) {
+      reflection->SetBool(&spec, &field, value);
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      reflection->SetString(&spec, &field, value);
+    } else if constexpr (HasEnumNames<T>::value) {
+      reflection->SetString(&spec, &field, enum_name(value));
+    } else if constexpr (std::is_same_v<T, int>) {
+      reflection->SetInt32(&spec, &field, value);
+    } else if constexpr (std::is_same_v<T, int64_t>) {
+      reflection->SetInt64(&spec, &field, value);
+    } else if constexpr (std::is_same_v<T, uint64_t>) {
+      reflection->SetUInt64(&spec, &field, value);
+    } else {
+      static_assert(std::is_same_v<T, double>, "an option type DdpSpec cannot hold");
+      reflection->SetDouble(&spec, &field, value);
+    }
+  }
+};
+
+// Reads each option from its field. A field that is unset (proto3 presence) or an empty string
+// keeps DdpJobOptions' default: an API caller sets only what it means.
+struct SpecReader {
+  const v1::DdpSpec& spec;
+  DdpJobOptions& options;
+
+  template <typename T>
+  void operator()(const JobOption<T>& entry) const {
+    const FieldDescriptor& field = field_of(entry);
+    const auto* reflection = spec.GetReflection();
+    if (field.has_presence() && !reflection->HasField(spec, &field)) return;
+    T& value = options.*(entry.member);
+    if constexpr (std::is_same_v<T, std::optional<int64_t>>) {
+      value = reflection->GetInt64(spec, &field);
+    } else if constexpr (std::is_same_v<T, bool>) {
+      value = reflection->GetBool(spec, &field);
+    } else if constexpr (std::is_same_v<T, std::string> || HasEnumNames<T>::value) {
+      const std::string text = reflection->GetString(spec, &field);
+      if (text.empty()) return;
+      if constexpr (std::is_same_v<T, std::string>) {
+        value = text;
+      } else {
+        value = parse_enum<T>(text);
+      }
+    } else if constexpr (std::is_same_v<T, int>) {
+      value = reflection->GetInt32(spec, &field);
+    } else if constexpr (std::is_same_v<T, int64_t>) {
+      value = reflection->GetInt64(spec, &field);
+    } else if constexpr (std::is_same_v<T, uint64_t>) {
+      value = reflection->GetUInt64(spec, &field);
+    } else {
+      value = reflection->GetDouble(spec, &field);
+    }
+  }
+};
+
+}  // namespace
+
+v1::DdpSpec to_proto(const DdpJobOptions& options) {
+  v1::DdpSpec spec;
+  for_each_job_option(SpecWriter{options, spec});
+  return spec;
+}
+
+DdpJobOptions from_proto(const v1::DdpSpec& spec) {
+  DdpJobOptions options;
+  for_each_job_option(SpecReader{spec, options});
+  return options;
 }
 
 v1::CommSpec to_proto(const CommJob& job) {
@@ -215,40 +178,15 @@ std::string kind_name(const v1::JobSpec& spec) {
 }
 
 std::string proto_field(const std::string& flag) {
-  // Flags whose field is not the flag's own name in snake_case.
-  static const std::map<std::string, std::string> renamed = {
-      {"--layers", "num_layers"},
-      {"--heads", "num_heads"},
-      {"--vocab", "vocab_size"},
-      {"--context", "context_length"},
-      {"--batch", "batch_size"},
-      {"--data", "data_path"},
-      {"--bucket-mb", "bucket_size_mb"},
-      {"--timeout", "collective_timeout_s"},
-      {"--journal-size", "journal_size"},
-      {"--stall-seconds", "stall_seconds"},
-      {"--on-stall", "on_stall"},
-      {"--inject", "inject"},
-      {"--check-collectives", "check_collectives"},
-      {"--checkpoint-dir", "checkpoint_dir"},
-      {"--checkpoint-every", "checkpoint_every"},
-      {"--keep-checkpoints", "keep_checkpoints"},
-      {"--resume", "resume"},
-      {"--max-restarts", "max_restarts"},
-      {"--min-world-size", "min_world_size"},
-      {"--no-heal", "no_heal"},
-      {"--shard-replicas", "shard_replicas"},
-      {"--lr-schedule", "lr_schedule"},
-      {"--lr-warmup-steps", "lr_warmup_steps"},
-      {"--min-lr", "min_lr"},
-      {"--clip-grad-norm", "clip_grad_norm"},
-      {"--straggler-threshold", "straggler_threshold"},
-      {"--collective", "collectives"},
-      {"--sizes", "sizes_bytes"},
-      {"--max-shard-size", "max_shard_bytes"},
-      {"WORLD_SIZE", "world_size"},
-  };
-  if (auto it = renamed.find(flag); it != renamed.end()) return it->second;
+  // A job option's field is the table's; a comm job's flags and the world size are these, or
+  // the flag in snake_case.
+  static const std::map<std::string, std::string> fields = [] {
+    std::map<std::string, std::string> by_flag = {
+        {"--collective", "collectives"}, {"--sizes", "sizes_bytes"}, {"WORLD_SIZE", "world_size"}};
+    for_each_job_option([&by_flag](const auto& entry) { by_flag[entry.flag] = entry.proto_field; });
+    return by_flag;
+  }();
+  if (auto it = fields.find(flag); it != fields.end()) return it->second;
   if (flag.rfind("--", 0) != 0) return flag;  // already a field name ("kind")
   std::string field = flag.substr(2);
   std::replace(field.begin(), field.end(), '-', '_');

@@ -5,7 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "ddpd/common/comm_options.h"
-#include "ddpd/common/job_options.h"
+#include "ddpd/common/job_option_table.h"
 
 namespace ddpd {
 
@@ -19,9 +19,6 @@ struct ExportOptions {
   int64_t max_shard_bytes = kDefaultMaxShardBytes;
 };
 void add_export_flags(CLI::App& app, ExportOptions& options);
-// A size in Hugging Face's decimal units (5GB is 5e9 bytes; plain digits are bytes); throws
-// OptionError("--max-shard-size").
-int64_t parse_shard_size(const std::string& text);
 // Comm-benchmark flags; --sizes is parsed into options.sizes_bytes (OptionError on bad sizes).
 void add_comm_flags(CLI::App& app, CommBenchOptions& options);
 // A comm job's flags: add_comm_flags plus --backend, --transport and --timeout (ddpctl submit

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace ddpd {
@@ -13,6 +14,12 @@ namespace ddpd {
 // the enum's order.
 template <typename E>
 struct EnumInfo;
+
+// Whether T is an enum with names (DDPD_ENUM_INFO): what code generic over option types asks.
+template <typename T, typename = void>
+struct HasEnumNames : std::false_type {};
+template <typename T>
+struct HasEnumNames<T, std::void_t<decltype(EnumInfo<T>::kFlag)>> : std::true_type {};
 
 // "a, b or c".
 std::string choices_text(const std::vector<std::string>& names);

@@ -264,6 +264,10 @@ struct DdpJobOptions {
   Attention resolved_attention() const;
 };
 
+// Every option's default, where a type that carries some of them (SyncOptions, the tuner's plan)
+// must start from the same values: they are read from here, never written again.
+inline const DdpJobOptions kJobDefaults{};
+
 // Checks every field for a job of `world_size` ranks; throws OptionError naming the flag.
 void validate(const DdpJobOptions& options, int world_size);
 

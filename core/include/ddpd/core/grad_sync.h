@@ -36,30 +36,30 @@ class ParameterSource {
                     const torch::Tensor& out) const = 0;
 };
 
-// Options for make_synchronizer. Defaults match DdpJobOptions.
+// Options for make_synchronizer. The job's options' defaults are DdpJobOptions' (kJobDefaults).
 struct SyncOptions {
-  Strategy strategy = Strategy::kBucketed;
-  double bucket_size_mb = 25.0;                // bucketed: cap per bucket, MiB
+  Strategy strategy = kJobDefaults.strategy;
+  double bucket_size_mb = kJobDefaults.bucket_size_mb;  // bucketed: cap per bucket, MiB
   WireDtype gradient_wire = WireDtype::kFp32;  // not fsdp (validate() refuses it)
   // bucketed: the first bucket's cap, MiB (kFirstBucketMiB); the smaller of this and
   // bucket_size_mb applies.
   double first_bucket_mb = kFirstBucketMiB;
   // overlap, bucketed: keep reverse registration order; else adopt rank 0's gradient-ready
   // order after the first step (DdpJobOptions::static_buckets).
-  bool static_buckets = false;
+  bool static_buckets = kJobDefaults.static_buckets;
   // overlap, bucketed: a resumed run's launch order, the one its checkpoint's run had agreed on
   // (GradientSynchronizer::launch_order), adopted from the first step so that the buckets and
   // their summation order are the uninterrupted run's. Empty, or not an order of the
   // parameters: reverse registration order until the first step's agreement.
   std::vector<int64_t> launch_order;
   // overlap, bucketed: reduce parameters that got no gradient as zeros instead of throwing.
-  bool find_unused_parameters = false;
+  bool find_unused_parameters = kJobDefaults.find_unused_parameters;
   // fsdp (DdpJobOptions::fsdp_units, fsdp_prefetch, reshard_after_forward): one unit per block
   // of a UnitwiseModule (other modules are one unit whatever this says), units gathered ahead
   // of the one computing, and full parameters freed after each unit's forward.
-  bool fsdp_whole_model = false;
-  int fsdp_prefetch = 1;
-  bool reshard_after_forward = true;
+  bool fsdp_whole_model = kJobDefaults.fsdp_units == FsdpUnits::kWhole;
+  int fsdp_prefetch = static_cast<int>(kJobDefaults.fsdp_prefetch);
+  bool reshard_after_forward = kJobDefaults.reshard_after_forward;
   // fsdp at world > 1 (DdpJobOptions::shard_replicas): each rank also keeps its ring
   // predecessor's shards, and receives their reduced gradients each step to step them too.
   bool shard_replicas = false;
