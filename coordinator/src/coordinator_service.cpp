@@ -195,8 +195,9 @@ void CoordinatorService::serve_session(
 grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
                                            const v1::SubmitJobRequest* request, v1::Job* reply) {
   if (auto status = authorize(*context); !status.ok()) return status;
+  DdpJobOptions ddp;
   try {
-    validate_spec(request->spec(), FieldNames::kProto);  // API callers know fields, not flags
+    ddp = validate_spec(request->spec(), FieldNames::kProto);  // callers know fields, not flags
   } catch (const OptionError& e) {
     return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
   }
@@ -207,16 +208,15 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
     manager_.list_workers(&workers);
     std::vector<v1::WorkerHello> hellos;
     for (const auto& w : workers.workers()) hellos.push_back(w.hello());
-    const AdmissionBudget budget = admission_budget(request->spec(), hellos);
+    const AdmissionBudget budget = admission_budget(ddp.device, hellos);
     try {
-      check_fits_in_memory(from_proto(request->spec().ddp()), request->spec().world_size(),
-                           budget.bytes, budget.where);
+      check_fits_in_memory(ddp, request->spec().world_size(), budget.bytes, budget.where);
     } catch (const OptionError& e) {
       return {grpc::StatusCode::RESOURCE_EXHAUSTED, naming_proto_field(e).what()};
     }
   }
   return guarded("submit", [&] {
-    auto refusal = manager_.submit(*request, reply);
+    auto refusal = manager_.submit(*request, ddp, reply);
     return refusal ? to_status(*refusal) : grpc::Status::OK;
   });
 }
@@ -275,7 +275,7 @@ grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
       if (--watchers[id] == 0) watchers.erase(id);
     }
   } unwatch{watchers_, id};
-  const int64_t total = total_steps(job->spec());
+  const int64_t total = manager_.total_steps(id);
   const std::vector<v1::JobEvent>& events = *manager_.events(id);  // jobs are never removed
   size_t cursor = 0;
   for (;;) {

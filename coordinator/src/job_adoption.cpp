@@ -49,8 +49,8 @@ void JobManager::begin_adoption(JobEntry& entry) {
   entry.adopt_started = clock_.unix_seconds();
   entry.last_advance = clock_.steady_now();
   if (job.spec().has_ddp()) {
-    entry.stragglers = std::make_unique<StragglerWatch>(
-        job.worker_ids_size(), from_proto(job.spec().ddp()).straggler_threshold);
+    entry.stragglers =
+        std::make_unique<StragglerWatch>(job.worker_ids_size(), entry.ddp.straggler_threshold);
   }
   spdlog::info("job={} adopting: waiting up to {:.0f} s (--adopt-timeout) for its {} ranks",
                job.job_id(), to_seconds(options_.adopt_timeout), job.worker_ids_size());

@@ -12,7 +12,7 @@ JobManager::WorkerEntry* JobManager::spare_for(const JobEntry& entry,
                                                const std::string& lost_worker) {
   // Another idle worker first: the lost rank's own (its daemon lived, its rank process did not)
   // only when it is the one left.
-  const Backend backend = required_backend(entry.job.spec());
+  const Backend backend = required_backend(entry.job.spec(), entry.ddp);
   WorkerEntry* fallback = nullptr;
   for (const auto& id : worker_order_) {
     WorkerEntry& w = *workers_[id];
@@ -28,7 +28,7 @@ JobManager::WorkerEntry* JobManager::spare_for(const JobEntry& entry,
 bool JobManager::try_heal(JobEntry& entry, int lost_rank, const std::string& lost_worker,
                           const std::string& reason) {
   v1::Job& job = entry.job;
-  if (job.state() != v1::RUNNING || !may_heal(job) || lost_rank < 0 ||
+  if (job.state() != v1::RUNNING || !may_heal(job, entry.ddp) || lost_rank < 0 ||
       lost_rank >= job.worker_ids_size()) {
     return false;
   }
@@ -41,7 +41,7 @@ bool JobManager::try_heal(JobEntry& entry, int lost_rank, const std::string& los
   if (!entry.succeeded_ranks.empty()) return false;
   WorkerEntry* spare = spare_for(entry, lost_worker);
   if (!spare) {
-    if (!may_shrink_in_place(job, lost_rank)) return false;
+    if (!may_shrink_in_place(job, entry.ddp, lost_rank)) return false;
     shrink_in_place(entry, lost_rank, reason);
     return true;
   }

@@ -49,6 +49,7 @@ void JobManager::recover() {
     auto owned = std::make_unique<JobEntry>();
     JobEntry& entry = *owned;
     entry.job = std::move(stored_jobs[i]);
+    entry.ddp = ddp_options_of(entry.job.spec());
     entry.sequence = sequences[i];
     entry.submitted = clock_.steady_now();
     const std::string id = entry.job.job_id();
@@ -72,7 +73,7 @@ void JobManager::recover() {
     } else if (entry.job.state() == v1::RUNNING) {
       entry.previous_world_size = entry.job.worker_ids_size();
       entry.restart_reason = "coordinator restarted";
-      if (may_restart(entry.job)) {
+      if (may_restart(entry.job, entry.ddp)) {
         transition(entry, v1::PENDING, "restarting after: coordinator restarted");
       } else {
         entry.job.set_error("coordinator restarted");
@@ -95,6 +96,12 @@ JobManager::JobEntry* JobManager::find_job(const std::string& job_id) {
 const v1::Job* JobManager::job(const std::string& job_id) const {
   auto it = jobs_.find(job_id);
   return it == jobs_.end() ? nullptr : &it->second->job;
+}
+
+int64_t JobManager::total_steps(const std::string& job_id) const {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end() || !it->second->job.spec().has_ddp()) return 0;
+  return it->second->ddp.steps;
 }
 
 const std::vector<v1::JobEvent>* JobManager::events(const std::string& job_id) const {
@@ -303,7 +310,8 @@ std::string JobManager::silence(const std::string& worker_id) const {
   return it == workers_.end() ? "" : it->second->silence;
 }
 
-std::optional<Refusal> JobManager::submit(const v1::SubmitJobRequest& request, v1::Job* job) {
+std::optional<Refusal> JobManager::submit(const v1::SubmitJobRequest& request,
+                                          const DdpJobOptions& ddp, v1::Job* job) {
   if (!request.request_id().empty()) {
     // A retry of a submission whose reply was lost: the job it created, not a second one.
     const std::string created = store_.submission(request.request_id());
@@ -330,6 +338,7 @@ std::optional<Refusal> JobManager::submit(const v1::SubmitJobRequest& request, v
   entry.submitted = clock_.steady_now();
   entry.job.set_job_id(job_id_for(entry.sequence));
   *entry.job.mutable_spec() = request.spec();
+  entry.ddp = ddp;
   entry.job.set_state(v1::PENDING);
   v1::StateTransition t;
   t.set_state(v1::PENDING);
@@ -434,7 +443,7 @@ void JobManager::fail_or_restart(JobEntry& entry, const std::string& what_happen
     reason += " (during heal " + std::to_string(entry.job.group().generation()) +
               ": no second heal is tried)";
   }
-  if (entry.job.state() == v1::RUNNING && may_restart(entry.job)) {
+  if (entry.job.state() == v1::RUNNING && may_restart(entry.job, entry.ddp)) {
     // The running attempt's ranks are told to stop; they return to IDLE as their (ignored)
     // results arrive, and place() starts the next attempt once enough workers are idle.
     entry.restart_reason = reason;

@@ -131,8 +131,11 @@ class JobManager {
   // rather than the broken connection it caused.
   std::string silence(const std::string& worker_id) const;
 
-  // Jobs. `request.spec` must have passed validate_spec.
-  std::optional<Refusal> submit(const v1::SubmitJobRequest& request, v1::Job* job);
+  // Jobs. `request.spec` must have passed validate_spec, which decoded `ddp` from it.
+  std::optional<Refusal> submit(const v1::SubmitJobRequest& request, const DdpJobOptions& ddp,
+                                v1::Job* job);
+  // The steps a job runs in all (0: a comm job, or no such job): what watchers' events carry.
+  int64_t total_steps(const std::string& job_id) const;
   std::optional<Refusal> cancel(const std::string& job_id, v1::Job* job);
 
   // The periodic checks, at the clock's time: heartbeat timeouts, --pending-timeout, stalls,
@@ -175,6 +178,9 @@ class JobManager {
 
   struct JobEntry {
     v1::Job job;
+    // job.spec()'s DDP options, decoded once (at submit, or when the store is loaded); a comm
+    // job's are the defaults and unused. The stored spec never changes after submit.
+    DdpJobOptions ddp;
     int64_t sequence = 0;
     LifecycleClock::TimePoint submitted;
     std::map<int64_t, std::vector<v1::StepReport>> partial_steps;  // until every rank reported

@@ -76,7 +76,7 @@ void JobManager::aggregate_complete_step(JobEntry& entry,
     }
   }
   *event.mutable_step() = aggregate_step(ranks);
-  event.set_total_steps(total_steps(entry.job.spec()));
+  event.set_total_steps(entry.job.spec().has_ddp() ? entry.ddp.steps : 0);
   on_change_();
 }
 
@@ -120,8 +120,9 @@ void JobManager::check_pending_timeouts(LifecycleClock::TimePoint now) {
     for (auto& [wid, w] : workers_) idle += w->state == v1::IDLE && w->link;
     fail_job(entry, "waited " + std::to_string(options_.pending_timeout.count() / 1000) +
                         " s for " + std::to_string(entry.job.spec().world_size()) +
-                        " idle workers offering " + enum_name(required_backend(entry.job.spec())) +
-                        "; " + std::to_string(idle) + " idle");
+                        " idle workers offering " +
+                        enum_name(required_backend(entry.job.spec(), entry.ddp)) + "; " +
+                        std::to_string(idle) + " idle");
     failed = true;
   }
   if (failed) place();  // the jobs queued behind them may start
@@ -131,7 +132,7 @@ void JobManager::check_stall(JobEntry& entry, LifecycleClock::TimePoint now) {
   if (entry.job.state() != v1::RUNNING || !entry.job.spec().has_ddp() || entry.stall_reported) {
     return;
   }
-  const DdpJobOptions job = from_proto(entry.job.spec().ddp());
+  const DdpJobOptions& job = entry.ddp;
   const double stalled = to_seconds(now - entry.last_advance);
   if (job.stall_seconds <= 0 || stalled < job.stall_seconds) return;
   std::vector<RankReport> ranks;

@@ -13,10 +13,11 @@ void JobManager::place() {
   for (;;) {
     std::vector<PendingJob> pending;
     for (const auto& id : job_order_) {
-      const v1::Job& job = jobs_[id]->job;
-      if (job.state() != v1::PENDING) continue;
-      pending.push_back(
-          {id, job.spec().world_size(), required_backend(job.spec()), restart_fallback_sizes(job)});
+      const JobEntry& entry = *jobs_[id];
+      if (entry.job.state() != v1::PENDING) continue;
+      pending.push_back({id, entry.job.spec().world_size(),
+                         required_backend(entry.job.spec(), entry.ddp),
+                         restart_fallback_sizes(entry.job, entry.ddp)});
     }
     std::vector<IdleWorker> idle;
     for (const auto& id : worker_order_) {
@@ -76,8 +77,7 @@ void JobManager::start_attempt(JobEntry& entry, const std::vector<std::string>& 
   const bool ddp = entry.job.spec().has_ddp();
   entry.stragglers.reset();
   if (ddp) {
-    entry.stragglers = std::make_unique<StragglerWatch>(
-        world, from_proto(entry.job.spec().ddp()).straggler_threshold);
+    entry.stragglers = std::make_unique<StragglerWatch>(world, entry.ddp.straggler_threshold);
   }
   entry.last_advance = clock_.steady_now();
   entry.progress_marks.clear();
@@ -86,7 +86,7 @@ void JobManager::start_attempt(JobEntry& entry, const std::vector<std::string>& 
   entry.partial_steps.clear();
   entry.last_step_stored.clear();
   if (attempt > 0 && ddp) {
-    const DdpJobOptions options = from_proto(entry.job.spec().ddp());
+    const DdpJobOptions& options = entry.ddp;
     record_incident(entry, IncidentKind::kRestart, -1,
                     restart_text({attempt, options.max_restarts, entry.restart_reason,
                                   entry.previous_world_size, world, options.checkpoint_dir,

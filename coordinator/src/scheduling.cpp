@@ -17,11 +17,7 @@ bool transition_allowed(v1::JobState from, v1::JobState to) {
   }
 }
 
-int64_t total_steps(const v1::JobSpec& spec) {
-  return spec.has_ddp() ? from_proto(spec.ddp()).steps : 0;
-}
-
-Backend required_backend(const v1::JobSpec& spec) {
+Backend required_backend(const v1::JobSpec& spec, const DdpJobOptions& ddp) {
   if (spec.has_comm()) {
     // Only the backend: a spec stored by another build may name what this one cannot parse.
     try {
@@ -31,7 +27,7 @@ Backend required_backend(const v1::JobSpec& spec) {
       return Backend::kGloo;  // validated at submit; as before, anything but nccl is gloo
     }
   }
-  return from_proto(spec.ddp()).device == Device::kCuda ? Backend::kNccl : Backend::kGloo;
+  return ddp.device == Device::kCuda ? Backend::kNccl : Backend::kGloo;
 }
 
 std::vector<Backend> offered_backends(const std::vector<std::string>& names) {
@@ -111,10 +107,9 @@ v1::StepReport aggregate_step(const std::vector<v1::StepReport>& ranks) {
   return out;
 }
 
-AdmissionBudget admission_budget(const v1::JobSpec& spec,
-                                 const std::vector<v1::WorkerHello>& registered) {
+AdmissionBudget admission_budget(Device device, const std::vector<v1::WorkerHello>& registered) {
   // A CUDA rank's tensors live on its GPU: host memory says nothing about whether they fit.
-  const bool on_gpu = spec.has_ddp() && from_proto(spec.ddp()).device == Device::kCuda;
+  const bool on_gpu = device == Device::kCuda;
   AdmissionBudget budget{0, on_gpu ? "the largest registered worker's GPU memory"
                                    : "the largest registered worker's memory"};
   for (const auto& hello : registered) {

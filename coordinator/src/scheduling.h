@@ -25,10 +25,9 @@ struct PendingJob {
 };
 
 // Steps a job reports (comm jobs report none).
-int64_t total_steps(const v1::JobSpec& spec);
 
 // The process-group backend a job needs: nccl for comm jobs on nccl and DDP jobs on cuda.
-Backend required_backend(const v1::JobSpec& spec);
+Backend required_backend(const v1::JobSpec& spec, const DdpJobOptions& ddp);
 
 struct IdleWorker {
   std::string worker_id;
@@ -63,8 +62,7 @@ struct AdmissionBudget {
   int64_t bytes = 0;
   std::string where;
 };
-AdmissionBudget admission_budget(const v1::JobSpec& spec,
-                                 const std::vector<v1::WorkerHello>& registered);
+AdmissionBudget admission_budget(Device device, const std::vector<v1::WorkerHello>& registered);
 
 // Aggregates one step over ranks: the slowest rank's times (a step ends when every rank's
 // does), the mean loss, the largest spread.

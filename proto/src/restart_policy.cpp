@@ -9,14 +9,12 @@ namespace ddpd {
 
 int current_attempt(const v1::Job& job) { return std::max(0, job.attempts() - 1); }
 
-bool may_restart(const v1::Job& job) {
-  // Through the job model, so an unset max_restarts reads as its one default.
-  return job.spec().has_ddp() && current_attempt(job) < from_proto(job.spec().ddp()).max_restarts;
+bool may_restart(const v1::Job& job, const DdpJobOptions& ddp) {
+  return job.spec().has_ddp() && current_attempt(job) < ddp.max_restarts;
 }
 
-bool may_heal(const v1::Job& job) {
+bool may_heal(const v1::Job& job, const DdpJobOptions& ddp) {
   if (!job.spec().has_ddp() || job.worker_ids_size() < 2) return false;
-  const DdpJobOptions ddp = from_proto(job.spec().ddp());
   // Sharded state (ZeRO-1's, fsdp's) heals only where a copy of each shard is kept
   // (--shard-replicas 1).
   if (ddp.no_heal) return false;
@@ -28,10 +26,9 @@ bool may_heal(const v1::Job& job) {
   return current_attempt(job) + heals < ddp.max_restarts;
 }
 
-bool may_shrink_in_place(const v1::Job& job, int lost_rank) {
+bool may_shrink_in_place(const v1::Job& job, const DdpJobOptions& ddp, int lost_rank) {
   const int world = job.worker_ids_size();
-  if (!may_heal(job) || lost_rank < 0 || lost_rank >= world) return false;
-  const DdpJobOptions ddp = from_proto(job.spec().ddp());
+  if (!may_heal(job, ddp) || lost_rank < 0 || lost_rank >= world) return false;
   // may_heal: sharded state (ZeRO-1's, fsdp's) keeps replicas, so its shards can be laid out
   // again for the survivors.
   return ddp.min_world_size > 0 && ddp.min_world_size <= world - 1 &&
@@ -43,10 +40,9 @@ int rank_after_heal(const v1::HealGroup& heal, int world_before, int rank) {
   return shrank && rank > heal.lost_rank() ? rank - 1 : rank;
 }
 
-std::vector<int> restart_fallback_sizes(const v1::Job& job) {
+std::vector<int> restart_fallback_sizes(const v1::Job& job, const DdpJobOptions& ddp) {
   std::vector<int> sizes;
   if (job.attempts() == 0 || !job.spec().has_ddp()) return sizes;
-  const DdpJobOptions ddp = from_proto(job.spec().ddp());
   if (ddp.min_world_size <= 0) return sizes;
   for (int n = job.spec().world_size() - 1; n >= std::max(1, ddp.min_world_size); --n) {
     if (ddp.batch_size % n == 0) sizes.push_back(n);

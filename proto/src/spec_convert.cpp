@@ -195,14 +195,16 @@ std::string proto_field(const std::string& flag) {
 
 namespace {
 
-void validate_spec_flags(const v1::JobSpec& spec) {
+DdpJobOptions validate_spec_flags(const v1::JobSpec& spec) {
   if (spec.world_size() < 1) {
     throw OptionError("--world-size", "must be >= 1, got " + std::to_string(spec.world_size()));
   }
   switch (spec.kind_case()) {
-    case v1::JobSpec::kDdp:
-      validate(from_proto(spec.ddp()), spec.world_size());
-      return;
+    case v1::JobSpec::kDdp: {
+      DdpJobOptions options = from_proto(spec.ddp());
+      validate(options, spec.world_size());
+      return options;
+    }
     case v1::JobSpec::kComm: {
       const CommJob job = from_proto(spec.comm());
       validate(job.bench);
@@ -213,18 +215,23 @@ void validate_spec_flags(const v1::JobSpec& spec) {
             job.collective_timeout_s <= kMaxCollectiveTimeoutSeconds)) {
         throw OptionError("--timeout", "must be > 0 and at most 2592000 seconds (30 days)");
       }
-      return;
+      return {};
     }
     case v1::JobSpec::KIND_NOT_SET:
-      throw OptionError("kind", "the job spec names no job kind");
+      break;
   }
+  throw OptionError("kind", "the job spec names no job kind");
 }
 
 }  // namespace
 
-void validate_spec(const v1::JobSpec& spec, FieldNames names) {
+DdpJobOptions ddp_options_of(const v1::JobSpec& spec) {
+  return spec.has_ddp() ? from_proto(spec.ddp()) : DdpJobOptions{};
+}
+
+DdpJobOptions validate_spec(const v1::JobSpec& spec, FieldNames names) {
   try {
-    validate_spec_flags(spec);
+    return validate_spec_flags(spec);
   } catch (const OptionError& e) {
     if (names == FieldNames::kFlag) throw;
     throw naming_proto_field(e);

@@ -73,11 +73,11 @@ TEST(Scheduler, JobsGoToWorkersOfferingTheirBackend) {
 
   v1::JobSpec spec;
   spec.mutable_ddp()->set_device("cuda");
-  EXPECT_EQ(required_backend(spec), Backend::kNccl);
+  EXPECT_EQ(required_backend(spec, ddp_options_of(spec)), Backend::kNccl);
   spec.mutable_ddp()->set_device("cpu");
-  EXPECT_EQ(required_backend(spec), Backend::kGloo);
+  EXPECT_EQ(required_backend(spec, ddp_options_of(spec)), Backend::kGloo);
   spec.mutable_comm()->set_backend("nccl");
-  EXPECT_EQ(required_backend(spec), Backend::kNccl);
+  EXPECT_EQ(required_backend(spec, ddp_options_of(spec)), Backend::kNccl);
 }
 
 TEST(Scheduler, AggregatesTheSlowestRankAndTheMeanLoss) {
@@ -106,18 +106,15 @@ TEST(Scheduler, AdmissionComparesACudaJobWithGpuMemoryAndACpuJobWithHostMemory) 
   workers[0].set_memory_bytes(int64_t{64} << 30);
   workers[1].set_memory_bytes(int64_t{32} << 30);
   workers[1].set_gpu_memory_bytes(int64_t{80} << 30);
-  v1::JobSpec spec;
-  spec.mutable_ddp()->set_model("tiny");
-  AdmissionBudget budget = admission_budget(spec, workers);
+  AdmissionBudget budget = admission_budget(Device::kCpu, workers);
   EXPECT_EQ(budget.bytes, int64_t{64} << 30);
   EXPECT_EQ(budget.where, "the largest registered worker's memory");
-  spec.mutable_ddp()->set_device("cuda");
-  budget = admission_budget(spec, workers);
+  budget = admission_budget(Device::kCuda, workers);
   EXPECT_EQ(budget.bytes, int64_t{80} << 30);
   EXPECT_EQ(budget.where, "the largest registered worker's GPU memory");
   // No worker with a GPU advertises its memory: nothing to check yet (placement waits for one).
   workers.pop_back();
-  EXPECT_EQ(admission_budget(spec, workers).bytes, 0);
+  EXPECT_EQ(admission_budget(Device::kCuda, workers).bytes, 0);
 }
 
 TEST(JobStore, SurvivesReopening) {

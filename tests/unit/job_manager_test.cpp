@@ -14,6 +14,12 @@
 namespace ddpd::coordinator {
 namespace {
 
+// The restart policy as the coordinator asks it: with the job's options decoded from its spec.
+bool policy_heals(const v1::Job& job) { return may_heal(job, ddp_options_of(job.spec())); }
+bool policy_shrinks(const v1::Job& job, int lost_rank) {
+  return may_shrink_in_place(job, ddp_options_of(job.spec()), lost_rank);
+}
+
 class FakeClock final : public LifecycleClock {
  public:
   TimePoint steady_now() const override { return now_; }
@@ -110,7 +116,7 @@ class JobManagerTest : public ::testing::Test {
     v1::SubmitJobRequest request;
     *request.mutable_spec() = spec;
     v1::Job job;
-    EXPECT_FALSE(manager_->submit(request, &job).has_value());
+    EXPECT_FALSE(manager_->submit(request, ddp_options_of(spec), &job).has_value());
     return job.job_id();
   }
   const v1::Job& job(const std::string& id) { return *manager_->job(id); }
@@ -358,7 +364,7 @@ TEST_F(JobManagerTest, AKilledRankIsHealedInPlaceByAnIdleWorker) {
   for (int rank = 0; rank < 3; ++rank) result(job(id).worker_ids(rank), id, rank, 0);
   EXPECT_EQ(job(id).state(), v1::SUCCEEDED);
   // A second loss finds --max-restarts 1 used up by the heal.
-  EXPECT_FALSE(may_heal(job(id)));
+  EXPECT_FALSE(policy_heals(job(id)));
 }
 
 // Rank 0 serves the store: when its worker is lost, the new generation meets at the spare's.
@@ -591,31 +597,31 @@ TEST_F(JobManagerTest, AShrinkInPlaceNeedsAStateTheSurvivorsHoldAndABatchThatSpl
   *job.mutable_spec() = spec;
   job.set_attempts(1);
   for (const char* id : {"w0", "w1"}) job.add_worker_ids(id);
-  EXPECT_FALSE(may_shrink_in_place(job, 1)) << "below --min-world-size";
+  EXPECT_FALSE(policy_shrinks(job, 1)) << "below --min-world-size";
   job.add_worker_ids("w2");
-  EXPECT_TRUE(may_shrink_in_place(job, 1));
-  EXPECT_TRUE(may_shrink_in_place(job, 2));
-  EXPECT_TRUE(may_shrink_in_place(job, 0)) << "the new rank 0 serves the store";
+  EXPECT_TRUE(policy_shrinks(job, 1));
+  EXPECT_TRUE(policy_shrinks(job, 2));
+  EXPECT_TRUE(policy_shrinks(job, 0)) << "the new rank 0 serves the store";
   job.mutable_spec()->mutable_ddp()->set_batch_size(9);
-  EXPECT_FALSE(may_shrink_in_place(job, 1)) << "--batch 9 over 2 ranks";
+  EXPECT_FALSE(policy_shrinks(job, 1)) << "--batch 9 over 2 ranks";
   job.mutable_spec()->mutable_ddp()->set_batch_size(12);
   job.mutable_spec()->mutable_ddp()->set_grad_accum(4);
-  EXPECT_FALSE(may_shrink_in_place(job, 1)) << "--batch 12 over 2 ranks x --grad-accum 4";
+  EXPECT_FALSE(policy_shrinks(job, 1)) << "--batch 12 over 2 ranks x --grad-accum 4";
   job.mutable_spec()->mutable_ddp()->set_grad_accum(2);
-  EXPECT_TRUE(may_shrink_in_place(job, 1));
+  EXPECT_TRUE(policy_shrinks(job, 1));
   job.mutable_spec()->mutable_ddp()->set_shard_optimizer(true);
-  EXPECT_FALSE(may_shrink_in_place(job, 1)) << "ZeRO-1 without replicas: rank 1's shard is lost";
+  EXPECT_FALSE(policy_shrinks(job, 1)) << "ZeRO-1 without replicas: rank 1's shard is lost";
   job.mutable_spec()->mutable_ddp()->set_shard_replicas(1);
-  EXPECT_TRUE(may_shrink_in_place(job, 1)) << "rank 1's shard is on rank 2, and is laid out again";
+  EXPECT_TRUE(policy_shrinks(job, 1)) << "rank 1's shard is on rank 2, and is laid out again";
   job.mutable_spec()->mutable_ddp()->set_shard_optimizer(false);
   job.mutable_spec()->mutable_ddp()->set_strategy("fsdp");
-  EXPECT_TRUE(may_heal(job)) << "fsdp with --shard-replicas 1 heals with a spare";
-  EXPECT_TRUE(may_shrink_in_place(job, 1)) << "fsdp's shards are laid out again from the copies";
+  EXPECT_TRUE(policy_heals(job)) << "fsdp with --shard-replicas 1 heals with a spare";
+  EXPECT_TRUE(policy_shrinks(job, 1)) << "fsdp's shards are laid out again from the copies";
   job.mutable_spec()->mutable_ddp()->set_shard_replicas(0);
-  EXPECT_FALSE(may_heal(job)) << "fsdp without replicas: rank 1's shards are lost";
+  EXPECT_FALSE(policy_heals(job)) << "fsdp without replicas: rank 1's shards are lost";
   job.mutable_spec()->mutable_ddp()->set_strategy("bucketed");
   job.mutable_spec()->mutable_ddp()->set_min_world_size(0);
-  EXPECT_FALSE(may_shrink_in_place(job, 1)) << "no --min-world-size";
+  EXPECT_FALSE(policy_shrinks(job, 1)) << "no --min-world-size";
 }
 
 TEST_F(JobManagerTest, AStallIsReportedOnceNamingTheRankThatHasNotJoinedAndFailsTheJob) {
@@ -789,7 +795,7 @@ TEST_F(JobManagerTest, RefusalsNameTheField) {
   v1::SubmitJobRequest request;
   *request.mutable_spec() = ddp_spec(2);
   v1::Job job;
-  auto refusal = manager_->submit(request, &job);
+  auto refusal = manager_->submit(request, ddp_options_of(request.spec()), &job);
   ASSERT_TRUE(refusal.has_value());
   EXPECT_EQ(refusal->code, Refusal::Code::kResourceExhausted);
   EXPECT_EQ(refusal->message.rfind("max_pending_jobs: ", 0), 0u);
@@ -1033,9 +1039,9 @@ TEST_F(AdoptionTest, ASubmissionRetriedWithItsRequestIdCreatesOneJob) {
   *request.mutable_spec() = ddp_spec(1);
   request.set_request_id("4f1c");
   v1::Job first, retried;
-  ASSERT_FALSE(manager_->submit(request, &first).has_value());
+  ASSERT_FALSE(manager_->submit(request, ddp_options_of(request.spec()), &first).has_value());
   crash_and_restart();  // the reply was lost with the coordinator
-  ASSERT_FALSE(manager_->submit(request, &retried).has_value());
+  ASSERT_FALSE(manager_->submit(request, ddp_options_of(request.spec()), &retried).has_value());
   EXPECT_EQ(retried.job_id(), first.job_id());
   EXPECT_EQ(manager_->job_order().size(), 1u);
 }

@@ -31,9 +31,13 @@ std::string kind_name(const v1::JobSpec& spec);
 // replies to callers that never saw a flag.
 enum class FieldNames { kFlag, kProto };
 
-// Validates a submitted spec. Throws OptionError naming the field (see FieldNames; "kind" when
+// Validates a submitted spec and returns its DDP options, decoded once for its holder to keep
+// (defaults for a comm job). Throws OptionError naming the field (see FieldNames; "kind" when
 // the spec names no job kind) and the reason.
-void validate_spec(const v1::JobSpec& spec, FieldNames names = FieldNames::kFlag);
+DdpJobOptions validate_spec(const v1::JobSpec& spec, FieldNames names = FieldNames::kFlag);
+
+// A spec's DDP options (defaults for a comm job): how a stored, once validated spec is decoded.
+DdpJobOptions ddp_options_of(const v1::JobSpec& spec);
 
 // The JobSpec / DdpSpec / CommSpec field a ddpctl flag sets: "--batch" -> "batch_size",
 // "--world-size" -> "world_size", "--timeout" -> "collective_timeout_s".
