@@ -70,7 +70,7 @@ constexpr double kMaxCollectiveTimeoutSeconds = 30.0 * 24 * 3600;
 constexpr int kMaxThreadsPerRank = 256;
 
 // The job options' enums, each parsed from its name at the boundary (enum_names.h).
-// The gradient-sync strategy (docs/strategies in the README; core/src/strategies/).
+// The gradient-sync strategy (docs/usage.md#strategies; core/src/strategies/).
 enum class Strategy { kNaive, kFlat, kOverlap, kBucketed, kFsdp };
 // Compute precision: fp32, or bf16 autocast with FP32 master weights.
 enum class Precision { kFp32, kBf16 };
