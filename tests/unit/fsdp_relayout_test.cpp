@@ -17,7 +17,7 @@
 #include "ddpd/core/grad_sync.h"
 #include "ddpd/core/model.h"
 #include "gloo_ranks.h"
-#include "train/adam_state_relay.h"
+#include "heal/adam_state_relay.h"
 #include "train/adamw_step.h"
 
 namespace ddpd {

@@ -1,4 +1,4 @@
-// plan_sharded_heal (train/state_transfer.h, step 2'): the step a ZeRO-1 job with
+// plan_sharded_heal (heal/state_transfer.h, step 2'): the step a ZeRO-1 job with
 // --shard-replicas 1 goes on at, where its parameters come from, and which shards must move.
 // Rank r owns shard r; its ring successor r + 1 holds the replica.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "train/state_transfer.h"
+#include "heal/state_transfer.h"
 
 namespace ddpd::detail {
 namespace {

@@ -27,7 +27,7 @@
 #include "train/failure_analysis.h"
 #include "train/fault_injector.h"
 #include "train/memory.h"
-#include "train/state_transfer.h"
+#include "heal/state_transfer.h"
 #include "train/step_profile.h"
 #include "train/step_timing.h"
 #include "train/token_data.h"

@@ -65,7 +65,7 @@ class ShardedOptimizer {
   torch::optim::Optimizer* replica_optimizer();
   // The optimizer updates this rank has applied to its shards (step() counts one as soon as its
   // own and its replica's are done, before the broadcasts); the trainer sets it when it starts
-  // or heals. A heal compares it with the completed steps (train/state_transfer.h).
+  // or heals. A heal compares it with the completed steps (heal/state_transfer.h).
   int64_t updated_steps() const;
   void set_updated_steps(int64_t steps);
   // A heal's new group generation: the same ranks and world size, a new communicator.

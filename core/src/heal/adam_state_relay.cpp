@@ -1,4 +1,4 @@
-#include "train/adam_state_relay.h"
+#include "heal/adam_state_relay.h"
 
 namespace ddpd::detail {
 namespace {

@@ -99,7 +99,7 @@
 //        and its new predecessor's for N - 1 ranks out of the unit's flat layout, as a resume
 //        at N - 1 reads them from a checkpoint by their ranges.
 //        The old pieces' state is dropped unit by unit; the AdamW optimizers take the new pieces
-//        and their state once every unit is laid out (train/adam_state_relay.h).
+//        and their state once every unit is laid out (heal/adam_state_relay.h).
 //  4f''. The synchroniser goes on over the new group (the ring formed again where the transport
 //        needs one); buffers and frozen parameters do not move (every survivor holds them
 //        whole). Training goes on at T.

@@ -1,4 +1,4 @@
-#include "train/state_transfer.h"
+#include "heal/state_transfer.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,7 +9,7 @@
 
 #include "device/storage_memory.h"
 #include "strategies/flat_buffer.h"
-#include "train/adam_state_relay.h"
+#include "heal/adam_state_relay.h"
 
 namespace ddpd::detail {
 namespace {
