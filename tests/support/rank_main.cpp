@@ -45,6 +45,7 @@
 #include <mutex>
 #include <thread>
 
+#include "comm/predecessor_keeping_reduce_scatter.h"
 #include "ddpd/common/ddp_flags.h"
 #include "ddpd/common/result_json.h"
 #include "ddpd/common/unix_time.h"
@@ -443,10 +444,10 @@ int collectives(const ddpd::DdpJobOptions& options, const std::string& out) {
       comm->reduce_scatter_sum_async(mine, input, "check/reduce_scatter").wait();
       check("reduce_scatter " + tag, mine,
             pattern(n * world, 0, torch::kFloat).narrow(0, rank * n, n) * world + ranks_sum);
-      if (comm->reduce_scatter_keeps_predecessor()) {  // shm: fsdp's --shard-replicas
+      if (ddpd::reduce_scatter_keeps_predecessor(*comm)) {  // shm: fsdp's --shard-replicas
         const int predecessor = (rank + world - 1) % world;
         auto own = torch::empty({n}, dtype), kept = torch::empty({n}, dtype);
-        comm->reduce_scatter_sum_keeping_predecessor_async(own, kept, input,
+        ddpd::reduce_scatter_sum_keeping_predecessor_async(*comm, own, kept, input,
                                                            "check/reduce_scatter_keeping")
             .wait();
         check("reduce_scatter keeping the predecessor's, own " + tag, own, mine);
@@ -486,7 +487,7 @@ int collectives(const ddpd::DdpJobOptions& options, const std::string& out) {
   report["checks"] = checks;
   report["failures"] = failures;
   report["shared_in_place"] = shared_in_place;
-  report["keeps_predecessor"] = comm->reduce_scatter_keeps_predecessor();
+  report["keeps_predecessor"] = ddpd::reduce_scatter_keeps_predecessor(*comm);
   std::ofstream(rank_prefix(out, rank) + ".json") << report.dump();
   return failures.empty() ? 0 : 1;
 }

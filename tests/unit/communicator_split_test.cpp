@@ -1,4 +1,4 @@
-// Communicator::split's refusals, which need no peer, and a member that never comes, over real
+// split_group's refusals, which need no peer, and a member that never comes, over real
 // Gloo ranks in this process. The split itself is exercised by real processes: a heal sends the
 // state to the rank that joins over a group of two (tests/multirank/heal_test.cpp, Healing, on
 // shm and Gloo).
@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "comm/communicator_split.h"
 #include "ddpd/core/communicator.h"
 #include "unit/gloo_ranks.h"
 
@@ -16,7 +17,7 @@ namespace {
 
 std::string logic_error_of(Communicator& comm, const std::vector<int>& members) {
   try {
-    comm.split(members, "pair");
+    split_group(comm, members, "pair");
   } catch (const std::logic_error& e) {
     return e.what();
   }
@@ -36,13 +37,14 @@ TEST(CommunicatorSplit, RefusesARankOutsideItsMembersAndAGroupWithoutAStore) {
             std::string::npos);
 }
 
-// A member that never calls split (a spare that died on its way in): the group does not form,
-// and the other member's split fails as a collective does, typed, once the timeout has passed.
+// A member that never calls split_group (a spare that died on its way in): the group does not form,
+// and the other member's split_group fails as a collective does, typed, once the timeout has
+// passed.
 TEST(CommunicatorSplit, AMemberThatNeverComesFailsTheSplitAsATimedOutCollective) {
   const std::chrono::milliseconds timeout{1500};
   testing::GlooRanks ranks(2, timeout);
   try {
-    ranks.comms[0]->split({0, 1}, "pair");
+    split_group(*ranks.comms[0], {0, 1}, "pair");
     ADD_FAILURE() << "the split formed without rank 1";
   } catch (const CollectiveError& e) {
     EXPECT_EQ(enum_name(e.cause()), "timed_out") << e.what();

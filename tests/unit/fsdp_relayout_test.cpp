@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/communicator_split.h"
 #include "ddpd/core/grad_sync.h"
 #include "ddpd/core/model.h"
 #include "gloo_ranks.h"
@@ -196,7 +197,7 @@ TEST_P(FsdpRelayout, SurvivorsHoldEveryShardLaidOutAgainAndEachCopyEqualsItsOrig
   std::vector<int64_t> received(world, 0);
   on_each(survivors, [&](int r) {
     Rank& me = ranks[r];
-    std::shared_ptr<Communicator> next = me.comm->split(survivors, "shrink");
+    std::shared_ptr<Communicator> next = split_group(*me.comm, survivors, "shrink");
     detail::AdamStateRelay relay(*me.own, *me.replica);
     received[r] = me.sync->relayout(next, shards, relay);
     relay.adopt(me.sync->optimizer_parameters(), me.sync->replica_parameters());

@@ -1,6 +1,6 @@
 // Real Gloo ranks in one process, for the communicator's unit tests: a real TCPStore and one
 // ProcessGroupGloo per rank, formed on a thread each (the constructors meet through the store).
-// A rank's Communicator can split (its make_backend is Gloo's too).
+// A rank's Communicator can split (split_group: its wiring makes Gloo backends too).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/communicator_internals.h"
 #include "comm/gloo_backend.h"
 #include "ddpd/core/communicator.h"
 
@@ -37,12 +38,13 @@ struct GlooRanks {
             "gen0", c10::make_intrusive<c10d::TCPStore>("127.0.0.1", client));
         CommunicatorOptions options;
         options.timeout = timeout;
-        options.make_backend = [timeout](const c10::intrusive_ptr<c10d::Store>& store, int rank,
+        auto wiring = std::make_shared<detail::GroupWiring>();
+        wiring->make_backend = [timeout](const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                          int world_size) {
           return make_gloo_backend(store, rank, world_size, timeout, "127.0.0.1");
         };
-        comms[rank] = std::make_unique<Communicator>(options.make_backend(store, rank, world_size),
-                                                     rank, world_size, options, store);
+        comms[rank] = std::make_unique<Communicator>(wiring->make_backend(store, rank, world_size),
+                                                     rank, world_size, options, store, wiring);
       });
     }
     for (auto& t : forming) t.join();

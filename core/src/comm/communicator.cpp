@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "comm/collective_check.h"
+#include "comm/communicator_internals.h"
 #include "comm/failure_cause.h"
 #include "comm/gloo_fallbacks.h"
 #include "comm/peer_failure_watch.h"
@@ -49,9 +50,8 @@ c10::intrusive_ptr<c10d::Backend> wrapped(c10::intrusive_ptr<c10d::Backend> grou
     group = c10::make_intrusive<detail::DesyncCheckBackend>(std::move(group), info.device,
                                                             info.timeout);
   }
-  if (info.skip_next_collective) {
-    group = c10::make_intrusive<detail::SkipInjectingBackend>(std::move(group),
-                                                              info.skip_next_collective);
+  if (info.inject_skip_collective) {
+    group = c10::make_intrusive<detail::SkipInjectingBackend>(std::move(group));
   }
   return group;
 }
@@ -69,28 +69,17 @@ c10::intrusive_ptr<c10d::Work> started(CollectiveRecorder& recorder, int64_t seq
   }
 }
 
-}  // namespace
-
-PendingCollective::PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string name,
-                                     std::chrono::milliseconds timeout, bool on_device,
-                                     std::vector<at::Tensor> keep_alive, JournalTicket ticket)
-    : work_(std::move(work)),
-      name_(std::move(name)),
-      timeout_(timeout),
-      on_device_(on_device),
-      keep_alive_(std::move(keep_alive)),
-      ticket_(std::move(ticket)) {}
-PendingCollective::~PendingCollective() = default;
-PendingCollective::PendingCollective(PendingCollective&&) noexcept = default;
-PendingCollective& PendingCollective::operator=(PendingCollective&&) noexcept = default;
-
 // How often a host-side wait checks for Communicator::abort(). A slice that ends before the
 // work costs one c10::Error (tens of microseconds): 10 a second at most, only in long waits.
 constexpr std::chrono::milliseconds kAbortCheck{100};
 
-void PendingCollective::wait_on_host(c10d::Work& work) {
-  auto remaining = timeout_;
-  detail::PeerFailureWatch* watch = ticket_.peer_failures.get();
+// Waits for a host-side work (Gloo, shm) up to its timeout in slices of kAbortCheck, so that an
+// aborted communicator stops waiting within a slice; the last slice's timeout is the backend's
+// own error, as a single wait would throw it.
+void wait_on_host(c10d::Work& work, const detail::CollectiveWork& pending) {
+  const detail::JournalTicket& ticket = pending.ticket;
+  auto remaining = pending.timeout;
+  detail::PeerFailureWatch* watch = ticket.peer_failures.get();
   if (watch) watch->begin_wait();
   struct EndWait {
     detail::PeerFailureWatch* watch;
@@ -108,7 +97,7 @@ void PendingCollective::wait_on_host(c10d::Work& work) {
       // just after the slice ran out) is waited once more: that returns or throws its own
       // error, never the slice's stale timeout.
       if (work.isCompleted()) {
-        work.wait(timeout_);
+        work.wait(pending.timeout);
         return;
       }
       if (slice >= remaining) {
@@ -116,7 +105,7 @@ void PendingCollective::wait_on_host(c10d::Work& work) {
       }
     }
     remaining -= slice;
-    if (ticket_.aborted && ticket_.aborted->load()) {
+    if (ticket.aborted && ticket.aborted->load()) {
       throw TransportFailure(CollectiveFailure::kAborted, -1, "the communicator was aborted");
     }
     if (const auto peer = watch ? watch->reported() : std::nullopt) {
@@ -129,22 +118,33 @@ void PendingCollective::wait_on_host(c10d::Work& work) {
   }
 }
 
+}  // namespace
+
+PendingCollective::PendingCollective() = default;
+PendingCollective::PendingCollective(std::unique_ptr<detail::CollectiveWork> work)
+    : work_(std::move(work)) {}
+PendingCollective::~PendingCollective() = default;
+PendingCollective::PendingCollective(PendingCollective&&) noexcept = default;
+PendingCollective& PendingCollective::operator=(PendingCollective&&) noexcept = default;
+
 void PendingCollective::wait() {
-  if (!work_) return;  // world size 1, or already waited
-  auto work = std::move(work_);
-  auto aborted = [&] { return ticket_.aborted && ticket_.aborted->load(); };
+  if (!work_ || !work_->work) return;  // world size 1, or already waited
+  detail::CollectiveWork& pending = *work_;
+  auto work = std::move(pending.work);
+  const detail::JournalTicket& ticket = pending.ticket;
+  auto aborted = [&] { return ticket.aborted && ticket.aborted->load(); };
   try {
     if (aborted()) {
       throw TransportFailure(CollectiveFailure::kAborted, -1, "the communicator was aborted");
     }
-    if (on_device_) {
+    if (pending.on_device) {
       work->wait();  // orders the current stream after the collective
     } else {
-      wait_on_host(*work);
+      wait_on_host(*work, pending);
     }
-    keep_alive_.clear();
+    pending.keep_alive.clear();
   } catch (const std::exception& e) {
-    if (ticket_.journal) ticket_.journal->fail(ticket_.seq, seconds_since(ticket_.epoch));
+    if (ticket.journal) ticket.journal->fail(ticket.seq, seconds_since(ticket.epoch));
     // An aborted communicator's collectives fail however the backend words it.
     const TransportFailure failure =
         aborted() ? TransportFailure(CollectiveFailure::kAborted, -1, detail::words_of(e))
@@ -154,20 +154,20 @@ void PendingCollective::wait() {
     const bool only_peer_ended =
         from_words && peer_ended(failure.cause()) && failure.peer_rank() < 0;
     throw CollectiveError(
-        describe_collective_failure(name_, failure.cause(), timeout_, failure.what()),
-        failure.cause(), only_peer_ended ? ticket_.only_peer : failure.peer_rank());
+        describe_collective_failure(pending.name, failure.cause(), pending.timeout, failure.what()),
+        failure.cause(), only_peer_ended ? ticket.only_peer : failure.peer_rank());
   }
 }
 
 Communicator::Communicator(c10::intrusive_ptr<c10d::Backend> group, int rank, int world_size,
                            CommunicatorOptions options, c10::intrusive_ptr<c10d::Store> store,
-                           c10::intrusive_ptr<c10d::Store> server)
+                           std::shared_ptr<const detail::GroupWiring> wiring)
     : info_(info_of(std::move(options), rank, world_size)),
       shared_memory_(dynamic_cast<detail::SharedMemoryCapability*>(group.get())),
       group_(wrapped(std::move(group), info_)),
       flat_buffers_(gathers_into_flat_buffers(shared_memory_, info_.device)),
       store_(std::move(store)),
-      server_(std::move(server)),
+      wiring_(std::move(wiring)),
       recorder_(std::make_unique<CollectiveRecorder>(info_.device, info_.journal_size)) {
   TORCH_CHECK(world_size == 1 || group_, "a process group is required for world size ", world_size);
   if (store_ && world_size > 1 && !shared_memory_ && !info_.device.is_cuda()) {
@@ -202,13 +202,24 @@ Communicator::~Communicator() {
 
 void Communicator::abort() { aborted_->store(true); }
 
+detail::JournalTicket detail::CommunicatorAccess::ticket(const Communicator& comm, int64_t seq) {
+  const CommunicatorInfo& info = comm.info_;
+  return {comm.recorder_->shared_journal(),
+          seq,
+          comm.recorder_->epoch(),
+          comm.aborted_,
+          comm.peer_failures_,
+          info.world_size == 2 ? 1 - info.rank : -1};
+}
+
 PendingCollective Communicator::track(c10::intrusive_ptr<c10d::Work> work, Collective op,
                                       const std::string& name, int64_t seq, int64_t bytes,
                                       const detail::TimePoint& launch,
                                       std::vector<at::Tensor> keep_alive) {
   recorder_->on_work(*work, op, name, seq, bytes, launch);
-  return PendingCollective(std::move(work), name, info_.timeout, info_.device.is_cuda(),
-                           std::move(keep_alive), ticket(seq));
+  return PendingCollective(std::make_unique<detail::CollectiveWork>(detail::CollectiveWork{
+      std::move(work), name, info_.timeout, info_.device.is_cuda(), std::move(keep_alive),
+      detail::CommunicatorAccess::ticket(*this, seq)}));
 }
 
 template <typename Call>
@@ -347,31 +358,6 @@ PendingReduceScatter Communicator::reduce_scatter_sum_async(at::Tensor& output,
   return PendingReduceScatter(std::move(exchange), received, output);
 }
 
-PendingReduceScatter Communicator::reduce_scatter_sum_keeping_predecessor_async(
-    at::Tensor& output, at::Tensor& predecessor_output, const at::Tensor& input,
-    const std::string& name) {
-  if (!reduce_scatter_keeps_predecessor()) {
-    throw std::logic_error(name + ": this group's transport (" +
-                           std::string(enum_name(info_.transport)) +
-                           ") cannot keep the predecessor's sum in its reduce-scatter");
-  }
-  require_on_device(input, name);
-  require_on_device(output, name);
-  require_on_device(predecessor_output, name);
-  at::Tensor flat_input = input.contiguous();
-  PendingCollective exchange =
-      launch(Collective::kReduceScatter, name, flat_input, flat_input.nbytes(),
-             [&] {
-               return detail::launch_through_wrappers(
-                   *group_, {"reduce_scatter", flat_input.numel(), flat_input.scalar_type()}, [&] {
-                     return shared_memory_->reduce_scatter_keeping_predecessor(
-                         output, predecessor_output, flat_input);
-                   });
-             },
-             {flat_input, predecessor_output});
-  return PendingReduceScatter(std::move(exchange), at::Tensor(), output);
-}
-
 void Communicator::barrier() {
   if (info_.world_size == 1) return;
   std::lock_guard<std::mutex> lock(launch_mutex_);
@@ -381,10 +367,23 @@ void Communicator::barrier() {
   CollectiveJournal& journal = *recorder_->shared_journal();
   const int64_t seq = journal.enqueue("barrier", "barrier", 0, "none", recorder_->now());
   auto work = started(*recorder_, seq, [&] { return group_->barrier(options); });
-  PendingCollective(std::move(work), "barrier", info_.timeout, info_.device.is_cuda(), {},
-                    ticket(seq))
+  PendingCollective(std::make_unique<detail::CollectiveWork>(
+                        detail::CollectiveWork{std::move(work),
+                                               "barrier",
+                                               info_.timeout,
+                                               info_.device.is_cuda(),
+                                               {},
+                                               detail::CommunicatorAccess::ticket(*this, seq)}))
       .wait();
   journal.complete(seq, recorder_->now());
+}
+
+PendingCollective detail::CommunicatorAccess::launch(
+    Communicator& comm, Collective op, const std::string& name, const at::Tensor& journaled,
+    int64_t bytes, const std::function<c10::intrusive_ptr<c10d::Work>(c10d::Backend& group)>& call,
+    std::vector<at::Tensor> keep_alive) {
+  return comm.launch(
+      op, name, journaled, bytes, [&] { return call(*comm.group_); }, std::move(keep_alive));
 }
 
 }  // namespace ddpd

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "comm/communicator_internals.h"
 #include "comm/gloo_backend.h"
 #include "comm/slurm_environment.h"
 #include "comm/transport.h"
@@ -161,7 +162,20 @@ constexpr auto kJoinPoll = std::chrono::milliseconds(5);
 struct RendezvousStore {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::Store> server;  // rank 0's, unless torchrun's agent serves it
+  // A later generation's: the job's store without its "gen<G>/" prefix (GroupWiring).
+  c10::intrusive_ptr<c10d::Store> unprefixed;
 };
+
+// What the communicator keeps of its rendezvous: the store's server and unprefixed store, and
+// how to make a backend of its transport again (split_group).
+std::shared_ptr<const detail::GroupWiring> wiring_of(const RendezvousStore& rendezvous,
+                                                     detail::BackendFactory make_backend) {
+  auto wiring = std::make_shared<detail::GroupWiring>();
+  wiring->make_backend = std::move(make_backend);
+  wiring->server = rendezvous.server;
+  wiring->unprefixed_store = rendezvous.unprefixed;
+  return wiring;
+}
 
 std::string endpoint_of(const RendezvousOptions& options) {
   return options.master_addr + ":" + std::to_string(options.master_port);
@@ -225,12 +239,13 @@ std::shared_ptr<Communicator> connect_cpu(const RendezvousOptions& options,
   comm_options.transport = choice.transport;
   comm_options.transport_note = choice.note;
   c10::intrusive_ptr<c10d::Backend> group;
+  detail::BackendFactory make_backend;
   if (choice.transport == GroupTransport::kShm) {
     group = c10::make_intrusive<shm::ShmProcessGroup>(std::move(*choice.segment), options.rank,
                                                       options.world_size, options.timeout);
     // A split group's ranks share the host's cores with the whole job's.
-    comm_options.make_backend = [timeout = options.timeout, host_ranks = options.world_size](
-                                    const auto& store, int rank, int world_size) {
+    make_backend = [timeout = options.timeout, host_ranks = options.world_size](
+                       const auto& store, int rank, int world_size) {
       TransportChoice shm =
           choose_transport(Transport::kShm, *store, rank, world_size, shm::kDefaultSlotBytes);
       return c10::intrusive_ptr<c10d::Backend>(c10::make_intrusive<shm::ShmProcessGroup>(
@@ -239,32 +254,33 @@ std::shared_ptr<Communicator> connect_cpu(const RendezvousOptions& options,
   } else {
     std::string bind = options.local_address;
     if (bind.empty() && is_loopback(options.master_addr)) bind = "127.0.0.1";
-    comm_options.make_backend = [timeout = options.timeout, bind](const auto& store, int rank,
-                                                                  int world_size) {
+    make_backend = [timeout = options.timeout, bind](const auto& store, int rank, int world_size) {
       return make_gloo_backend(store, rank, world_size, timeout, bind);
     };
     try {
-      group = comm_options.make_backend(rendezvous.store, options.rank, options.world_size);
+      group = make_backend(rendezvous.store, options.rank, options.world_size);
     } catch (const std::exception& e) {
       throw std::runtime_error("creating the gloo process group (rendezvous " + endpoint +
                                ", rank " + std::to_string(options.rank) + ") failed: " + e.what());
     }
   }
   return std::make_shared<Communicator>(group, options.rank, options.world_size, comm_options,
-                                        rendezvous.store, rendezvous.server);
+                                        rendezvous.store,
+                                        wiring_of(rendezvous, std::move(make_backend)));
 }
 
 std::shared_ptr<Communicator> connect_nccl(const RendezvousOptions& options,
                                            CommunicatorOptions comm_options,
                                            const RendezvousStore& rendezvous) {
-  comm_options.make_backend = [timeout = options.timeout](const auto& store, int rank,
-                                                          int world_size) {
+  detail::BackendFactory make_backend = [timeout = options.timeout](const auto& store, int rank,
+                                                                    int world_size) {
     return detail::make_nccl_group(store, rank, world_size, timeout);
   };
   try {
-    auto group = comm_options.make_backend(rendezvous.store, options.rank, options.world_size);
+    auto group = make_backend(rendezvous.store, options.rank, options.world_size);
     return std::make_shared<Communicator>(group, options.rank, options.world_size, comm_options,
-                                          rendezvous.store, rendezvous.server);
+                                          rendezvous.store,
+                                          wiring_of(rendezvous, std::move(make_backend)));
   } catch (const std::invalid_argument&) {
     throw;
   } catch (const std::exception& e) {
@@ -281,9 +297,7 @@ CommunicatorOptions communicator_options(const RendezvousOptions& options) {
       options.backend == Backend::kNccl ? detail::bind_cuda_device(options.local_rank) : at::kCPU;
   comm_options.journal_size = options.journal_size;
   comm_options.check_collectives = options.check_collectives;
-  if (options.inject_skip_collective) {
-    comm_options.skip_next_collective = std::make_shared<std::atomic<bool>>(false);
-  }
+  comm_options.inject_skip_collective = options.inject_skip_collective;
   if (options.world_size > 1) comm_options.rendezvous_endpoint = endpoint_of(options);
   return comm_options;
 }
@@ -340,22 +354,22 @@ std::shared_ptr<Communicator> connect_generation(const RendezvousOptions& option
     return std::make_shared<Communicator>(c10::intrusive_ptr<c10d::Backend>(), 0, 1, comm_options);
   }
   RendezvousStore rendezvous;
-  if (previous && previous->store_ &&
+  const detail::GroupWiring* kept =
+      previous ? detail::CommunicatorAccess::wiring(*previous) : nullptr;
+  if (previous && previous->store() &&
       previous->info().rendezvous_endpoint == comm_options.rendezvous_endpoint) {
     // Not the previous generation's own prefixed store: a survivor's second heal would look
     // for its peers under "gen1/gen2/" while the spare, opening the store afresh, joins "gen2/".
-    rendezvous.store = previous->unprefixed_store_ ? previous->unprefixed_store_ : previous->store_;
-    rendezvous.server = previous->server_;
+    rendezvous.store = kept && kept->unprefixed_store ? kept->unprefixed_store : previous->store();
+    rendezvous.server = kept ? kept->server : nullptr;
   } else {
     rendezvous = open_store(options, /*wait_workers=*/false, stop);
   }
-  const c10::intrusive_ptr<c10d::Store> unprefixed = rendezvous.store;
-  rendezvous.store =
-      c10::make_intrusive<c10d::PrefixStore>("gen" + std::to_string(generation), unprefixed);
+  rendezvous.unprefixed = rendezvous.store;
+  rendezvous.store = c10::make_intrusive<c10d::PrefixStore>("gen" + std::to_string(generation),
+                                                            rendezvous.unprefixed);
   await_generation(*rendezvous.store, options, generation, stop);
-  std::shared_ptr<Communicator> comm = connect_over(options, comm_options, rendezvous);
-  comm->unprefixed_store_ = unprefixed;
-  return comm;
+  return connect_over(options, comm_options, rendezvous);
 }
 
 }  // namespace ddpd

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "comm/communicator_split.h"
 #include "ddpd/core/collective_error.h"
 
 namespace ddpd::detail {
@@ -54,7 +55,8 @@ RingShift::RingShift(std::shared_ptr<Communicator> comm) : comm_(std::move(comm)
   const int in_edge = predecessor_;
   // Ascending edge order on every rank (protocol step 1).
   for (int edge : {std::min(out_edge, in_edge), std::max(out_edge, in_edge)}) {
-    auto group = comm_->split(edge_members(edge, world), "ring_edge/" + std::to_string(edge));
+    auto group =
+        split_group(*comm_, edge_members(edge, world), "ring_edge/" + std::to_string(edge));
     (edge == out_edge ? to_next_ : from_prev_) = std::move(group);
   }
 }

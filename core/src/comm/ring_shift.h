@@ -1,8 +1,9 @@
 // A shift around the ring of ranks: each rank sends a tensor to its successor (rank + 1 mod N)
 // and receives its predecessor's, as fsdp's --shard-replicas does with each reduced gradient
 // shard (docs/healing.md). The Communicator has no point-to-point send (Gloo and NCCL do, shm
-// does not), so each edge of the ring is a group of two (Communicator::split, c10d's
-// split_group) whose broadcast from the sender is the send, over the job's own transport.
+// does not), so each edge of the ring is a group of two (split_group,
+// comm/communicator_split.h) whose broadcast from the sender is the send, over the job's own
+// transport.
 //
 // Protocol:
 //  1. Construction, a collective: every rank forms its two edges in ascending edge order (edge e

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "comm/communicator_internals.h"
+
 namespace ddpd::detail {
 namespace {
 
@@ -23,17 +25,25 @@ class DroppedWork final : public c10d::Work {
 
 }  // namespace
 
-SkipInjectingBackend::SkipInjectingBackend(c10::intrusive_ptr<c10d::Backend> inner,
-                                           std::shared_ptr<std::atomic<bool>> armed)
-    : DecoratingBackend(std::move(inner)), armed_(std::move(armed)) {}
+SkipInjectingBackend::SkipInjectingBackend(c10::intrusive_ptr<c10d::Backend> inner)
+    : DecoratingBackend(std::move(inner)) {}
 
 c10::intrusive_ptr<c10d::Work> SkipInjectingBackend::intercept(
     const LaunchedCollective& collective) {
-  if (!armed_->exchange(false)) return {};
+  if (!armed_.exchange(false)) return {};
   std::fprintf(stderr, "ddpd: inject skip-collective rank %d drops its next collective, %s\n",
                getRank(), collective.op);
   std::fflush(stderr);
   return c10::make_intrusive<DroppedWork>();
+}
+
+bool arm_skip_collective(Communicator& comm) {
+  if (!comm.info().inject_skip_collective) return false;
+  // The outermost wrapper (the Communicator's constructor stacks it last); none at world size 1.
+  if (auto* skip = dynamic_cast<SkipInjectingBackend*>(CommunicatorAccess::backend(comm))) {
+    skip->arm();
+  }
+  return true;
 }
 
 }  // namespace ddpd::detail

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator_split.h"
 #include "device/storage_memory.h"
 #include "strategies/flat_buffer.h"
 #include "heal/adam_state_relay.h"
@@ -170,7 +171,7 @@ int64_t move_over_shard_pair(Communicator& comm, int k, int provider, bool keeps
   if (!keeps) return 0;
   const std::vector<int> members{std::min(k, holder), std::max(k, holder)};
   try {
-    std::shared_ptr<Communicator> pair = comm.split(members, name);
+    std::shared_ptr<Communicator> pair = split_group(comm, members, name);
     return move(*pair, provider == members[0] ? 0 : 1);
   } catch (const CollectiveError& e) {
     throw in_the_job(e, members);
@@ -329,7 +330,7 @@ int64_t transfer_to_joined_rank(const TrainingState& s, Communicator& comm,
                                 const std::vector<int>& members, int source_rank,
                                 const AfterParameters& after_parameters, int64_t resumed_step) {
   try {
-    std::shared_ptr<Communicator> two = comm.split(members, "heal_state");
+    std::shared_ptr<Communicator> two = split_group(comm, members, "heal_state");
     return transfer_replicated_state(s, *two, source_rank == members[0] ? 0 : 1, after_parameters,
                                      resumed_step);
   } catch (const CollectiveError& e) {

@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <map>
 
+#include "comm/predecessor_keeping_reduce_scatter.h"
 #include "comm/ring_shift.h"
 #include "device/storage_memory.h"
 #include "strategies/fsdp_relayout.h"
@@ -596,8 +597,8 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
     const std::string name = "reduce_scatter/" + unit.name;
     if (replicas_ && !ring_) {
       torch::Tensor kept = replica_grads_.narrow(0, unit.grad_at, unit.layout.shard_numel);
-      unit.reduce = comm_->reduce_scatter_sum_keeping_predecessor_async(unit.grad_shard, kept,
-                                                                        unit.full_grad, name);
+      unit.reduce = reduce_scatter_sum_keeping_predecessor_async(*comm_, unit.grad_shard, kept,
+                                                                 unit.full_grad, name);
     } else {
       unit.reduce = comm_->reduce_scatter_sum_async(unit.grad_shard, unit.full_grad, name);
     }
@@ -608,7 +609,7 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
   // keeps them (shm), else from one shift per step around a ring of pair groups.
   void form_ring() {
     ring_.reset();
-    if (replicas_ && !comm_->reduce_scatter_keeps_predecessor()) {
+    if (replicas_ && !reduce_scatter_keeps_predecessor(*comm_)) {
       ring_ = std::make_unique<RingShift>(comm_);
     }
   }

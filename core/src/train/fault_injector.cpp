@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "comm/skip_injection.h"
 #include "ddpd/common/fault_injection.h"
 #include "ddpd/common/unix_time.h"
 #include "ddpd/core/trainer.h"
@@ -40,12 +41,10 @@ void FaultInjector::at_step_start(int64_t step, Communicator& comm,
   if (fault_->kind == FaultKind::kExit) std::_Exit(3);
   if (fault_->kind == FaultKind::kSkipCollective) {
     // The switch exists when connect() saw this rank's skip-collective (apply_job_options).
-    const auto& skip = comm.info().skip_next_collective;
-    if (!skip) {
+    if (!detail::arm_skip_collective(comm)) {
       throw std::logic_error(
           "--inject skip-collective: this rank's communicator has no switch to drop a collective");
     }
-    skip->store(true);
     return;
   }
   const auto start = std::chrono::steady_clock::now();

@@ -22,44 +22,28 @@
 
 namespace ddpd {
 
-struct RendezvousOptions;
-class Communicator;
-std::shared_ptr<Communicator> connect_generation(const RendezvousOptions&, int, Communicator*,
-                                                 const std::function<bool()>&);
-
 namespace detail {
+// What only core's own comm code reaches (comm/communicator_internals.h): a collective's work and
+// journal entry, how a group was formed, and the launch path for collectives beyond c10d's.
+class CommunicatorAccess;
+struct CollectiveWork;
+struct GroupWiring;
 class PeerFailureWatch;
 class SharedMemoryCapability;
 class Timeline;
 struct TimePoint;
 }  // namespace detail
 
-// A collective's entry in its communicator's journal, marked failed when wait() throws.
-struct JournalTicket {
-  std::shared_ptr<CollectiveJournal> journal;  // null: not journalled
-  int64_t seq = 0;
-  std::chrono::steady_clock::time_point epoch;       // the communicator's clock
-  std::shared_ptr<const std::atomic<bool>> aborted;  // Communicator::abort(); null: never
-  // A peer's announced failure ends the wait (comm/peer_failure_watch.h); null: not watched.
-  std::shared_ptr<detail::PeerFailureWatch> peer_failures;
-  // A group of two's other rank: a peer that ended, which Gloo's words do not name, is it.
-  // -1: more peers than one.
-  int only_peer = -1;
-};
-
 // An asynchronous collective. On CPU (Gloo), wait() blocks until it completes or the
 // communicator's timeout passes, and throws std::runtime_error (with the collective's name) on
 // timeout or failure (a CollectiveError). On CUDA (NCCL), wait() makes the caller's current stream
 // wait for the collective without blocking the host (a timeout there would turn newer PyTorch's
 // wait into a host-side poll); NCCL's watchdog enforces the timeout given to the process group. The
-// tensors passed in `keep_alive` stay referenced until wait(), so their memory is not reused
+// tensors the collective reads stay referenced until wait(), so their memory is not reused
 // by the caller's stream before the collective is done with it.
 class PendingCollective {
  public:
-  PendingCollective() = default;
-  PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string name,
-                    std::chrono::milliseconds timeout, bool on_device = false,
-                    std::vector<at::Tensor> keep_alive = {}, JournalTicket ticket = {});
+  PendingCollective();  // complete
   ~PendingCollective();
   PendingCollective(PendingCollective&&) noexcept;
   PendingCollective& operator=(PendingCollective&&) noexcept;
@@ -67,17 +51,10 @@ class PendingCollective {
   void wait();
 
  private:
-  // Waits for a host-side work (Gloo, shm) up to timeout_ in slices of kAbortCheck, so that an
-  // aborted communicator stops waiting within a slice; the last slice's timeout is the
-  // backend's own error, as a single wait would throw it.
-  void wait_on_host(c10d::Work& work);
+  friend class Communicator;
+  explicit PendingCollective(std::unique_ptr<detail::CollectiveWork> work);
 
-  c10::intrusive_ptr<c10d::Work> work_;
-  std::string name_;
-  std::chrono::milliseconds timeout_{0};
-  bool on_device_ = false;
-  std::vector<at::Tensor> keep_alive_;
-  JournalTicket ticket_;
+  std::unique_ptr<detail::CollectiveWork> work_;  // null: complete
 };
 
 // A reduce-scatter in flight. wait() leaves in `output` the sum over ranks of this rank's chunk
@@ -86,10 +63,13 @@ class PendingCollective {
 class PendingReduceScatter {
  public:
   PendingReduceScatter() = default;  // complete
-  PendingReduceScatter(PendingCollective exchange, at::Tensor received, at::Tensor output);
   void wait();
 
  private:
+  friend class Communicator;
+  friend class detail::CommunicatorAccess;
+  PendingReduceScatter(PendingCollective exchange, at::Tensor received, at::Tensor output);
+
   PendingCollective exchange_;
   at::Tensor received_;  // [N, chunk]: rank r's copy of this rank's chunk; undefined: no sum
   at::Tensor output_;
@@ -109,18 +89,12 @@ struct CommunicatorOptions {
   // --transport auto fell back to Gloo, why. Reported in results and metrics.
   GroupTransport transport = GroupTransport::kGloo;
   std::string transport_note;
-  // --inject skip-collective on this rank: the fault injector sets it, and the next collective
-  // is dropped (comm/skip_injection.h). Null: no such fault.
-  std::shared_ptr<std::atomic<bool>> skip_next_collective;
+  // --inject skip-collective on this rank: the constructor wraps the group in the switch that the
+  // fault injector sets, and the next collective is dropped (comm/skip_injection.h).
+  bool inject_skip_collective = false;
   // host:port of the rendezvous store the group formed over; empty at world size 1. A group of a
   // later generation (connect_generation) keeps the store when the endpoint stays the same.
   std::string rendezvous_endpoint;
-  // Makes a backend of this group's transport, of `world_size` ranks over `store`, this process
-  // being `rank` (rendezvous sets it): split()'s groups. Null: the group cannot split (world
-  // size 1, or a backend made by hand).
-  std::function<c10::intrusive_ptr<c10d::Backend>(const c10::intrusive_ptr<c10d::Store>& store,
-                                                  int rank, int world_size)>
-      make_backend;
 };
 
 // Who a communicator is: its rank and world size, and the options it runs with (transport:
@@ -136,6 +110,9 @@ struct CommunicatorInfo : CommunicatorOptions {
 //     recorder is;
 //   - the debug features: wrappers around the backend that the constructor stacks from the
 //     options (comm/decorating_backend.h: --check-collectives, --inject skip-collective);
+//   - the collectives of one feature: free functions over the same launch path
+//     (comm/predecessor_keeping_reduce_scatter.h: fsdp's --shard-replicas), and c10d's
+//     split_group (comm/communicator_split.h);
 //   - the shm backend's shared buffers: ddpd/core/collective_buffers.h, through shared_memory();
 //   - the exchange of failure reports: comm/failure_exchange.h, through store().
 //   - a Gloo peer's announced failure, which ends this rank's waits: comm/peer_failure_watch.h.
@@ -150,12 +127,13 @@ struct CommunicatorInfo : CommunicatorOptions {
 class Communicator {
  public:
   // `store` is the rendezvous store the group was built over (null for world size 1); after a
-  // failed collective the ranks exchange their positions through it. `server` (rank 0's) is the
-  // store's server, kept for the communicator's lifetime and released with it even when abort()
-  // leaves the group behind.
+  // failed collective the ranks exchange their positions through it. `wiring` (made by the
+  // rendezvous: comm/communicator_internals.h) is how to form a group of this transport again,
+  // for a split, and the store's server and unprefixed store, kept for the communicator's
+  // lifetime; null: the group cannot split (a backend made by hand).
   Communicator(c10::intrusive_ptr<c10d::Backend> group, int rank, int world_size,
                CommunicatorOptions options = {}, c10::intrusive_ptr<c10d::Store> store = {},
-               c10::intrusive_ptr<c10d::Store> server = {});
+               std::shared_ptr<const detail::GroupWiring> wiring = {});
   ~Communicator();
 
   // Ends every wait on a collective, current and later, with a CollectiveError saying the job
@@ -206,47 +184,13 @@ class Communicator {
   // full size as our receive buffer. `input` and `output` must stay alive until then.
   PendingReduceScatter reduce_scatter_sum_async(at::Tensor& output, const at::Tensor& input,
                                                 const std::string& name);
-  // Whether reduce_scatter_sum_keeping_predecessor_async runs here: over shm, at world > 1.
-  bool reduce_scatter_keeps_predecessor() const {
-    return shared_memory_ != nullptr && info_.world_size > 1;
-  }
-  // reduce_scatter_sum_async that also leaves in `predecessor_output` (the output's shape) the
-  // sum rank (rank - 1) mod N gets in its output, bit for bit, within the same collective
-  // (fsdp's --shard-replicas). Only where reduce_scatter_keeps_predecessor(); elsewhere a
-  // caller shifts the sums around the ring itself (comm/ring_shift.h). All three tensors must
-  // stay alive until wait().
-  PendingReduceScatter reduce_scatter_sum_keeping_predecessor_async(at::Tensor& output,
-                                                                    at::Tensor& predecessor_output,
-                                                                    const at::Tensor& input,
-                                                                    const std::string& name);
   void barrier();
 
-  // c10d's split_group: a communicator of `members` (ranks of this group, ascending; rank i of
-  // the new group is members[i]) over this group's transport, formed through this group's store
-  // under "split/<tag>/". Only the members call it, each once per tag and generation; it blocks
-  // until every member has (the backend's own exchange, within the timeout). The new group has
-  // this one's options and shares its abort(): a cancel ends its waits too. Throws
-  // std::logic_error when this rank is not a member or the group cannot split, and a
-  // CollectiveError (the backend's cause; a peer as the new group numbers it, or -1) when the
-  // group does not form, as when a member never comes within the timeout.
-  std::shared_ptr<Communicator> split(const std::vector<int>& members, const std::string& tag);
-
  private:
-  // Keeps the previous generation's store and its server (rendezvous.h).
-  friend std::shared_ptr<Communicator> connect_generation(const RendezvousOptions&, int,
-                                                          Communicator*,
-                                                          const std::function<bool()>&);
+  friend class detail::CommunicatorAccess;
 
   // Throws std::invalid_argument unless `tensor` is on device_ (see the collectives' contract).
   void require_on_device(const at::Tensor& tensor, const std::string& name) const;
-  JournalTicket ticket(int64_t seq) const {
-    return {recorder_->shared_journal(),
-            seq,
-            recorder_->epoch(),
-            aborted_,
-            peer_failures_,
-            info_.world_size == 2 ? 1 - info_.rank : -1};
-  }
   // The one launch path of the asynchronous collectives: under launch_mutex_, the launch mark,
   // the journal, `call` (the backend's collective, through the wrappers) and the span's
   // tracking.
@@ -265,11 +209,9 @@ class Communicator {
   // Gloo fallbacks (comm/gloo_fallbacks.h).
   bool flat_buffers_ = false;
   c10::intrusive_ptr<c10d::Store> store_;
-  c10::intrusive_ptr<c10d::Store> server_;  // rank 0's; freed even when abort() leaves group_
-  // A later generation's group (connect_generation): the job's rendezvous store without this
-  // generation's "gen<G>/" prefix, where the next generation's prefix goes, as on a spare that
-  // opens the store afresh. Null for a job's first group, whose store_ is that store.
-  c10::intrusive_ptr<c10d::Store> unprefixed_store_;
+  // The store's server (freed even when abort() leaves group_), its unprefixed store and the
+  // backend factory split forms groups with. Null: none.
+  std::shared_ptr<const detail::GroupWiring> wiring_;
   std::shared_ptr<std::atomic<bool>> aborted_ = std::make_shared<std::atomic<bool>>(false);
   // Gloo's host waits: a peer that announced its failure through the store ends them (shm's
   // segment and NCCL's watchdog already show a lost peer). Null: not watched.

@@ -36,7 +36,7 @@ struct RendezvousOptions {
   size_t journal_size = 2000;      // collectives the communicator's journal keeps
   bool check_collectives = false;  // --check-collectives (CommunicatorOptions)
   // --inject skip-collective names this rank: its communicator gets the switch the fault
-  // injector sets (CommunicatorOptions::skip_next_collective).
+  // injector sets (CommunicatorOptions::inject_skip_collective).
   bool inject_skip_collective = false;
   Transport transport = Transport::kAuto;  // CPU groups (ddpd/job_options.h: Transport)
 };
