@@ -240,7 +240,8 @@ class JobManager {
   void start_attempt(JobEntry& job, const std::vector<std::string>& worker_ids);
   void send_assignments(JobEntry& job, const v1::Assignment& assignment);
   void update_pending_reasons(const std::vector<PendingJob>& pending,
-                              const std::vector<IdleWorker>& idle);
+                              const std::vector<IdleWorker>& idle,
+                              const std::vector<IdleWorker>& registered);
   // Endings.
   void fail_job(JobEntry& job, const std::string& reason);
   // A DDP job with restarts left goes back to PENDING (its ranks cancelled) to resume from its

@@ -1,5 +1,6 @@
 // JobManager's placement: which pending job starts on which idle workers (scheduling.h's FIFO
-// rule), the Assignment each rank gets, and the restart that a later attempt records.
+// rule, with backfill), the Assignment each rank gets, and the restart that a later attempt
+// records.
 #include <spdlog/spdlog.h>
 
 #include "ddpd/api/restart_policy.h"
@@ -19,17 +20,17 @@ void JobManager::place() {
                          required_backend(entry.job.spec(), entry.ddp),
                          restart_fallback_sizes(entry.job, entry.ddp)});
     }
-    std::vector<IdleWorker> idle;
+    std::vector<IdleWorker> idle, registered;
     for (const auto& id : worker_order_) {
       const WorkerEntry& w = *workers_[id];
-      if (w.state == v1::IDLE && w.link) {
-        idle.push_back(
-            {id, offered_backends({w.hello.backends().begin(), w.hello.backends().end()})});
-      }
+      if (!w.link) continue;
+      registered.push_back(
+          {id, offered_backends({w.hello.backends().begin(), w.hello.backends().end()})});
+      if (w.state == v1::IDLE) idle.push_back(registered.back());
     }
-    auto placement = place_next(pending, idle);
+    auto placement = place_next(pending, idle, registered);
     if (!placement) {
-      update_pending_reasons(pending, idle);
+      update_pending_reasons(pending, idle, registered);
       return;
     }
     start_attempt(*jobs_[placement->job_id], placement->worker_ids);
@@ -37,9 +38,8 @@ void JobManager::place() {
 }
 
 void JobManager::update_pending_reasons(const std::vector<PendingJob>& pending,
-                                        const std::vector<IdleWorker>& idle) {
-  int registered = 0;
-  for (const auto& [id, w] : workers_) registered += w->link != nullptr;
+                                        const std::vector<IdleWorker>& idle,
+                                        const std::vector<IdleWorker>& registered) {
   for (size_t i = 0; i < pending.size(); ++i) {
     jobs_[pending[i].job_id]->job.set_pending_reason(pending_reason(pending, i, registered, idle));
   }

@@ -50,10 +50,16 @@ bool offers(const IdleWorker& worker, Backend backend) {
 
 }  // namespace
 
-std::optional<Placement> place_next(const std::vector<PendingJob>& pending_in_order,
-                                    const std::vector<IdleWorker>& idle_workers) {
-  if (pending_in_order.empty()) return std::nullopt;
-  const PendingJob& next = pending_in_order.front();
+namespace {
+
+int count_offering(const std::vector<IdleWorker>& workers, Backend backend) {
+  int n = 0;
+  for (const auto& worker : workers) n += offers(worker, backend);
+  return n;
+}
+
+std::optional<Placement> place_on_idle(const PendingJob& next,
+                                       const std::vector<IdleWorker>& idle_workers) {
   Placement placement;
   placement.job_id = next.job_id;
   for (const auto& worker : idle_workers) {
@@ -69,15 +75,45 @@ std::optional<Placement> place_next(const std::vector<PendingJob>& pending_in_or
   return std::nullopt;
 }
 
+}  // namespace
+
+bool fits_registered(const PendingJob& job, const std::vector<IdleWorker>& registered) {
+  int smallest = job.world_size;
+  for (int size : job.fallback_sizes) {
+    if (size >= 1) smallest = std::min(smallest, size);
+  }
+  return count_offering(registered, job.backend) >= smallest;
+}
+
+std::optional<Placement> place_next(const std::vector<PendingJob>& pending_in_order,
+                                    const std::vector<IdleWorker>& idle_workers,
+                                    const std::vector<IdleWorker>& registered) {
+  for (const PendingJob& job : pending_in_order) {
+    if (auto placement = place_on_idle(job, idle_workers)) return placement;
+    if (fits_registered(job, registered)) return std::nullopt;  // it blocks the jobs behind it
+  }
+  return std::nullopt;
+}
+
 std::string pending_reason(const std::vector<PendingJob>& pending_in_order, size_t index,
-                           int registered, const std::vector<IdleWorker>& idle_workers) {
-  if (index > 0) return "queued behind " + pending_in_order.front().job_id;
+                           const std::vector<IdleWorker>& registered,
+                           const std::vector<IdleWorker>& idle_workers) {
   const PendingJob& job = pending_in_order[index];
-  int idle = 0;
-  for (const auto& worker : idle_workers) idle += offers(worker, job.backend);
-  return "waiting for " + std::to_string(job.world_size) + " idle workers offering " +
-         enum_name(job.backend) + ": " + std::to_string(registered) + " registered, " +
-         std::to_string(idle) + " idle";
+  const bool fits = fits_registered(job, registered);
+  for (size_t ahead = 0; fits && ahead < index; ++ahead) {
+    if (fits_registered(pending_in_order[ahead], registered)) {
+      return "queued behind " + pending_in_order[ahead].job_id;
+    }
+  }
+  const std::string backend = enum_name(job.backend);
+  std::string reason = "waiting for " + std::to_string(job.world_size) + " idle workers offering " +
+                       backend + ": " + std::to_string(registered.size()) + " registered, " +
+                       std::to_string(count_offering(idle_workers, job.backend)) + " idle";
+  if (!fits) {
+    reason += "; never fits the " + std::to_string(count_offering(registered, job.backend)) +
+              " registered workers offering " + backend + ": later jobs that fit start first";
+  }
+  return reason;
 }
 
 v1::StepReport aggregate_step(const std::vector<v1::StepReport>& ranks) {

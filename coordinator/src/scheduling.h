@@ -43,17 +43,30 @@ struct Placement {
   std::vector<std::string> worker_ids;  // by rank
 };
 
-// FIFO: only the oldest pending job may start (no overtaking, so a large job is not starved),
-// and it starts when at least world_size idle workers offer its backend (or, failing that, the
-// largest of its fallback sizes that fits); ranks follow `idle_workers` order among those.
+// FIFO with backfill, as Slurm's: jobs start in submission order, and a job that cannot start
+// now blocks every job behind it (no overtaking, so a large job is not starved), unless it can
+// never start on the registered workers (`registered`: every worker with a live session, idle or
+// busy): more ranks than registered workers offering its backend, even at its smallest fallback
+// size. Such a job waits for a worker to register and blocks no one: a later job that fits on the
+// idle workers starts, since it cannot delay a job that could not have started anyway. A job
+// starts when at least world_size idle workers offer its backend (or, failing that, the largest
+// of its fallback sizes that fits); ranks follow `idle_workers` order among those.
 std::optional<Placement> place_next(const std::vector<PendingJob>& pending_in_order,
-                                    const std::vector<IdleWorker>& idle_workers);
+                                    const std::vector<IdleWorker>& idle_workers,
+                                    const std::vector<IdleWorker>& registered);
+
+// Whether `job` could start once the running jobs end: enough registered workers offer its
+// backend for its world size or one of its fallback sizes.
+bool fits_registered(const PendingJob& job, const std::vector<IdleWorker>& registered);
 
 // Why a pending job waits, kept current as workers come and go (as Slurm's reason column):
-// "waiting for 5 idle workers offering gloo: 1 registered, 1 idle", or, FIFO, "queued behind
-// job-000003" for any job but the oldest. `registered`: workers with a live session.
+// "waiting for 5 idle workers offering gloo: 1 registered, 1 idle" (with, for a job that never
+// fits the registered workers, "; never fits the 1 registered workers offering gloo: later
+// jobs that fit start first"), or "queued behind job-000003", the oldest job that fits the
+// registered workers.
 std::string pending_reason(const std::vector<PendingJob>& pending_in_order, size_t index,
-                           int registered, const std::vector<IdleWorker>& idle_workers);
+                           const std::vector<IdleWorker>& registered,
+                           const std::vector<IdleWorker>& idle_workers);
 
 // The memory a DDP job's rank must fit in at submission: the largest registered worker's host
 // memory, or for a CUDA job (--device cuda) its GPU's, as their hellos advertise them. `bytes` 0:

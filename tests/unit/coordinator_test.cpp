@@ -34,24 +34,58 @@ std::vector<IdleWorker> gloo_workers(std::initializer_list<const char*> ids) {
 
 TEST(Scheduler, OldestJobFirstAndNoOvertaking) {
   const std::vector<PendingJob> pending{{"a", 3}, {"b", 1}};
-  EXPECT_FALSE(place_next(pending, gloo_workers({"w1", "w2"})));  // b fits, but a is first
-  const auto placed = place_next(pending, gloo_workers({"w1", "w2", "w3", "w4"}));
+  const auto four = gloo_workers({"w1", "w2", "w3", "w4"});
+  // b fits, but a is first and fits once the busy w3 and w4 are idle again.
+  EXPECT_FALSE(place_next(pending, gloo_workers({"w1", "w2"}), four));
+  const auto placed = place_next(pending, four, four);
   ASSERT_TRUE(placed);
   EXPECT_EQ(placed->job_id, "a");
   EXPECT_EQ(placed->worker_ids, (std::vector<std::string>{"w1", "w2", "w3"}));
-  EXPECT_FALSE(place_next({}, gloo_workers({"w1"})));
+  EXPECT_FALSE(place_next({}, gloo_workers({"w1"}), four));
+}
+
+// Backfill: a job that can never start on the registered workers (more ranks than registered
+// workers offering its backend) blocks no one; a job that fits once running jobs end still does.
+TEST(Scheduler, AJobThatNeverFitsTheRegisteredWorkersDoesNotBlockTheQueue) {
+  const auto two = gloo_workers({"w1", "w2"});
+  const std::vector<PendingJob> pending{{"big", 3}, {"small", 2}, {"one", 1}};
+  const auto placed = place_next(pending, two, two);
+  ASSERT_TRUE(placed);
+  EXPECT_EQ(placed->job_id, "small");
+  EXPECT_EQ(placed->worker_ids, (std::vector<std::string>{"w1", "w2"}));
+  // w2 busy: "small" fits the registered workers, so it blocks "one" (FIFO among those).
+  EXPECT_FALSE(place_next(pending, gloo_workers({"w1"}), two));
+  EXPECT_EQ(pending_reason(pending, 0, two, gloo_workers({"w1"})),
+            "waiting for 3 idle workers offering gloo: 2 registered, 1 idle; never fits the 2 "
+            "registered workers offering gloo: later jobs that fit start first");
+  EXPECT_EQ(pending_reason(pending, 1, two, gloo_workers({"w1"})),
+            "waiting for 2 idle workers offering gloo: 2 registered, 1 idle");
+  EXPECT_EQ(pending_reason(pending, 2, two, gloo_workers({"w1"})), "queued behind small");
+  // A third worker registers: "big" fits and blocks again.
+  const auto three = gloo_workers({"w1", "w2", "w3"});
+  EXPECT_FALSE(place_next(pending, gloo_workers({"w1", "w3"}), three));
+  EXPECT_EQ(pending_reason(pending, 1, three, gloo_workers({"w1", "w3"})), "queued behind big");
+  // A backend no registered worker offers never fits either; a fallback size that fits does.
+  const std::vector<PendingJob> nccl{{"gpu", 1, Backend::kNccl}, {"cpu", 1}};
+  ASSERT_TRUE(place_next(nccl, two, two));
+  EXPECT_EQ(place_next(nccl, two, two)->job_id, "cpu");
+  const std::vector<PendingJob> shrinks{{"restart", 3, Backend::kGloo, {2}}, {"one", 1}};
+  EXPECT_FALSE(place_next(shrinks, gloo_workers({"w1"}), two));
+  EXPECT_TRUE(fits_registered(shrinks[0], two));
+  EXPECT_FALSE(fits_registered(pending[0], two));
 }
 
 // A restarting job may shrink to the largest fallback size the idle workers allow.
 TEST(Scheduler, ARestartShrinksToTheLargestFallbackSizeThatFits) {
   const std::vector<PendingJob> pending{{"a", 4, Backend::kGloo, {3, 2, 1}}};
-  const auto three = place_next(pending, gloo_workers({"w1", "w2", "w3"}));
+  const auto four = gloo_workers({"w1", "w2", "w3", "w4"});
+  const auto three = place_next(pending, gloo_workers({"w1", "w2", "w3"}), four);
   ASSERT_TRUE(three);
   EXPECT_EQ(three->worker_ids, (std::vector<std::string>{"w1", "w2", "w3"}));
-  const auto one = place_next(pending, gloo_workers({"w1"}));
+  const auto one = place_next(pending, gloo_workers({"w1"}), four);
   ASSERT_TRUE(one);
   EXPECT_EQ(one->worker_ids.size(), 1u);
-  EXPECT_FALSE(place_next({{"b", 4, Backend::kGloo, {2}}}, gloo_workers({"w1"})));
+  EXPECT_FALSE(place_next({{"b", 4, Backend::kGloo, {2}}}, gloo_workers({"w1"}), four));
 }
 
 // NCCL jobs (comm on nccl, DDP on cuda) go only to workers that offer nccl; a worker that
@@ -63,11 +97,11 @@ TEST(Scheduler, JobsGoToWorkersOfferingTheirBackend) {
                                      {"old", offered_backends({})},
                                      {"gpu2", offered_backends({"gloo", "nccl", "future"})}};
   EXPECT_EQ(idle[3].backends, (std::vector<Backend>{Backend::kGloo, Backend::kNccl}));
-  const auto nccl = place_next({{"a", 2, Backend::kNccl}}, idle);
+  const auto nccl = place_next({{"a", 2, Backend::kNccl}}, idle, idle);
   ASSERT_TRUE(nccl);
   EXPECT_EQ(nccl->worker_ids, (std::vector<std::string>{"gpu1", "gpu2"}));
-  EXPECT_FALSE(place_next({{"a", 3, Backend::kNccl}}, idle));
-  const auto gloo = place_next({{"b", 3, Backend::kGloo}}, idle);
+  EXPECT_FALSE(place_next({{"a", 3, Backend::kNccl}}, idle, idle));
+  const auto gloo = place_next({{"b", 3, Backend::kGloo}}, idle, idle);
   ASSERT_TRUE(gloo);
   EXPECT_EQ(gloo->worker_ids, (std::vector<std::string>{"cpu1", "gpu1", "old"}));
 
@@ -269,9 +303,10 @@ TEST(Scheduler, PendingJobsSayWhyTheyWait) {
   const std::vector<PendingJob> pending{{"job-000001", 5, Backend::kGloo},
                                         {"job-000002", 1, Backend::kGloo}};
   const std::vector<IdleWorker> idle{{"w0", {Backend::kGloo}}, {"w1", {Backend::kNccl}}};
-  EXPECT_EQ(pending_reason(pending, 0, 3, idle),
-            "waiting for 5 idle workers offering gloo: 3 registered, 1 idle");
-  EXPECT_EQ(pending_reason(pending, 1, 3, idle), "queued behind job-000001");
+  const auto registered = gloo_workers({"w0", "w2", "w3", "w4", "w5"});
+  EXPECT_EQ(pending_reason(pending, 0, registered, idle),
+            "waiting for 5 idle workers offering gloo: 5 registered, 1 idle");
+  EXPECT_EQ(pending_reason(pending, 1, registered, idle), "queued behind job-000001");
 }
 
 }  // namespace ddpd::coordinator

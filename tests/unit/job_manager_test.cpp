@@ -194,7 +194,8 @@ TEST_F(JobManagerTest, AJobWaitsSayingWhyThenStartsOnIdleWorkersInRegistrationOr
   const std::string id = submit(ddp_spec(2));
   EXPECT_EQ(job(id).state(), v1::PENDING);
   EXPECT_EQ(job(id).pending_reason(),
-            "waiting for 2 idle workers offering gloo: 1 registered, 1 idle");
+            "waiting for 2 idle workers offering gloo: 1 registered, 1 idle; never fits the 1 "
+            "registered workers offering gloo: later jobs that fit start first");
   add_worker("w1");
   ASSERT_EQ(job(id).state(), v1::RUNNING);
   for (int rank = 0; rank < 2; ++rank) {
@@ -684,21 +685,53 @@ TEST_F(JobManagerTest, UnderOnStallWarnAStallIsReportedOncePerEpisodeAndTheJobGo
 
 TEST_F(JobManagerTest, PendingJobsSayWhyTheyWaitAndACancelledOneNoLongerDoes) {
   add_worker("w0");
-  const std::string first = submit(ddp_spec(3));
+  add_worker("w1");
+  add_worker("w2");
+  const std::string running = submit(ddp_spec(2));  // on w0 and w1
+  ASSERT_EQ(job(running).state(), v1::RUNNING);
+  const std::string first = submit(ddp_spec(3));  // fits once `running` ends
   const std::string behind = submit(ddp_spec(1));
   EXPECT_EQ(job(first).pending_reason(),
-            "waiting for 3 idle workers offering gloo: 1 registered, 1 idle");
+            "waiting for 3 idle workers offering gloo: 3 registered, 1 idle");
   EXPECT_EQ(job(behind).pending_reason(), "queued behind " + first);  // FIFO: no overtaking
-  add_worker("w1");
+  EXPECT_EQ(job(behind).state(), v1::PENDING);
+  add_worker("w3");
   EXPECT_EQ(job(first).pending_reason(),
-            "waiting for 3 idle workers offering gloo: 2 registered, 2 idle");
-  manager_->lost("w1", links_["w1"].get(), "it closed its session");
+            "waiting for 3 idle workers offering gloo: 4 registered, 2 idle");
+  manager_->lost("w3", links_["w3"].get(), "it closed its session");
   EXPECT_EQ(job(first).pending_reason(),
-            "waiting for 3 idle workers offering gloo: 1 registered, 1 idle");
+            "waiting for 3 idle workers offering gloo: 3 registered, 1 idle");
   v1::Job cancelled;
   ASSERT_FALSE(manager_->cancel(first, &cancelled).has_value());
   EXPECT_TRUE(job(first).pending_reason().empty());
   EXPECT_EQ(job(behind).state(), v1::RUNNING);  // the oldest pending job is gone
+}
+
+// Backfill (docs/job-path.md): a job with more ranks than registered workers blocks no one, and
+// says so; once a worker registers that lets it fit, it blocks the jobs behind it again (FIFO).
+TEST_F(JobManagerTest, AJobLargerThanTheClusterDoesNotBlockJobsThatFit) {
+  add_worker("w0");
+  add_worker("w1");
+  const std::string big = submit(ddp_spec(3));
+  const std::string small = submit(ddp_spec(2));
+  EXPECT_EQ(job(big).state(), v1::PENDING);
+  ASSERT_EQ(job(small).state(), v1::RUNNING);  // started at once, ahead of `big`
+  EXPECT_EQ(job(small).worker_ids_size(), 2);
+  EXPECT_EQ(job(big).pending_reason(),
+            "waiting for 3 idle workers offering gloo: 2 registered, 0 idle; never fits the 2 "
+            "registered workers offering gloo: later jobs that fit start first");
+  add_worker("w2");  // now `big` fits once `small` ends, so it blocks `later`
+  const std::string later = submit(ddp_spec(1));
+  EXPECT_EQ(job(later).state(), v1::PENDING);
+  EXPECT_EQ(job(later).pending_reason(), "queued behind " + big);
+  EXPECT_EQ(job(big).pending_reason(),
+            "waiting for 3 idle workers offering gloo: 3 registered, 1 idle");
+  result("w0", small, 0, 0);
+  result("w1", small, 1, 0);
+  ASSERT_EQ(job(small).state(), v1::SUCCEEDED);
+  EXPECT_EQ(job(big).state(), v1::RUNNING);
+  EXPECT_EQ(job(later).pending_reason(),  // no idle worker left
+            "waiting for 1 idle workers offering gloo: 3 registered, 0 idle");
 }
 
 TEST_F(JobManagerTest, AStragglerIsNamedOnceAndTheHealthyRanksAreNot) {
@@ -765,8 +798,10 @@ TEST_F(JobManagerTest, AFailedRanksCauseAndNamedRankAreKeptAsData) {
 TEST_F(JobManagerTest, APendingJobFailsAfterThePendingTimeoutAndACancelStopsItsRanks) {
   options_.pending_timeout = std::chrono::seconds(60);
   open();
-  FakeLink& w0 = add_worker("w0");
-  const std::string waiting = submit(ddp_spec(2));
+  add_worker("w0");
+  FakeLink& w1 = add_worker("w1");
+  const std::string occupying = submit(ddp_spec(1));  // on w0
+  const std::string waiting = submit(ddp_spec(2));    // fits once `occupying` ends
   clock_.advance(30.0);
   const std::string running = submit(ddp_spec(1));  // queued behind it, FIFO
   EXPECT_EQ(job(running).state(), v1::PENDING);
@@ -781,7 +816,7 @@ TEST_F(JobManagerTest, APendingJobFailsAfterThePendingTimeoutAndACancelStopsItsR
   v1::Job cancelled;
   EXPECT_FALSE(manager_->cancel(running, &cancelled).has_value());
   EXPECT_EQ(cancelled.state(), v1::CANCELLED);
-  EXPECT_EQ(w0.cancels(running), 1);
+  EXPECT_EQ(w1.cancels(running), 1);
   const auto again = manager_->cancel(running, &cancelled);
   ASSERT_TRUE(again.has_value());
   EXPECT_EQ(again->code, Refusal::Code::kFailedPrecondition);
