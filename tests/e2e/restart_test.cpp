@@ -4,7 +4,7 @@
 // the restart, and its final checkpoint is byte-for-byte the one an uninterrupted standalone run
 // resumed from the same checkpoint writes. A worker stopped mid-job frees its peers' workers
 // within seconds (the daemons abort the survivors' collectives on cancel). Healing in place is
-// heal_test.cpp's.
+// heal_daemon_test.cpp's.
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -30,7 +30,7 @@ TEST(Restart, ARankWhoseProcessExitsIsRestartedFromItsCheckpoint) {
   const std::string dir = temp_dir() + "/restart-exit-ckpt";
   fs::remove_all(dir);
   // ZeRO-1: a lost rank's optimizer shards exist nowhere else, so the job restarts from its
-  // checkpoint rather than healing in place (docs/healing.md; heal_test.cpp heals).
+  // checkpoint rather than healing in place (docs/healing.md; heal_daemon_test.cpp heals).
   const std::vector<std::string> common{"--batch",    "6",        "--context",        "16",
                                         "--steps",    "8",        "--threads",        "1",
                                         "--strategy", "bucketed", "--shard-optimizer"};
@@ -148,7 +148,8 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 // silent; once its job has not advanced for --worker-timeout (3 s here) it is lost, and the
 // survivors, blocked in a collective with it, are aborted by their daemons on the coordinator's
 // cancel: IDLE within seconds of the stop, where they used to wait out --timeout (300 s here).
-// (With --max-restarts and an idle worker the rank is healed in place instead: heal_test.cpp.)
+// (With --max-restarts and an idle worker the rank is healed in place instead:
+// heal_daemon_test.cpp.)
 TEST(Supervision, AStoppedRanksSurvivorsAreFreed) {
   const auto job_flags = [](int steps) {
     return std::vector<std::string>{"--world-size",        "3",         "--batch", "6", "--steps",

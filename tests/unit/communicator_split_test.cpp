@@ -1,6 +1,6 @@
 // split_group's refusals, which need no peer, and a member that never comes, over real
 // Gloo ranks in this process. The split itself is exercised by real processes: a heal sends the
-// state to the rank that joins over a group of two (tests/multirank/heal_test.cpp, Healing, on
+// state to the rank that joins over a group of two (tests/multirank/heal_core_test.cpp, Healing, on
 // shm and Gloo).
 #include <gtest/gtest.h>
 

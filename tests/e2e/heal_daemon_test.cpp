@@ -329,8 +329,8 @@ TEST(Heal, ALostRankZeroWithNoSpareShrinksAndTheStoreMovesToTheNewRankZero) {
 }
 
 // ZeRO-1 with replicas, no spare: rank 1's worker is SIGKILLed, its optimizer shard is on rank 2,
-// and the survivors lay every shard out again for 2 ranks in place (tests/multirank/heal_test.cpp
-// checks the bits against a resume at world 2).
+// and the survivors lay every shard out again for 2 ranks in place
+// (tests/multirank/heal_core_test.cpp checks the bits against a resume at world 2).
 // Sharded state with --shard-replicas 1 and no spare: the worker of rank 1 is killed, and the
 // survivors lay the shards out again for 2 ranks from their own shards and copies.
 void expect_sharded_shrink(const std::string& name, const std::string& what,
