@@ -6,6 +6,11 @@
 // reused), then cuts its new shard and its new predecessor's out of it, as a resume at the smaller
 // world size reads them from a checkpoint by their ranges. The old shards stay until every unit
 // is laid out (the optimizers hold them), so the peak adds the new shards and that buffer.
+//
+// Part of healing (heal/healer.h), reached through its seam: heal/state_transfer.cpp calls
+// GradientSynchronizer::relayout, and fsdp's relayout calls these. It stays beside fsdp rather
+// than in heal/ because it cuts fsdp_shard.h's pieces and layouts (ShardPieces, ShardLayout,
+// OldShardHolders), which are fsdp's own.
 #pragma once
 
 #include <torch/torch.h>
