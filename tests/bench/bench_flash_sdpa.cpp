@@ -24,8 +24,11 @@
 #include "ddpd/kernels/flash_attention.h"
 #include "device/device.h"
 #include "flash_attention_cuda_op.h"
+#include "support/relative_error.h"
 
 namespace {
+
+using ddpd::testing::relative_error;  // max |x - ref| / max |ref|
 
 using AttentionFn =
     std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>;
@@ -52,11 +55,6 @@ torch::Tensor flash(const torch::Tensor& q, const torch::Tensor& k, const torch:
 
 torch::Tensor sdpa(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
-}
-
-// max |x - ref| / max |ref|.
-double relative_error(const torch::Tensor& x, const torch::Tensor& ref) {
-  return (x.to(torch::kDouble) - ref).abs().max().item<double>() / ref.abs().max().item<double>();
 }
 
 // Largest relative error of `fn`'s out, dq, dk, dv against float64 naive attention.

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/files.h"
 #include "support/process.h"
 
 namespace ddpd::testing {
@@ -181,20 +182,13 @@ class Cluster {
   std::map<int, int> worker_ports_;  // route_worker's
 };
 
-inline std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
 // Every file of the uninterrupted run's --export-hf directory equals the other run's, byte for
 // byte.
 inline void expect_same_export(const std::string& reference_dir, const std::string& other_dir) {
   ASSERT_TRUE(std::filesystem::exists(reference_dir + "/model.safetensors"));
   for (const auto& entry : std::filesystem::directory_iterator(reference_dir)) {
     const std::string file = entry.path().filename();
-    EXPECT_TRUE(file_bytes(entry.path()) == file_bytes(other_dir + "/" + file))
+    EXPECT_TRUE(read_file(entry.path()) == read_file(other_dir + "/" + file))
         << file << " differs from the uninterrupted run's";
   }
 }

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "ddpd/common/seconds_since.h"
 #include "e2e/cluster.h"
 #include "support/http.h"
 
@@ -35,10 +36,6 @@ std::vector<std::string> with_extra(std::vector<std::string> flags,
   if (strategy != extra.end() && own != flags.end()) flags.erase(own, own + 2);
   flags.insert(flags.end(), extra.begin(), extra.end());
   return flags;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
 // Waits for the job's first step report, then for its `healed` incident after `fault` runs;

@@ -11,19 +11,13 @@
 #include <set>
 #include <sstream>
 
+#include "ddpd/common/seconds_since.h"
 #include "e2e/cluster.h"
 
 namespace ddpd::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
 
 TEST(Restart, ARankWhoseProcessExitsIsRestartedFromItsCheckpoint) {
   Cluster cluster(3, "restart-exit");
@@ -138,10 +132,6 @@ TEST(Resume, DdpctlResumeContinuesAtAnotherWorldSizeAndStrategy) {
   EXPECT_NE(resumed[0]["message"].get<std::string>().find("resumed as " + second),
             std::string::npos);
   EXPECT_TRUE(fs::exists(dir + "/step-000008/metadata.json"));
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
 // A worker stopped mid-job (SIGSTOP: its rank neither exits nor closes a connection) is

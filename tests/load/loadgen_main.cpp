@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "ddpd/common/net.h"
+#include "ddpd/common/seconds_since.h"
 #include "process_usage.h"
 #include "simulated_workers.h"
 #include "support/http.h"
@@ -30,9 +31,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+using ddpd::seconds_since;
 
 struct LoadgenOptions {
   ddpd::load::SimulatedWorkersOptions workers;

@@ -8,6 +8,7 @@
 
 #include "ddpd/core/model.h"
 #include "ddpd/kernels/flash_attention.h"
+#include "support/relative_error.h"
 
 namespace ddpd {
 namespace {
@@ -15,6 +16,7 @@ namespace {
 using kernels::flash_attention;
 using kernels::FlashAttentionOptions;
 using kernels::naive_attention;
+using testing::relative_error;
 
 struct Case {
   int64_t t, d, block_q, block_k;
@@ -29,10 +31,8 @@ class FlashVsNaive : public ::testing::TestWithParam<Case> {};
 // float64's unit roundoff, 2^-29 of float32's (4e-13), with a margin of 25; a real fault (a wrong
 // mask, scale or rescaling) moves the values by 1e-2 or more.
 constexpr double kFloat64Bound = 1e-11;
-
-double relative_error(const torch::Tensor& got, const torch::Tensor& exact) {
-  return (got - exact).abs().max().item<double>() / std::max(1.0, exact.abs().max().item<double>());
-}
+// Errors relative to the largest value, or absolute where it is below 1.
+constexpr double kFloor = 1.0;
 
 TEST_P(FlashVsNaive, ValuesAndGradientsMatchInFloat64) {
   const Case c = GetParam();
@@ -52,10 +52,10 @@ TEST_P(FlashVsNaive, ValuesAndGradientsMatchInFloat64) {
   auto naive = naive_attention(q, k, v, c.causal);
   (naive * weights).sum().backward();
 
-  EXPECT_LT(relative_error(flash, naive), kFloat64Bound);
-  EXPECT_LT(relative_error(fq, q.grad()), kFloat64Bound);
-  EXPECT_LT(relative_error(fk, k.grad()), kFloat64Bound);
-  EXPECT_LT(relative_error(fv, v.grad()), kFloat64Bound);
+  EXPECT_LT(relative_error(flash, naive, kFloor), kFloat64Bound);
+  EXPECT_LT(relative_error(fq, q.grad(), kFloor), kFloat64Bound);
+  EXPECT_LT(relative_error(fk, k.grad(), kFloor), kFloat64Bound);
+  EXPECT_LT(relative_error(fv, v.grad(), kFloor), kFloat64Bound);
 }
 
 // float32, what users run: within the worst case of float32 error analysis, against the exact
@@ -157,10 +157,11 @@ TEST(FlashAttention, ModelMatchesNaiveAttention) {
     SCOPED_TRACE(enum_name(attention));
     auto [logits, grads] = run(attention);
     EXPECT_EQ(logits.scalar_type(), torch::kDouble);
-    EXPECT_LT(relative_error(logits, naive_logits), kFloat64Bound);
+    EXPECT_LT(relative_error(logits, naive_logits, kFloor), kFloat64Bound);
     ASSERT_EQ(grads.size(), naive_grads.size());
     for (size_t i = 0; i < grads.size(); ++i) {
-      EXPECT_LT(relative_error(grads[i], naive_grads[i]), kFloat64Bound) << "parameter " << i;
+      EXPECT_LT(relative_error(grads[i], naive_grads[i], kFloor), kFloat64Bound)
+          << "parameter " << i;
     }
   }
 }

@@ -18,6 +18,7 @@
 
 #include "hf/safetensors.h"
 #include "hf/safetensors_dir.h"
+#include "support/files.h"
 
 #ifndef DDPD_PEER_PYTHON
 #define DDPD_PEER_PYTHON "python3"
@@ -27,6 +28,7 @@ namespace ddpd::hf {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::read_file;
 
 const std::string kFile = "weights.safetensors";  // the name parse_header's messages use
 
@@ -99,13 +101,6 @@ void expect_refused(const std::string& file, const std::string& tensor, const st
     EXPECT_EQ(e.file(), kFile);
     EXPECT_EQ(e.tensor(), tensor);
   }
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 class TempDir : public ::testing::Test {
