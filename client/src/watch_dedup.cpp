@@ -20,6 +20,9 @@ std::string event_key(const v1::JobEvent& event) {
     return "i " + i.kind() + " " + time_key(i.unix_time()) + " " + std::to_string(i.rank()) + " " +
            i.message();
   }
+  if (event.has_pending()) {
+    return "p " + time_key(event.pending().unix_time()) + " " + event.pending().reason();
+  }
   return "s " + std::to_string(event.step().step());
 }
 

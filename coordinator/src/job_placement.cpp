@@ -41,7 +41,13 @@ void JobManager::update_pending_reasons(const std::vector<PendingJob>& pending,
                                         const std::vector<IdleWorker>& idle,
                                         const std::vector<IdleWorker>& registered) {
   for (size_t i = 0; i < pending.size(); ++i) {
-    jobs_[pending[i].job_id]->job.set_pending_reason(pending_reason(pending, i, registered, idle));
+    JobEntry& entry = *jobs_[pending[i].job_id];
+    std::string reason = pending_reason(pending, i, registered, idle);
+    if (reason == entry.job.pending_reason()) continue;
+    auto* event = entry.events.emplace_back().mutable_pending();  // watchers print each change
+    event->set_unix_time(clock_.unix_seconds());
+    event->set_reason(reason);
+    entry.job.set_pending_reason(std::move(reason));
   }
 }
 

@@ -732,6 +732,20 @@ TEST_F(JobManagerTest, AJobLargerThanTheClusterDoesNotBlockJobsThatFit) {
   EXPECT_EQ(job(big).state(), v1::RUNNING);
   EXPECT_EQ(job(later).pending_reason(),  // no idle worker left
             "waiting for 1 idle workers offering gloo: 3 registered, 0 idle");
+  // Watchers get each reason once, when it changes, in order.
+  std::vector<std::string> reasons;
+  for (const auto& e : *manager_->events(big)) {
+    if (e.has_pending()) reasons.push_back(e.pending().reason());
+  }
+  EXPECT_EQ(
+      reasons,
+      (std::vector<std::string>{
+          "waiting for 3 idle workers offering gloo: 2 registered, 2 idle; never fits the 2 "
+          "registered workers offering gloo: later jobs that fit start first",
+          "waiting for 3 idle workers offering gloo: 2 registered, 0 idle; never fits the 2 "
+          "registered workers offering gloo: later jobs that fit start first",
+          "waiting for 3 idle workers offering gloo: 3 registered, 1 idle",
+          "waiting for 3 idle workers offering gloo: 3 registered, 2 idle"}));  // rank 0 ended
 }
 
 TEST_F(JobManagerTest, AStragglerIsNamedOnceAndTheHealthyRanksAreNot) {
