@@ -1,10 +1,13 @@
 // ddpctl submit ddp | comm: a job from flags (and -f FILE), validated here, then submitted.
+#include <algorithm>
+#include <cstdio>
 #include <iostream>
 #include <memory>
 
 #include "commands.h"
 #include "ddpd/api/spec_convert.h"
 #include "ddpd/common/ddp_flags.h"
+#include "ddpd/common/memory_estimate.h"
 #include "job_specs.h"
 
 namespace ddpd::client {
@@ -18,11 +21,46 @@ struct SubmitFlags {
   std::string job_file;
 };
 
+bool offers_backend(const v1::WorkerHello& hello, const std::string& backend) {
+  if (hello.backends().empty()) return backend == "gloo";  // an older worker: gloo only
+  return std::find(hello.backends().begin(), hello.backends().end(), backend) !=
+         hello.backends().end();
+}
+
+// Warns (stderr; the job is queued all the same) when fewer registered workers than the job's
+// ranks offer its backend and the memory one rank needs: the coordinator lets jobs behind it
+// start first (backfill), and this one waits for workers to register.
+void warn_if_no_workers_can_hold(ControlClient& control, const v1::JobSpec& spec,
+                                 const std::string& job_id) {
+  const bool ddp = spec.has_ddp();
+  const DdpJobOptions options = ddp ? ddp_options_of(spec) : DdpJobOptions{};
+  const bool cuda = ddp && options.device == Device::kCuda;
+  const std::string backend =
+      cuda ? "nccl" : (!ddp && spec.comm().backend() == "nccl" ? "nccl" : "gloo");
+  const int64_t needs = ddp ? estimate_rank_memory(options, spec.world_size()).total() : 0;
+  int registered = 0, qualify = 0;
+  const v1::ListWorkersReply workers = control.workers();
+  for (const auto& worker : workers.workers()) {
+    if (worker.state() != v1::IDLE && worker.state() != v1::BUSY) continue;
+    ++registered;
+    const int64_t memory = cuda ? worker.hello().gpu_memory_bytes() : worker.hello().memory_bytes();
+    qualify += offers_backend(worker.hello(), backend) && (memory == 0 || memory >= needs);
+  }
+  if (qualify >= spec.world_size()) return;
+  char memory[64] = "";
+  if (needs > 0) std::snprintf(memory, sizeof(memory), " and %.2f GB of memory", needs / 1e9);
+  std::cerr << "warning: " << job_id << " needs " << spec.world_size() << " workers offering "
+            << backend << memory << ", but " << qualify << " of the " << registered
+            << " registered workers do: it waits until more register, and later jobs that fit "
+               "start first (lower --world-size, or start more workers)\n";
+}
+
 int submit_spec(Commands& commands, const v1::JobSpec& spec, bool watch) {
   validate_spec(spec);  // the coordinator checks again; fail fast here
   ControlClient control(commands.connection());
   const v1::Job submitted = control.submit(spec);
   std::cout << submitted.job_id() << std::endl;
+  warn_if_no_workers_can_hold(control, spec, submitted.job_id());
   return watch ? follow_exit_code(control, submitted.job_id()) : 0;
 }
 
