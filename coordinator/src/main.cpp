@@ -34,6 +34,7 @@ struct CoordinatorFlags {
   std::string listen = "0.0.0.0:50051";
   std::string db_path = "ddpd.db";
   std::string tls_cert, tls_key;
+  bool insecure = false;              // serve without a token: every caller may do anything
   LogOptions log;                     // level info, format text
   CoordinatorMetricsOptions metrics;  // port 9400
   CoordinatorOptions options;         // token, timeouts and limits: defaults named there
@@ -51,6 +52,9 @@ void add_flags(CLI::App& app, CoordinatorFlags& f) {
   app.add_option("--db", f.db_path, "SQLite database file (created if missing)")
       ->capture_default_str();
   app.add_option("--token", o.token, "Shared token every RPC must carry (default: $DDPD_TOKEN)");
+  app.add_flag("--insecure", f.insecure,
+               "Serve without a token: anyone who reaches --listen may submit, cancel and read "
+               "every job (a test bench only)");
   app.add_option("--tls-cert", f.tls_cert, "PEM certificate: serve TLS");
   app.add_option("--tls-key", f.tls_key, "PEM private key for --tls-cert");
   app.add_option("--worker-timeout", f.worker_timeout_s,
@@ -97,6 +101,17 @@ void finish_flags(CoordinatorFlags& f) {
   CoordinatorOptions& o = f.options;
   if (o.token.empty()) {
     if (const char* env = std::getenv("DDPD_TOKEN")) o.token = env;
+  }
+  if (o.token.empty() && !f.insecure) {
+    throw OptionError("--token",
+                      "no token: set $DDPD_TOKEN or --token (a shared secret every RPC must "
+                      "carry; e.g. export DDPD_TOKEN=$(openssl rand -hex 16)), or pass "
+                      "--insecure to serve every caller without one");
+  }
+  if (!o.token.empty() && f.insecure) {
+    throw OptionError("--insecure",
+                      "contradicts the token given (--token or $DDPD_TOKEN): "
+                      "drop one of them");
   }
   if (f.tls_cert.empty() != f.tls_key.empty()) {
     throw OptionError("--tls-key", "--tls-cert and --tls-key go together");
@@ -177,6 +192,12 @@ int serve(const CoordinatorFlags& f) {
                f.tls_cert.empty() ? "off" : "on",
                f.metrics.port > 0 ? f.metrics.bind_host + ":" + std::to_string(f.metrics.port)
                                   : std::string("off"));
+  if (f.insecure) {
+    spdlog::warn(
+        "--insecure: no token; every RPC from anyone who reaches {} is accepted "
+        "(submit, cancel, the job history). Set $DDPD_TOKEN or --token instead",
+        f.listen);
+  }
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   while (!stop_requested) std::this_thread::sleep_for(std::chrono::milliseconds(100));

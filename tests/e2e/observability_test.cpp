@@ -461,7 +461,7 @@ TEST(Observability, BadObservabilityFlagsAreRefusedByName) {
   BackgroundProcess holder(
       {bin("ddpd-coordinator"), "--metrics-port", std::to_string(port), "--listen",
        "127.0.0.1:" + std::to_string(unused_port()), "--db", temp_dir() + "/holder.db"},
-      {}, "metrics-holder");
+      {{"DDPD_TOKEN", kToken}}, "metrics-holder");
   bool bound = false;
   for (int i = 0; i < 100 && !bound; ++i) {
     bound = http_get(port, "/metrics").status == 200;

@@ -184,6 +184,8 @@ nlohmann::json run(LoadgenOptions o) {
     db = ddpd::testing::temp_dir() + "/loadgen-coordinator.db";  // removed at exit
     const std::string self = std::filesystem::read_symlink("/proc/self/exe").parent_path();
     o.workers.coordinator = "127.0.0.1:" + std::to_string(port);
+    // Our own coordinator needs a token (it refuses to start without one).
+    if (o.workers.token.empty()) o.workers.token = "loadgen-" + std::to_string(getpid());
     own = std::make_unique<ddpd::testing::BackgroundProcess>(
         std::vector<std::string>{self + "/ddpd-coordinator", "--listen", o.workers.coordinator,
                                  "--db", db, "--metrics-port", std::to_string(o.metrics_port),

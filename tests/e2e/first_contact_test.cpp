@@ -1,0 +1,53 @@
+// What a newcomer meets first (issue 61): a coordinator without a token refuses to start unless
+// told --insecure. Real daemons and ddpctl.
+#include <chrono>
+#include <string>
+
+#include "e2e/cluster.h"
+
+namespace ddpd::testing {
+namespace {
+
+// Without a token every caller could submit and cancel: the coordinator refuses to start, and
+// --insecure starts it with a warning, serving calls that carry no token.
+TEST(Token, ACoordinatorWithoutATokenRefusesToStartUnlessInsecure) {
+  const std::string address = "127.0.0.1:" + std::to_string(unused_port());
+  const auto refused =
+      run_process({"/usr/bin/env", "-u", "DDPD_TOKEN", bin("ddpd-coordinator"), "--listen", address,
+                   "--db", temp_dir() + "/notoken.db", "--metrics-port", "0"},
+                  {}, std::chrono::seconds(30));
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("--token: no token: set $DDPD_TOKEN or --token"), std::string::npos)
+      << refused.err;
+  EXPECT_NE(refused.err.find("--insecure"), std::string::npos) << refused.err;
+
+  BackgroundProcess insecure(
+      {"/usr/bin/env", "-u", "DDPD_TOKEN", bin("ddpd-coordinator"), "--insecure", "--listen",
+       address, "--db", temp_dir() + "/insecure.db", "--metrics-port", "0"},
+      {}, "insecure-coordinator");
+  ProcessOutcome listed;
+  for (int i = 0; i < 100; ++i) {
+    listed = run_process(
+        {"/usr/bin/env", "-u", "DDPD_TOKEN", bin("ddpctl"), "--coordinator", address, "list"}, {},
+        std::chrono::seconds(30));
+    if (listed.exit_code == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_NE(insecure.log().find("[warning] --insecure: no token; every RPC from anyone who "
+                                "reaches " +
+                                address + " is accepted"),
+            std::string::npos)
+      << insecure.log();
+
+  // A token and --insecure contradict each other.
+  const auto both = run_process({bin("ddpd-coordinator"), "--insecure", "--listen", address, "--db",
+                                 temp_dir() + "/both.db", "--metrics-port", "0"},
+                                {{"DDPD_TOKEN", kToken}}, std::chrono::seconds(30));
+  EXPECT_EQ(both.exit_code, 2) << both.err;
+  EXPECT_NE(both.err.find("--insecure: contradicts the token given"), std::string::npos)
+      << both.err;
+}
+
+}  // namespace
+}  // namespace ddpd::testing
