@@ -37,8 +37,21 @@ const char* code_name(grpc::StatusCode code) {
   }
 }
 
-void check(const grpc::Status& status) {
-  if (!status.ok()) throw RpcError(status);
+// What to do about a refusal the user can fix from the command line: the flag or variable to set.
+std::string hint(const grpc::Status& status, const std::string& address) {
+  switch (status.error_code()) {
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return status.error_message().find("missing") != std::string::npos
+                 ? " (set $DDPD_TOKEN or pass --token: the coordinator's shared token)"
+                 : " (--token or $DDPD_TOKEN differs from the coordinator's token)";
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      if (address.empty()) return "";
+      return " (no coordinator answered at " + address +
+             ": pass --coordinator HOST:PORT, the address its --listen serves)";
+    default:
+      return "";
+  }
 }
 
 bool is_terminal(v1::JobState state) {
@@ -55,9 +68,9 @@ void pause_for(double seconds) {
 
 }  // namespace
 
-RpcError::RpcError(const grpc::Status& status)
+RpcError::RpcError(const grpc::Status& status, const std::string& address)
     : std::runtime_error(std::string(code_name(status.error_code())) + ": " +
-                         status.error_message()),
+                         status.error_message() + hint(status, address)),
       exit_code_(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ? 2 : 1) {}
 
 ControlClient::ControlClient(const ConnectionOptions& options)
@@ -66,6 +79,10 @@ ControlClient::ControlClient(const ConnectionOptions& options)
       wait_seconds_(options.wait_seconds),
       channel_(coordinator_channel(options.coordinator, options.tls_ca)),
       stub_(v1::Coordinator::NewStub(channel_)) {}
+
+void ControlClient::check(const grpc::Status& status) const {
+  if (!status.ok()) throw RpcError(status, address_);
+}
 
 void ControlClient::prepare(grpc::ClientContext& context) const {
   if (!token_.empty()) context.AddMetadata("authorization", "Bearer " + token_);
@@ -193,7 +210,7 @@ v1::JobState ControlClient::watch(const std::string& job_id, const EventHandler&
   for (;;) {
     bool connected = false;
     grpc::Status status = watch_stream(job_id, dedup, state, connected, on_event);
-    if (!status.ok() && !retryable(status)) throw RpcError(status);
+    if (!status.ok() && !retryable(status)) throw RpcError(status, address_);
     if (is_terminal(state)) return state;
     // The coordinator ends every stream when it stops, before the job has ended.
     if (status.ok()) status = {grpc::StatusCode::UNAVAILABLE, "the watch ended before the job did"};
@@ -203,7 +220,7 @@ v1::JobState ControlClient::watch(const std::string& job_id, const EventHandler&
       outage_start = std::chrono::steady_clock::now();
     }
     const std::optional<double> pause = backoff->next(seconds_since(outage_start));
-    if (!pause) throw RpcError(status);
+    if (!pause) throw RpcError(status, address_);
     announce_retry(status);
     pause_for(*pause);
   }

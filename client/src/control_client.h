@@ -22,10 +22,12 @@ struct ConnectionOptions {
   double wait_seconds = 30;
 };
 
-// A failed RPC: what() is "CODE: message"; exit_code() is 2 for INVALID_ARGUMENT, else 1.
+// A failed RPC: what() is "CODE: message", and for a refusal the user fixes with a flag (a missing
+// or wrong token, no coordinator at `address`) the flag or variable to set; exit_code() is 2 for
+// INVALID_ARGUMENT, else 1.
 class RpcError : public std::runtime_error {
  public:
-  explicit RpcError(const grpc::Status& status);
+  explicit RpcError(const grpc::Status& status, const std::string& address = "");
   int exit_code() const { return exit_code_; }
 
  private:
@@ -66,6 +68,8 @@ class ControlClient {
   grpc::Status watch_stream(const std::string& job_id, WatchDedup& dedup, v1::JobState& state,
                             bool& connected, const EventHandler& on_event);
   void prepare(grpc::ClientContext& context) const;
+  // Throws RpcError (naming address_ where it helps) unless `status` is OK.
+  void check(const grpc::Status& status) const;
 
   std::string address_;
   std::string token_;

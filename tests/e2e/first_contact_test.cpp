@@ -1,5 +1,6 @@
 // What a newcomer meets first (issue 61): a coordinator without a token refuses to start unless
-// told --insecure. Real daemons and ddpctl.
+// told --insecure, and ddpctl's refusals name the flag or variable to set. Real daemons and
+// ddpctl.
 #include <chrono>
 #include <string>
 
@@ -47,6 +48,36 @@ TEST(Token, ACoordinatorWithoutATokenRefusesToStartUnlessInsecure) {
   EXPECT_EQ(both.exit_code, 2) << both.err;
   EXPECT_NE(both.err.find("--insecure: contradicts the token given"), std::string::npos)
       << both.err;
+}
+
+// A missing or wrong token names $DDPD_TOKEN and --token; no coordinator at the address names
+// --coordinator and the address tried.
+TEST(ClientErrors, ATokenOrCoordinatorRefusalNamesWhatToSet) {
+  Cluster cluster(0, "clienterrors");
+  const auto missing = run_process({"/usr/bin/env", "-u", "DDPD_TOKEN", bin("ddpctl"),
+                                    "--coordinator", cluster.address(), "list"},
+                                   {}, std::chrono::seconds(30));
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("error: UNAUTHENTICATED: missing token (authorization metadata) "
+                             "(set $DDPD_TOKEN or pass --token"),
+            std::string::npos)
+      << missing.err;
+  const auto wrong = cluster.ctl({"list"}, "not-the-token");
+  EXPECT_EQ(wrong.exit_code, 1);
+  EXPECT_NE(wrong.err.find("invalid token (--token or $DDPD_TOKEN differs from the "
+                           "coordinator's token)"),
+            std::string::npos)
+      << wrong.err;
+
+  const std::string nowhere = "127.0.0.1:" + std::to_string(unused_port());
+  const auto unreachable =
+      run_process({bin("ddpctl"), "--coordinator", nowhere, "--wait", "0", "list"},
+                  {{"DDPD_TOKEN", kToken}}, std::chrono::seconds(60));
+  EXPECT_EQ(unreachable.exit_code, 1);
+  EXPECT_NE(unreachable.err.find("(no coordinator answered at " + nowhere +
+                                 ": pass --coordinator HOST:PORT"),
+            std::string::npos)
+      << unreachable.err;
 }
 
 }  // namespace
