@@ -7,8 +7,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 
 #include "ddpd/common/ddp_flags.h"
@@ -54,11 +56,19 @@ std::string size_text(int64_t bytes) {
   return std::to_string(bytes) + "B";
 }
 
-// The shortest decimal that reads back as `value` (0.003, not 0.0030000000000000001).
+// The shortest decimal that reads back as `value` (0.003, not 0.0030000000000000001), without an
+// exponent where plain digits are short enough (300, not 3e+02: --timeout 300 reads back as given).
 std::string shortest_text(double value) {
-  char text[32];
+  char text[40];
   for (int digits = 1; digits <= 17; ++digits) {
     std::snprintf(text, sizeof(text), "%.*g", digits, value);
+    if (std::strtod(text, nullptr) == value) break;
+  }
+  if (std::strchr(text, 'e') == nullptr || !(std::fabs(value) >= 1e-5 && std::fabs(value) < 1e16)) {
+    return text;
+  }
+  for (int decimals = 0; decimals <= 20; ++decimals) {
+    std::snprintf(text, sizeof(text), "%.*f", decimals, value);
     if (std::strtod(text, nullptr) == value) break;
   }
   return text;

@@ -1,6 +1,6 @@
 // What a newcomer meets first (issue 61): a coordinator without a token refuses to start unless
-// told --insecure, and ddpctl's refusals name the flag or variable to set. Real daemons and
-// ddpctl.
+// told --insecure, ddpctl's refusals name the flag or variable to set, and `show --spec` prints
+// numbers as they were typed. Real daemons and ddpctl.
 #include <chrono>
 #include <string>
 
@@ -78,6 +78,16 @@ TEST(ClientErrors, ATokenOrCoordinatorRefusalNamesWhatToSet) {
                                  ": pass --coordinator HOST:PORT"),
             std::string::npos)
       << unreachable.err;
+}
+
+// `show --spec` writes numbers as a user types them: --timeout 300, not 3e+02.
+TEST(ShowSpec, NumbersArePrintedWithoutAnExponent) {
+  Cluster cluster(0, "specnumbers");  // no workers: the job stays PENDING with its spec
+  const std::string job = cluster.submit({"--timeout", "300", "--lr", "0.00003"});
+  const auto spec = cluster.ctl({"show", job, "--spec"});
+  EXPECT_EQ(spec.exit_code, 0) << spec.err;
+  EXPECT_NE(spec.out.find("\ntimeout: 300\n"), std::string::npos) << spec.out;
+  EXPECT_NE(spec.out.find("\nlr: 0.00003\n"), std::string::npos) << spec.out;
 }
 
 }  // namespace
