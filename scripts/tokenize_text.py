@@ -5,7 +5,8 @@
 
 MODEL_DIR holds the model's tokenizer.json (and config.json, whose vocab_size the tokens must
 fit). OUT is a flat binary token file: uint16 when the vocabulary fits in 16 bits, else int32,
-the two dtypes --data-dtype reads. It prints the flags to train on it. The service itself stays
+the two dtypes --data-dtype reads. It prints the flags to train on it, with OUT's absolute path
+(the workers read it, from their own directories). The service itself stays
 tokenizer-free; this is the preparation step, as Megatron-LM's preprocess_data.py is.
 Refused, naming the file: no tokenizer.json, an empty text, a tokenizer whose vocabulary is
 larger than the model's.
@@ -47,6 +48,7 @@ def main(model_dir, text_path, out_path):
         fail(f"{text_path}: the text is empty")
     ids = tokenizer.encode(text).ids
     dtype, name = (np.uint16, "uint16") if model_vocab <= UINT16_LIMIT else (np.int32, "int32")
+    out_path = os.path.abspath(out_path)
     np.asarray(ids, dtype=dtype).tofile(out_path)
     print(f"tokenize: {len(ids)} tokens of {text_path} into {out_path} ({name}, vocabulary "
           f"{vocab}); train with: --data {out_path} --data-dtype {name}")

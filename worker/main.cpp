@@ -254,6 +254,7 @@ static CLI::App* add_rank_command(CLI::App& app, ddpd::RankMainOptions& options)
       ->capture_default_str()
       ->check(CLI::Range(0.01, 60.0));
   rank_cmd->add_option("--daemon-pid", options.daemon_pid);
+  rank_cmd->add_option("--worker-id", options.worker_id);
   return rank_cmd;
 }
 

@@ -18,6 +18,7 @@
 #include "ddpd/api/spec_convert.h"
 #include "ddpd/api/step_report.h"
 #include "ddpd/common/result_json.h"
+#include "ddpd/common/unreadable_path.h"
 #include "ddpd/core/comm_bench.h"
 #include "ddpd/core/communicator.h"
 #include "ddpd/core/rendezvous.h"
@@ -329,6 +330,18 @@ class RankRun {
     return a_.rank() == 0 ? to_json(training).dump() : "";
   }
 
+  // A job's path this worker cannot open: which worker, on which host, and what to do. ddpctl
+  // checked it on the user's host and sent it absolute; a worker elsewhere needs it too.
+  std::string where_unreadable(const UnreadablePath& e) const {
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    return std::string(e.what()) + " (on worker " +
+           (options_.worker_id.empty() ? std::string("?") : options_.worker_id) + ", host " + host +
+           "): " + e.path() +
+           " must exist on every worker, at the same absolute path (a shared filesystem, or a "
+           "copy on each host)";
+  }
+
   v1::JobResult run_and_classify() {
     v1::JobResult r;
     r.set_job_id(a_.job_id());
@@ -354,6 +367,8 @@ class RankRun {
       r.set_named_rank(e.peer_rank());
       r.set_collective_cause(to_proto(e.cause()));
       fail(v1::RANK_FAILURE_COLLECTIVE, e.what());
+    } catch (const UnreadablePath& e) {
+      fail(v1::RANK_FAILURE_ERROR, where_unreadable(e));
     } catch (const std::exception& e) {
       fail(v1::RANK_FAILURE_ERROR, e.what());
     }

@@ -15,6 +15,7 @@ struct RankMainOptions {
   int cuda_device = 0;                       // the daemon's GPU for NCCL jobs
   double progress_seconds = 1.0;             // between Progress events while a DDP job runs
   int daemon_pid = 0;                        // the daemon that started us (0: not checked)
+  std::string worker_id;                     // the daemon's, named in errors
 };
 
 // Reads the Assignment from stdin, runs it, writes its events to fd 3. Returns the exit

@@ -189,7 +189,7 @@ struct WorkerDaemon::Impl {
   RankProcessOptions rank_process_options() const {
     RankProcessOptions o;
     o.flags = {"--advertise-host", options.advertise_host, "--cuda-device",
-               std::to_string(options.cuda_device)};
+               std::to_string(options.cuda_device), "--worker-id", options.worker_id};
     // Two progress reports per heartbeat, so every heartbeat carries a fresh one.
     o.progress_seconds = std::max(0.05, options.heartbeat_seconds / 2);
     o.flags.insert(o.flags.end(), options.rank_flags.begin(), options.rank_flags.end());

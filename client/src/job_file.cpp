@@ -12,8 +12,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <type_traits>
 
 #include "ddpd/common/ddp_flags.h"
+#include "ddpd/common/job_option_table.h"
 #include "ddpd/common/job_options.h"
 
 namespace ddpd::client {
@@ -130,7 +132,36 @@ void emit_fields(YAML::Emitter& out, const google::protobuf::Message& message,
   }
 }
 
+// A path as written, or against `base` when relative; --resume's words stay words.
+std::string resolved_path(const std::string& flag, const std::string& value,
+                          const std::filesystem::path& base) {
+  if (value.empty() || (flag == "--resume" && (value == "latest" || value == "auto"))) return value;
+  const std::filesystem::path path(value);
+  if (path.is_absolute()) return value;
+  return (base / path).lexically_normal().string();
+}
+
 }  // namespace
+
+bool is_path_flag(const std::string& flag) {
+  bool found = false;
+  for_each_job_option(
+      [&](const auto& option) { found = found || (option.path && flag == option.flag); });
+  return found;
+}
+
+void make_paths_absolute(DdpJobOptions& options) {
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  for_each_job_option([&](const auto& option) {
+    using Value = std::decay_t<decltype(options.*(option.member))>;
+    if constexpr (std::is_same_v<Value, std::string>) {
+      if (option.path) {
+        std::string& value = options.*(option.member);
+        value = resolved_path(option.flag, value, cwd);
+      }
+    }
+  });
+}
 
 void apply_job_file(const std::string& path, CLI::App& command) {
   // yaml-cpp reads a directory or an unreadable special file (/proc/self/mem) by throwing
@@ -174,7 +205,10 @@ void apply_job_file(const std::string& path, CLI::App& command) {
           "unknown key (the keys are " + command.get_name() + "'s flags without dashes)");
     }
     if (option->count() > 0) continue;  // given on the command line: the flag wins
-    const std::string text = value_text(value, path, key);
+    std::string text = value_text(value, path, key);
+    if (is_path_flag("--" + key)) {
+      text = resolved_path("--" + key, text, std::filesystem::path(path).parent_path());
+    }
     try {
       option->add_result(text);
       option->run_callback();

@@ -11,14 +11,24 @@
 #include <string>
 
 #include "ddpd/api/spec_convert.h"
+#include "ddpd/common/job_options.h"
 #include "ddpd/v1/ddpd.pb.h"
 
 namespace ddpd::client {
 
+// Path options (the table's `as_path()`: --data, --data-text, --eval-data, --init-from,
+// --export-hf, --checkpoint-dir, --resume) hold one meaning everywhere: ddpctl makes them absolute
+// before it submits, since the coordinator and the workers run elsewhere, in other directories.
+// A job file's relative paths are taken against the file's directory (as compose does), the
+// command line's against the working directory. --resume's words latest and auto stay words.
+bool is_path_flag(const std::string& flag);  // "--data"
+void make_paths_absolute(DdpJobOptions& options);
+
 // Applies the file's keys to the options of `command` (a parsed `ddp` or `comm` subcommand; keys
 // not found there are looked up on its parent, e.g. `local`'s `workers`) that the command line
 // did not give: flags override the file. Values go through the option's own conversion and
-// checks. Throws OptionError("-f", "FILE: key 'K': reason") for an unknown key, a wrong type or a
+// checks; a path option's relative value is taken against the file's directory. Throws
+// OptionError("-f", "FILE: key 'K': reason") for an unknown key, a wrong type or a
 // `kind` that is not the subcommand's.
 void apply_job_file(const std::string& path, CLI::App& command);
 

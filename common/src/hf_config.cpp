@@ -2,6 +2,8 @@
 
 #include <fstream>
 
+#include "ddpd/common/unreadable_path.h"
+
 namespace ddpd {
 namespace {
 
@@ -142,10 +144,12 @@ ModelConfig model_config_from_hf(const nlohmann::json& config, const std::string
 nlohmann::json read_hf_config(const std::string& dir) {
   const std::string path = hf_config_path(dir);
   std::ifstream in(path);
-  if (!in)
-    throw OptionError("--init-from", path +
-                                         ": cannot be read (a Hugging Face model "
-                                         "directory holds config.json)");
+  if (!in) {
+    throw UnreadablePath("--init-from", path,
+                         path +
+                             ": cannot be read (a Hugging Face model directory holds "
+                             "config.json)");
+  }
   try {
     return nlohmann::json::parse(in);
   } catch (const nlohmann::json::parse_error& e) {

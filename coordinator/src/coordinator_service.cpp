@@ -199,7 +199,13 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
   try {
     ddp = validate_spec(request->spec(), FieldNames::kProto);  // callers know fields, not flags
   } catch (const OptionError& e) {
-    return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
+    std::string message = e.what();
+    // The coordinator reads a job's files (--init-from's config.json) where it runs, which need
+    // not be where ddpctl or the workers run: say where it looked.
+    if (message.find("cannot be read") != std::string::npos) {
+      message += "; checked on the coordinator's host, which must see the path as the workers do";
+    }
+    return {grpc::StatusCode::INVALID_ARGUMENT, message};
   }
   std::lock_guard<std::mutex> lock(mutex_);
   if (request->spec().has_ddp()) {

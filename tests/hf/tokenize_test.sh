@@ -36,6 +36,11 @@ assert got == want, (len(got), len(want))
 print(f"tokenize_test: {len(got)} tokens equal the tokenizer's ids")
 PY
 
+# A relative OUT, typed in another directory, is printed absolute: the workers read it elsewhere.
+mkdir "$work/user"
+rel=$(cd "$work/user" && "$python" "$repo/scripts/tokenize_text.py" "$work" /usr/share/common-licenses/GPL-2 rel.u16)
+grep -qF -- "--data $work/user/rel.u16 --data-dtype uint16" <<<"$rel" || fail "OUT not printed absolute: $rel"
+
 refused() {  # refused EXPECTED-TEXT ARGS...
   local expected=$1; shift
   local err

@@ -12,6 +12,7 @@
 #include "ddpd/common/comm_table.h"
 #include "ddpd/common/ddp_flags.h"
 #include "ddpd/common/result_json.h"
+#include "job_file.h"
 #include "job_specs.h"
 #include "local_cluster.h"
 #include "plot.h"
@@ -191,6 +192,7 @@ void add_local_command(CLI::App& app, Commands& commands) {
       ->delimiter(',');
   commands.on(ddp, [flags, ddp] {
     apply_job_file_if_given(flags->job_file, *ddp);
+    make_paths_absolute(flags->ddp);  // the daemons run in a directory of their own
     check_cluster_flags(flags->cluster);
     if (flags->ddp_world_size < 0) throw OptionError("--world-size", "must be >= 1");
     const int world = flags->ddp_world_size > 0 ? flags->ddp_world_size : flags->cluster.workers;

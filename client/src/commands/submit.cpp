@@ -8,6 +8,7 @@
 #include "ddpd/api/spec_convert.h"
 #include "ddpd/common/ddp_flags.h"
 #include "ddpd/common/memory_estimate.h"
+#include "job_file.h"
 #include "job_specs.h"
 
 namespace ddpd::client {
@@ -82,6 +83,7 @@ void add_submit_command(CLI::App& app, Commands& commands) {
   }
   commands.on(ddp, [&commands, flags, ddp] {
     apply_job_file_if_given(flags->job_file, *ddp);
+    make_paths_absolute(flags->ddp);  // the daemons read them elsewhere: one meaning for each
     fit_default_batch(flags->ddp, *ddp, flags->world_size);
     return submit_spec(commands, ddp_spec(flags->ddp, flags->world_size), flags->watch);
   });

@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "ddpd/common/unreadable_path.h"
+
 namespace ddpd::detail {
 namespace {
 
@@ -61,8 +63,8 @@ TokenSamples::TokenSamples(const SampleSource& source, int64_t context, int64_t 
   if (source.path.empty()) return;
   const int fd = open(source.path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    throw OptionError(source.flag,
-                      "cannot open '" + source.path + "': " + std::string(std::strerror(errno)));
+    throw UnreadablePath(source.flag, source.path,
+                         "cannot open '" + source.path + "': " + std::strerror(errno));
   }
   struct stat info {};
   fstat(fd, &info);

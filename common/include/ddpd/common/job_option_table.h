@@ -64,10 +64,19 @@ struct JobOption {
   // A number written with units (--max-shard-size 5GB): text to value and back. Null: digits.
   int64_t (*parse)(const std::string&) = nullptr;
   std::string (*format)(int64_t) = nullptr;
+  // A file or directory (a std::string option): ddpctl makes it absolute against its working
+  // directory (a job file's, against the file's directory) before it submits, so the daemons,
+  // which run elsewhere, read the same file (docs/job-files.md).
+  bool path = false;
 
   JobOption with(OptionRange r) const {
     JobOption copy = *this;
     copy.range = r;
+    return copy;
+  }
+  JobOption as_path() const {
+    JobOption copy = *this;
+    copy.path = true;
     return copy;
   }
   JobOption with_units(int64_t (*p)(const std::string&), std::string (*f)(int64_t)) const {
@@ -143,7 +152,8 @@ void strategy_and_optimizer(Visit& visit) {
 template <typename Visit>
 void data_and_timeouts(Visit& visit) {
   visit(option("--data", &O::data_path, "data_path",
-               "Token file (flat binary); random tokens when unset"));
+               "Token file (flat binary); random tokens when unset")
+            .as_path());
   visit(option("--data-dtype", &O::data_dtype, "data_dtype", "uint16 or int32"));
   visit(option("--spread-every", &O::spread_every, "spread_every",
                "Measure param spread every K steps (0: never)")
@@ -183,7 +193,8 @@ void daemon_watch(Visit& visit) {
 template <typename Visit>
 void checkpoints_and_restarts(Visit& visit) {
   visit(option("--checkpoint-dir", &O::checkpoint_dir, "checkpoint_dir",
-               "Directory of checkpoints (every worker must reach it: docs/checkpoints.md)"));
+               "Directory of checkpoints (every worker must reach it: docs/checkpoints.md)")
+            .as_path());
   visit(option("--checkpoint-every", &O::checkpoint_every, "checkpoint_every",
                "Save a checkpoint every K steps (0: never)")
             .with(at_least(0, "0: no checkpoints")));
@@ -192,7 +203,8 @@ void checkpoints_and_restarts(Visit& visit) {
             .with(at_least(0, "0: keep all")));
   visit(option("--resume", &O::resume, "resume",
                "Continue from DIR/step-N, DIR (its latest) or latest (under --checkpoint-dir); "
-               "--steps stays the total"));
+               "--steps stays the total")
+            .as_path());  // but the words latest and auto
   visit(option("--max-restarts", &O::max_restarts, "max_restarts",
                "Daemon jobs: restart from the latest checkpoint after a lost or failed rank or a "
                "stall, at most N times")
@@ -228,9 +240,11 @@ void training_loop(Visit& visit) {
 template <typename Visit>
 void evaluation_and_text(Visit& visit) {
   visit(option("--data-text", &O::data_text, "data_text",
-               "Train on a text file's bytes (vocab 256), e.g. /usr/share/common-licenses/GPL-3"));
+               "Train on a text file's bytes (vocab 256), e.g. /usr/share/common-licenses/GPL-3")
+            .as_path());
   visit(option("--eval-data", &O::eval_data, "eval_data",
-               "Held-out data, in the training data's format (--data-dtype, or text)"));
+               "Held-out data, in the training data's format (--data-dtype, or text)")
+            .as_path());
   visit(
       option("--eval-every", &O::eval_every, "eval_every", "Held-out loss every K steps (0: never)")
           .with(at_least(0, "0: no evaluation")));
@@ -246,10 +260,12 @@ template <typename Visit>
 void model_files(Visit& visit) {
   visit(option("--init-from", &O::init_from, "init_from",
                "A Hugging Face model directory (config.json and safetensors): its shape and "
-               "weights replace the preset's random ones"));
+               "weights replace the preset's random ones")
+            .as_path());
   visit(option("--export-hf", &O::export_hf, "export_hf",
                "At the end, write the weights as a Hugging Face model directory "
-               "(config.json, model.safetensors)"));
+               "(config.json, model.safetensors)")
+            .as_path());
   visit(option("--max-shard-size", &O::max_shard_bytes, "max_shard_bytes",
                "--export-hf: the largest safetensors file before sharding (decimal units)")
             .with(above(0))
