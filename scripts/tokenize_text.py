@@ -5,8 +5,9 @@
 
 MODEL_DIR holds the model's tokenizer.json (and config.json, whose vocab_size the tokens must
 fit). OUT is a flat binary token file: uint16 when the vocabulary fits in 16 bits, else int32,
-the two dtypes --data-dtype reads. It prints the flags to train on it, with OUT's absolute path
-(the workers read it, from their own directories). The service itself stays
+the two dtypes --data-dtype reads; beside it OUT.json (dtype, vocab_size, tokenizer), which the
+job checks at start against --data-dtype and --vocab. It prints the flags to train on it, with
+OUT's absolute path (the workers read it, from their own directories). The service itself stays
 tokenizer-free; this is the preparation step, as Megatron-LM's preprocess_data.py is.
 Refused, naming the file: no tokenizer.json, an empty text, a tokenizer whose vocabulary is
 larger than the model's.
@@ -50,8 +51,13 @@ def main(model_dir, text_path, out_path):
     dtype, name = (np.uint16, "uint16") if model_vocab <= UINT16_LIMIT else (np.int32, "int32")
     out_path = os.path.abspath(out_path)
     np.asarray(ids, dtype=dtype).tofile(out_path)
+    with open(out_path + ".json", "w") as sidecar:
+        json.dump({"dtype": name, "vocab_size": vocab, "tokens": len(ids),
+                   "tokenizer": os.path.abspath(tokenizer_path)}, sidecar, indent=2)
+        sidecar.write("\n")
     print(f"tokenize: {len(ids)} tokens of {text_path} into {out_path} ({name}, vocabulary "
-          f"{vocab}); train with: --data {out_path} --data-dtype {name}")
+          f"{vocab}; {out_path}.json describes it); train with: --data {out_path} "
+          f"--data-dtype {name}")
 
 
 if __name__ == "__main__":

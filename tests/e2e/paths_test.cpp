@@ -1,7 +1,8 @@
 // A job's paths mean one thing everywhere (issue 61): ddpctl makes them absolute against the
-// directory it runs in (a job file's, against the file's directory) before it submits, and a
-// worker that cannot open one fails the job naming itself and its host. Driven through ddpctl
-// against real daemons, from a directory that is not the daemons'.
+// directory it runs in (a job file's, against the file's directory) before it submits, a worker
+// that cannot open one fails the job naming itself, and a token file's sidecar (written by
+// scripts/tokenize_text.py) is checked against the flags when the job starts. Driven through
+// ddpctl against real daemons, from a directory that is not the daemons'.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -129,6 +130,39 @@ TEST(Paths, TheCoordinatorSaysItCheckedAPathOnItsOwnHost) {
       << status.error_message();
   EXPECT_NE(status.error_message().find("checked on the coordinator's host"), std::string::npos)
       << status.error_message();
+}
+
+// tokenize_text.py writes PATH.json beside a token file: a job whose --data-dtype or vocabulary
+// contradicts it fails at start naming the flag to change; one that agrees trains.
+TEST(TokenSidecar, AFileDescribedOtherwiseThanTheFlagsFailsNamingTheFlag) {
+  const std::string user = fresh_dir("sidecar-user");
+  write_tokens<int32_t>(user + "/big.i32", 4096);
+  std::ofstream(user + "/big.i32.json") << R"({"dtype": "int32", "vocab_size": 200})";
+  write_tokens<uint16_t>(user + "/wide.u16", 4096);
+  std::ofstream(user + "/wide.u16.json") << R"({"dtype": "uint16", "vocab_size": 70000})";
+  Cluster cluster(1, "sidecar");
+  auto ended = [&](std::vector<std::string> flags) {
+    const auto submitted = ctl_in(cluster, user, small_job(flags));
+    EXPECT_EQ(submitted.exit_code, 0) << submitted.err;
+    return cluster.wait_for_end(job_id_of(submitted.out));
+  };
+
+  const auto as_uint16 = ended({"--data", "big.i32"});
+  EXPECT_EQ(as_uint16["state"], "FAILED");
+  EXPECT_NE(as_uint16.dump().find("--data-dtype: '" + user + "/big.i32' holds int32 tokens (" +
+                                  user + "/big.i32.json), not uint16: pass --data-dtype int32"),
+            std::string::npos)
+      << as_uint16.dump();
+
+  const auto too_wide = ended({"--data", "wide.u16"});
+  EXPECT_EQ(too_wide["state"], "FAILED");
+  EXPECT_NE(too_wide.dump().find("--vocab: '" + user +
+                                 "/wide.u16' was tokenized with a vocabulary of 70000"),
+            std::string::npos)
+      << too_wide.dump();
+
+  const auto agrees = ended({"--data", "big.i32", "--data-dtype", "int32"});
+  EXPECT_EQ(agrees["state"], "SUCCEEDED") << agrees.dump();
 }
 
 }  // namespace

@@ -36,6 +36,16 @@ assert got == want, (len(got), len(want))
 print(f"tokenize_test: {len(got)} tokens equal the tokenizer's ids")
 PY
 
+# The sidecar describes the file: dtype, the tokenizer's vocabulary, the tokenizer.
+"$python" - "$work" <<'PY' || fail "gpl2.bin.json does not describe the token file"
+import json, sys
+work = sys.argv[1]
+meta = json.load(open(f"{work}/gpl2.bin.json"))
+assert meta["dtype"] == "uint16" and meta["vocab_size"] == 400, meta
+assert meta["tokenizer"] == f"{work}/tokenizer.json", meta
+assert meta["tokens"] * 2 == __import__("os").path.getsize(f"{work}/gpl2.bin"), meta
+PY
+
 # A relative OUT, typed in another directory, is printed absolute: the workers read it elsewhere.
 mkdir "$work/user"
 rel=$(cd "$work/user" && "$python" "$repo/scripts/tokenize_text.py" "$work" /usr/share/common-licenses/GPL-2 rel.u16)

@@ -8,6 +8,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "ddpd/common/unreadable_path.h"
 
@@ -47,6 +50,35 @@ int64_t width_of(const SampleSource& source) {
   return source.dtype == TokenDtype::kUint16 ? 2 : 4;
 }
 
+// A token file's sidecar, PATH.json (scripts/tokenize_text.py writes it: dtype, vocab_size,
+// tokenizer), checked against the job's flags; a file without one is read as the flags say.
+void check_sidecar(const SampleSource& source, int64_t vocab_size) {
+  const std::string sidecar = source.path + ".json";
+  std::ifstream in(sidecar);
+  if (!in) return;
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw OptionError(source.flag, sidecar + ": not JSON (" + e.what() + "); it describes '" +
+                                       source.path + "': fix or remove it");
+  }
+  const std::string dtype = meta.value("dtype", std::string());
+  if (!dtype.empty() && dtype != enum_name(source.dtype)) {
+    throw OptionError("--data-dtype", "'" + source.path + "' holds " + dtype + " tokens (" +
+                                          sidecar + "), not " + enum_name(source.dtype) +
+                                          ": pass --data-dtype " + dtype);
+  }
+  const int64_t file_vocab = meta.value("vocab_size", int64_t{0});
+  if (file_vocab > vocab_size) {
+    throw OptionError("--vocab", "'" + source.path + "' was tokenized with a vocabulary of " +
+                                     std::to_string(file_vocab) + " (" + sidecar +
+                                     "), larger than the model's " + std::to_string(vocab_size) +
+                                     ": pass --vocab " + std::to_string(file_vocab) +
+                                     " or --init-from the tokenizer's model");
+  }
+}
+
 }  // namespace
 
 struct TokenSamples::MappedFile {
@@ -65,6 +97,14 @@ TokenSamples::TokenSamples(const SampleSource& source, int64_t context, int64_t 
   if (fd < 0) {
     throw UnreadablePath(source.flag, source.path,
                          "cannot open '" + source.path + "': " + std::strerror(errno));
+  }
+  if (!source.text) {
+    try {
+      check_sidecar(source, vocab_size);
+    } catch (...) {
+      close(fd);
+      throw;
+    }
   }
   struct stat info {};
   fstat(fd, &info);
