@@ -43,7 +43,7 @@ class PendingShift {
 
 class RingShift {
  public:
-  // `comm` must have more than one rank and a store (Communicator::split).
+  // `comm` must have more than one rank and a store (split_group, comm/communicator_split.h).
   explicit RingShift(std::shared_ptr<Communicator> comm);
 
   // Launches: `send` to the successor, `receive` (the same shape) from the predecessor. Both

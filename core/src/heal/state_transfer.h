@@ -22,7 +22,7 @@
 //     already (the same averaged gradients through the same arithmetic), and nothing moves.
 //     Where the rank that joined is the only one whose count differs from the source's, on a
 //     host transport (shm, Gloo) with more than two ranks, the source and that rank alone form a
-//     group of two (Communicator::split, under "split/heal_state/" of the generation's store)
+//     group of two (split_group, under "split/heal_state/" of the generation's store)
 //     and the broadcasts go over it; the other survivors hold the source's bits already and go
 //     on to step 5. A failure there names the job's rank.
 //  5. Every rank adopts them: the synchroniser regroups over the new communicator with that
