@@ -8,6 +8,7 @@
 
 #include "ddpd/api/spec_convert.h"
 #include "ddpd/common/comm_table.h"
+#include "ddpd/common/hf_config.h"
 #include "ddpd/common/result_json.h"
 #include "measured_job.h"
 
@@ -26,6 +27,32 @@ std::string clock_time(double unix_time) {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", std::localtime(&t));
   return buf;
+}
+
+// A preset's name, or an imported model's (--init-from) by its Hugging Face name and shape:
+// "tiny-llama (llama, d_model 64, 2 layers, 4 heads, vocab 512; --init-from DIR)". The name is
+// config.json's _name_or_path, else the directory's; the shape is read where that directory is
+// readable from here (ddpctl local, a shared filesystem), else left out.
+std::string model_text(const v1::DdpSpec& ddp) {
+  if (ddp.init_from().empty()) return ddp.model().empty() ? kJobDefaults.model : ddp.model();
+  std::string dir = ddp.init_from();
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  std::string name = dir.substr(dir.find_last_of('/') + 1);
+  std::string shape;
+  try {
+    const nlohmann::json config = read_hf_config(dir);
+    const ModelConfig m = model_config_from_hf(config, hf_config_path(dir));
+    const auto given = config.find("_name_or_path");
+    if (given != config.end() && given->is_string() && !given->get<std::string>().empty()) {
+      name = given->get<std::string>();
+    }
+    shape = config.value("model_type", std::string("hf")) +
+            format(", d_model %ld, %ld layers, %ld heads, vocab %ld; ",
+                   static_cast<long>(m.d_model), static_cast<long>(m.num_layers),
+                   static_cast<long>(m.num_heads), static_cast<long>(m.vocab_size));
+  } catch (const std::exception&) {  // not readable from here: the name and the path
+  }
+  return name + " (" + shape + "--init-from " + ddp.init_from() + ")";
 }
 
 // The age of a rank's oldest pending collective: as reported, plus the time since the report
@@ -186,8 +213,8 @@ std::string job_summary(const v1::GetJobReply& reply) {
   out << "job " << job.job_id() << "  " << v1::JobState_Name(job.state()) << "  world size "
       << job.spec().world_size();
   if (job.spec().has_ddp()) {
-    out << "  model " << (job.spec().ddp().model().empty() ? "tiny" : job.spec().ddp().model())
-        << "  strategy " << job.spec().ddp().strategy();
+    out << "  model " << model_text(job.spec().ddp()) << "  strategy "
+        << job.spec().ddp().strategy();
     if (from_proto(job.spec().ddp()).device == Device::kCuda) out << "  device cuda";
   }
   out << "\n";
