@@ -225,6 +225,13 @@ void validate_schedule_and_data(const DdpJobOptions& o, const ModelConfig& m, in
 // The model's shape, then each option's range in the table's order, then the checks between
 // options.
 void validate(const DdpJobOptions& o, int world_size) {
+  // The imported config.json decides the model; a preset named beside it would be ignored.
+  // --model's default cannot be told from --model tiny typed out, so only another name is refused.
+  require(o.init_from.empty() || o.model == kJobDefaults.model, "--model",
+          "'" + o.model + "' and --init-from " + o.init_from +
+              " both name the model: the imported config.json decides it, so leave out --model "
+              "(with --init-from only its default, " +
+              kJobDefaults.model + ", is accepted)");
   const ModelConfig m = o.resolved_model();  // checks --model
   validate_shape(m);
   check_ranges(o);
