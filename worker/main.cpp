@@ -89,10 +89,14 @@ void print_summary(const ddpd::DdpJobOptions& o, int world, const ddpd::Training
         s.comm_fraction, s.param_spread ? std::to_string(*s.param_spread).c_str() : "-");
   }
   const auto& s = r.summary;
+  if (!s.final_loss) {
+    std::printf("no step trained: no loss and no step times\n");
+    return;
+  }
   std::printf(
       "final loss %.4f  median step %.1f ms (std %.1f)  %.0f tokens/s  comm fraction %.3f  "
       "max spread %.3g\n",
-      s.final_loss, s.median_step_seconds * 1e3, s.std_step_seconds * 1e3, s.tokens_per_second,
+      *s.final_loss, s.median_step_seconds * 1e3, s.std_step_seconds * 1e3, s.tokens_per_second,
       s.median_comm_fraction, s.max_param_spread);
 }
 

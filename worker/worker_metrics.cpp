@@ -194,7 +194,6 @@ void WorkerMetrics::ddp_job_started(const std::string& job_id, int rank,
     job.phase_total[i] = m.add(job, m.phase_total, {{"phase", kPhases[i]}});
   }
   job.comm_fraction = m.add(job, m.comm_fraction, {});
-  job.loss = m.add(job, m.loss, {});
   job.tokens = m.add(job, m.tokens, {});
   job.spread = m.add(job, m.spread, {});
   job.steps = m.add(job, m.steps, {});
@@ -218,6 +217,8 @@ void WorkerMetrics::record_step(const StepMetrics& s) {
     job->phase_total[i]->Increment(phases[i]);
   }
   job->comm_fraction->Set(s.comm_fraction);
+  // Created at the first step: a 0 before any would read as a perfect loss.
+  if (!job->loss) job->loss = impl_->add(*job, impl_->loss, {});
   job->loss->Set(s.loss);
   job->tokens->Set(s.tokens_per_second);
   if (s.param_spread) job->spread->Set(*s.param_spread);

@@ -242,11 +242,15 @@ std::string job_summary(const v1::GetJobReply& reply) {
     const TrainingResult result =
         training_result_from_json(nlohmann::json::parse(job.result_json()));
     const TrainingSummary& s = result.summary;
-    out << format(
-        "final loss %.4f  median step %.1f ms (std %.1f)  %.0f tokens/s  comm fraction %.3f  "
-        "max param spread %.3g\n",
-        s.final_loss, s.median_step_seconds * 1e3, s.std_step_seconds * 1e3, s.tokens_per_second,
-        s.median_comm_fraction, s.max_param_spread);
+    if (!s.final_loss) {
+      out << "no step trained: no loss and no step times\n";
+    } else {
+      out << format(
+          "final loss %.4f  median step %.1f ms (std %.1f)  %.0f tokens/s  comm fraction %.3f  "
+          "max param spread %.3g\n",
+          *s.final_loss, s.median_step_seconds * 1e3, s.std_step_seconds * 1e3, s.tokens_per_second,
+          s.median_comm_fraction, s.max_param_spread);
+    }
     out << "memory (rank 0)      params      grads  optimizer       peak\n";
     const std::pair<const char*, const MemoryBytes*> points[] = {
         {"after_init", &result.memory.after_init},

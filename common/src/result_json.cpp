@@ -82,8 +82,7 @@ nlohmann::json to_json(const TrainingResult& result) {
       {"initial_eval_loss", result.initial_eval_loss ? nlohmann::json(*result.initial_eval_loss)
                                                      : nlohmann::json(nullptr)},
       {"summary",
-       {{"final_loss", sum.final_loss},
-        {"median_step_seconds", sum.median_step_seconds},
+       {{"median_step_seconds", sum.median_step_seconds},
         {"std_step_seconds", sum.std_step_seconds},
         {"max_param_spread", sum.max_param_spread},
         {"tokens_per_second", sum.tokens_per_second},
@@ -98,6 +97,8 @@ nlohmann::json to_json(const TrainingResult& result) {
         {"step_peak_unsharded_gradient_bytes", result.memory.step_peak_unsharded_gradient_bytes},
         {"step_peak_full_gradient_units", result.memory.step_peak_full_gradient_units},
         {"loading_peak_rss_rise_bytes", result.memory.loading_peak_rss_rise_bytes}}}};
+  // Absent when no step ran: a 0 would read as a perfect loss.
+  if (sum.final_loss) out["summary"]["final_loss"] = *sum.final_loss;
   if (!result.transport_note.empty()) out["transport_note"] = result.transport_note;
   if (result.shared_buffers_fallback) {
     out["shared_buffers_fallback"] = fallback_json(*result.shared_buffers_fallback);

@@ -244,7 +244,7 @@ TrainingResult training_result_from_json(const nlohmann::json& json) {
   result.initial_eval_loss = r.optional<double>("initial_eval_loss");
   for (const auto& s : r.array("steps")) result.steps.push_back(step_metrics(s));
   const Reader sum = r.object("summary");
-  result.summary.final_loss = sum.get<double>("final_loss");
+  result.summary.final_loss = sum.optional<double>("final_loss");
   result.summary.median_step_seconds = sum.get<double>("median_step_seconds");
   result.summary.std_step_seconds = sum.get<double>("std_step_seconds");
   result.summary.max_param_spread = sum.get<double>("max_param_spread");

@@ -66,7 +66,8 @@ TEST(Summary, MedianAndStdOverTimedStepsOnly) {
   EXPECT_DOUBLE_EQ(s.median_step_seconds, 2.0);
   EXPECT_DOUBLE_EQ(s.std_step_seconds, 1.0);
   EXPECT_DOUBLE_EQ(s.median_comm_fraction, 0.3);
-  EXPECT_DOUBLE_EQ(s.final_loss, 6);
+  ASSERT_TRUE(s.final_loss.has_value());
+  EXPECT_DOUBLE_EQ(*s.final_loss, 6);
   EXPECT_DOUBLE_EQ(s.max_param_spread, 2e-7);
   EXPECT_DOUBLE_EQ(s.tokens_per_second, 50);
 }

@@ -77,7 +77,8 @@ struct MemoryProfile {
 };
 
 struct TrainingSummary {
-  double final_loss = 0;
+  // The last step's loss; none when no step ran (a 0 would read as a perfect loss).
+  std::optional<double> final_loss;
   double median_step_seconds = 0;
   double std_step_seconds = 0;
   double max_param_spread = 0;
