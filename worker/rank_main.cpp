@@ -21,6 +21,7 @@
 #include "ddpd/common/unreadable_path.h"
 #include "ddpd/core/comm_bench.h"
 #include "ddpd/core/communicator.h"
+#include "ddpd/core/hf_export.h"
 #include "ddpd/core/rendezvous.h"
 #include "ddpd/core/trainer.h"
 #include "frame_pipe.h"
@@ -325,6 +326,10 @@ class RankRun {
       throw;
     }
     publish(nullptr, nullptr);
+    // --export-hf keeps the imported model's tokenizer (rank 0 wrote the export).
+    if (a_.rank() == 0 && !job.export_hf.empty() && !job.init_from.empty()) {
+      copy_hf_side_files(job.init_from, job.export_hf);
+    }
     warn_if_fallback(training.shared_buffers_fallback);
     write(memory_event(training.memory, /*final_points=*/true));
     return a_.rank() == 0 ? to_json(training).dump() : "";

@@ -3,6 +3,10 @@
   hf_reference.py make KIND DIR        a tiny random model of KIND saved by transformers
                                        (save_pretrained: config.json, model.safetensors), and
                                        DIR/eval.u16, random uint16 tokens of its vocabulary
+  hf_reference.py tokenizer DIR TEXT   a byte-level BPE tokenizer of the fixtures' vocabulary,
+                                       trained offline on TEXT by PyPI's tokenizers, saved into
+                                       DIR as transformers does (tokenizer.json,
+                                       tokenizer_config.json, ...)
   hf_reference.py loss DIR TOKENS C W  transformers' mean next-token cross-entropy over the first
                                        W windows of TOKENS in file order (window k is tokens
                                        [k(C+1), (k+1)(C+1)), as ddpd's --eval-order file), in
@@ -82,6 +86,19 @@ def make(kind, out_dir):
     print(json.dumps({"dir": out_dir, "transformers": transformers.__version__}))
 
 
+def tokenizer(out_dir, text_path):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train([text_path], trainers.BpeTrainer(
+        vocab_size=VOCAB, special_tokens=["<|endoftext|>"], show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
+    fast.save_pretrained(out_dir)
+    print(json.dumps({"dir": out_dir, "vocab": tok.get_vocab_size()}))
+
+
 def float64_norm(norm):
     def forward(hidden_states):
         variance = hidden_states.pow(2).mean(-1, keepdim=True)
@@ -140,6 +157,8 @@ if __name__ == "__main__":
     command, args = sys.argv[1], sys.argv[2:]
     if command == "make":
         make(args[0], args[1])
+    elif command == "tokenizer":
+        tokenizer(args[0], args[1])
     elif command == "loss":
         loss(args[0], args[1], int(args[2]), int(args[3]))
     elif command == "compare":

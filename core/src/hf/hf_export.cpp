@@ -1,5 +1,8 @@
 #include "ddpd/core/hf_export.h"
 
+#include <cstdio>
+#include <filesystem>
+
 #include "hf/hf_weights.h"
 #include "train/checkpoint.h"
 
@@ -26,6 +29,24 @@ ModelConfig recorded_model(const nlohmann::json& model) {
 
 }  // namespace
 
+std::vector<std::string> copy_hf_side_files(const std::string& from_dir,
+                                            const std::string& to_dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> copied;
+  for (const auto& name : kHfSideFiles) {
+    const fs::path from = fs::path(from_dir) / name;
+    std::error_code error;
+    if (!fs::is_regular_file(from, error)) continue;
+    fs::copy_file(from, fs::path(to_dir) / name, fs::copy_options::overwrite_existing, error);
+    if (error) {
+      throw std::runtime_error(from.string() + ": cannot be copied into " + to_dir + ": " +
+                               error.message());
+    }
+    copied.push_back(name);
+  }
+  return copied;
+}
+
 int export_checkpoint_to_hf(const std::string& checkpoint, const std::string& out_dir,
                             int64_t max_shard_bytes) {
   detail::CheckpointReader reader(detail::resolve_resume(checkpoint, ""));
@@ -39,6 +60,19 @@ int export_checkpoint_to_hf(const std::string& checkpoint, const std::string& ou
   }
   const nlohmann::json base = reader.metadata().value("hf_config", nlohmann::json::object());
   detail::save_hf_model(out_dir, config, base, full, max_shard_bytes);
+  // The tokenizer of the model the run started from (checkpoints record --init-from).
+  const std::string init_from = reader.metadata().value("init_from", std::string());
+  if (!init_from.empty()) {
+    if (std::filesystem::is_directory(init_from)) {
+      copy_hf_side_files(init_from, out_dir);
+    } else {
+      std::fprintf(stderr,
+                   "warning: the tokenizer files were not copied: %s (the checkpoint's "
+                   "--init-from) is not a directory here; copy them from the original model "
+                   "into %s\n",
+                   init_from.c_str(), out_dir.c_str());
+    }
+  }
   return static_cast<int>(full.size());
 }
 

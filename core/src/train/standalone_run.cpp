@@ -6,6 +6,7 @@
 #include "ddpd/common/memory_estimate.h"
 #include "ddpd/common/result_json.h"
 #include "ddpd/core/communicator.h"
+#include "ddpd/core/hf_export.h"
 #include "device/device.h"
 
 namespace ddpd {
@@ -40,9 +41,14 @@ TrainingResult train(const DdpJobOptions& job, const RendezvousOptions& rendezvo
   if (hooks.connected) hooks.connected(rendezvous, *comm);
   Trainer trainer(job, comm);
   if (hooks.trainer_ready) hooks.trainer_ready(trainer);
-  return trainer.run([&](const StepMetrics& s) {
+  TrainingResult result = trainer.run([&](const StepMetrics& s) {
     if (hooks.step) hooks.step(s);
   });
+  // --export-hf keeps the imported model's tokenizer (rank 0 wrote the export).
+  if (rendezvous.rank == 0 && !job.export_hf.empty() && !job.init_from.empty()) {
+    copy_hf_side_files(job.init_from, job.export_hf);
+  }
+  return result;
 }
 
 }  // namespace

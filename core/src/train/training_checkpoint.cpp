@@ -54,7 +54,11 @@ nlohmann::json checkpoint_fields(const TrainingState& s, int64_t steps_done) {
 nlohmann::json checkpoint_header(const TrainingState& s, int64_t steps_done) {
   nlohmann::json header = checkpoint_fields(s, steps_done);
   // An imported model's own config.json, so an offline export keeps its other fields.
-  if (!s.options.init_from.empty()) header["hf_config"] = read_hf_config(s.options.init_from);
+  // Where it came from: an export copies that directory's tokenizer files (hf_export.h).
+  if (!s.options.init_from.empty()) {
+    header["hf_config"] = read_hf_config(s.options.init_from);
+    header["init_from"] = s.options.init_from;
+  }
   return header;
 }
 
