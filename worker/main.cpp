@@ -262,14 +262,19 @@ static CLI::App* add_rank_command(CLI::App& app, ddpd::RankMainOptions& options)
   return rank_cmd;
 }
 
-// Exit codes: 0 written, 1 the checkpoint could not be read or the directory written.
+// Exit codes: 0 written, 1 the checkpoint could not be read or the directory written, 2 --hf
+// names a directory that is not empty (without --force).
 static int run_export(const ddpd::ExportOptions& options) {
   try {
+    ddpd::check_export_target(options.hf_dir, options.force);
     const int tensors =
         ddpd::export_checkpoint_to_hf(options.checkpoint, options.hf_dir, options.max_shard_bytes);
     std::printf("exported %d tensors of %s to %s\n", tensors, options.checkpoint.c_str(),
                 options.hf_dir.c_str());
     return 0;
+  } catch (const ddpd::OptionError& e) {  // --hf: a directory not empty
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

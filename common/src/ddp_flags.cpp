@@ -118,6 +118,8 @@ void add_export_flags(CLI::App& app, ExportOptions& o) {
   app.add_option("--hf", o.hf_dir, "The Hugging Face model directory to write")->required();
   add_max_shard_size_option(app, o.max_shard_bytes,
                             "The largest safetensors file before sharding (decimal units)");
+  app.add_flag("--force", o.force,
+               "Write into a --hf directory that is not empty, replacing its model files");
 }
 
 void add_comm_flags(CLI::App& app, CommBenchOptions& o) {

@@ -2,7 +2,8 @@
 # docs/models.md's walk-through, as a user types it, in a directory of its own with relative
 # paths: a tiny Llama and a BPE tokenizer made offline, a text tokenized with its tokenizer, a
 # fine-tune with `ddpctl local` that checkpoints and exports, then transformers loads the export
-# with AutoTokenizer and generates; `ddpctl export` of the checkpoint carries the tokenizer too.
+# with AutoTokenizer and generates; `ddpctl export` of the checkpoint carries the tokenizer too,
+# and refuses to overwrite a directory without --force.
 #   tests/hf/walkthrough_test.sh BIN PYTHON   (BIN: the folder of ddpctl and the daemons)
 set -euo pipefail
 bin=$1
@@ -40,8 +41,12 @@ ids = model.generate(**prompt, max_new_tokens=8, do_sample=False)
 assert ids.shape[1] == prompt["input_ids"].shape[1] + 8, ids.shape
 print("walkthrough: generated:", repr(tokenizer.decode(ids[0])))
 PY
-# 5. The offline export of the checkpoint carries the tokenizer too.
+# 5. The offline export of the checkpoint carries the tokenizer too; it does not overwrite.
 "$bin/ddpctl" export run --hf step4 >/dev/null
 cmp trained/tokenizer.json step4/tokenizer.json || fail "ddpctl export: tokenizer.json differs"
 cmp trained/model.safetensors step4/model.safetensors || fail "ddpctl export: weights differ"
+if err=$("$bin/ddpctl" export run --hf step4 2>&1); then fail "export over step4 accepted"; fi
+grep -qF -- "--hf: step4 is not empty (config.json, generation_config.json, model.safetensors, …): pass --force" <<<"$err" ||
+  fail "refusal: $err"
+"$bin/ddpctl" export run --hf step4 --force >/dev/null || fail "export --force"
 echo "walkthrough_test: passed"

@@ -25,6 +25,7 @@ int export_checkpoint(const ExportOptions& options) {
                                    options.hf_dir,
                                    "--max-shard-size",
                                    std::to_string(options.max_shard_bytes)};
+  if (options.force) argv.push_back("--force");
   std::vector<char*> args;
   for (auto& arg : argv) args.push_back(arg.data());
   args.push_back(nullptr);

@@ -1,8 +1,10 @@
 #include "ddpd/core/hf_export.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
+#include "ddpd/common/job_options.h"
 #include "hf/hf_weights.h"
 #include "train/checkpoint.h"
 
@@ -28,6 +30,27 @@ ModelConfig recorded_model(const nlohmann::json& model) {
 }
 
 }  // namespace
+
+void check_export_target(const std::string& out_dir, bool force) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  if (force || !fs::exists(out_dir, error)) return;
+  if (!fs::is_directory(out_dir, error)) {
+    throw OptionError("--hf", out_dir + " is a file, not a directory");
+  }
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(out_dir, error)) {
+    names.push_back(entry.path().filename().string());
+  }
+  if (names.empty()) return;
+  std::sort(names.begin(), names.end());
+  std::string shown;
+  for (size_t i = 0; i < names.size() && i < 3; ++i) shown += (i ? ", " : "") + names[i];
+  if (names.size() > 3) shown += ", …";
+  throw OptionError("--hf", out_dir + " is not empty (" + shown +
+                                "): pass --force to replace its model files, or name a new "
+                                "directory");
+}
 
 std::vector<std::string> copy_hf_side_files(const std::string& from_dir,
                                             const std::string& to_dir) {

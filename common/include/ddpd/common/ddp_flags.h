@@ -17,6 +17,7 @@ struct ExportOptions {
   std::string checkpoint;  // DIR/step-N, or a checkpoint directory holding `latest`
   std::string hf_dir;      // --hf
   int64_t max_shard_bytes = kDefaultMaxShardBytes;
+  bool force = false;  // --force: write into a non-empty --hf directory
 };
 void add_export_flags(CLI::App& app, ExportOptions& options);
 // Comm-benchmark flags; --sizes is parsed into options.sizes_bytes (OptionError on bad sizes).

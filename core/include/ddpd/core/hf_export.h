@@ -25,6 +25,11 @@ inline const std::vector<std::string> kHfSideFiles = {"tokenizer.json",
 // copied.
 std::vector<std::string> copy_hf_side_files(const std::string& from_dir, const std::string& to_dir);
 
+// Refuses (OptionError naming --hf) to write into a directory that holds anything, unless
+// `force`: an export replaces config.json, the weights and the tokenizer files, and would mix its
+// own with another model's shards. A missing or empty directory is fine.
+void check_export_target(const std::string& out_dir, bool force);
+
 // Reads the checkpoint `checkpoint` (DIR/step-N, or a checkpoint directory holding `latest`) and
 // writes `out_dir`: config.json (the model the checkpoint records; an imported model's own
 // config kept), its parameters as float32 safetensors, sharded above max_shard_bytes, and the
