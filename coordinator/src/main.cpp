@@ -102,17 +102,6 @@ void finish_flags(CoordinatorFlags& f) {
   if (o.token.empty()) {
     if (const char* env = std::getenv("DDPD_TOKEN")) o.token = env;
   }
-  if (o.token.empty() && !f.insecure) {
-    throw OptionError("--token",
-                      "no token: set $DDPD_TOKEN or --token (a shared secret every RPC must "
-                      "carry; e.g. export DDPD_TOKEN=$(openssl rand -hex 16)), or pass "
-                      "--insecure to serve every caller without one");
-  }
-  if (!o.token.empty() && f.insecure) {
-    throw OptionError("--insecure",
-                      "contradicts the token given (--token or $DDPD_TOKEN): "
-                      "drop one of them");
-  }
   if (f.tls_cert.empty() != f.tls_key.empty()) {
     throw OptionError("--tls-key", "--tls-cert and --tls-key go together");
   }
@@ -134,6 +123,23 @@ void finish_flags(CoordinatorFlags& f) {
   o.worker_timeout = milliseconds(f.worker_timeout_s);
   o.pending_timeout = milliseconds(f.pending_timeout_s);
   o.adopt_timeout = milliseconds(f.adopt_timeout_s);
+}
+
+// Last of the checks, so that a mistyped flag is named before a missing token: without one
+// every caller may do anything, which only --insecure asks for.
+void require_token(const CoordinatorFlags& f) {
+  const CoordinatorOptions& o = f.options;
+  if (o.token.empty() && !f.insecure) {
+    throw OptionError("--token",
+                      "no token: set $DDPD_TOKEN or --token (a shared secret every RPC must "
+                      "carry; e.g. export DDPD_TOKEN=$(openssl rand -hex 16)), or pass "
+                      "--insecure to serve every caller without one");
+  }
+  if (!o.token.empty() && f.insecure) {
+    throw OptionError("--insecure",
+                      "contradicts the token given (--token or $DDPD_TOKEN): "
+                      "drop one of them");
+  }
 }
 
 std::string read_file(const std::string& path, const char* flag) {
@@ -217,6 +223,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
     finish_flags(flags);
     configure_logging(flags.log);
+    require_token(flags);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::Error& e) {
