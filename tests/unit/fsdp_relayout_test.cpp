@@ -100,9 +100,9 @@ const torch::optim::AdamWParamState& state_of(torch::optim::AdamW& optimizer,
 
 // `holder`'s copy holds `owner`'s shard: the same ranges, values and state.
 void expect_copy_equals_original(Rank& holder, Rank& owner) {
-  const auto copies = holder.sync->replica_parameters();
+  const auto copies = sharding_of(*holder.sync).replica_parameters();
   const auto originals = owner.sync->optimizer_parameters();
-  const auto copy_ranges = holder.sync->replica_parameter_ranges();
+  const auto copy_ranges = sharding_of(*holder.sync).replica_parameter_ranges();
   const auto original_ranges = owner.sync->optimizer_parameter_ranges();
   ASSERT_EQ(copies.size(), originals.size());
   for (size_t i = 0; i < copies.size(); ++i) {
@@ -140,7 +140,7 @@ void make_stale(Rank& r) {
   torch::NoGradGuard no_grad;
   for (const auto& [pieces, optimizer] :
        {std::pair{r.sync->optimizer_parameters(), r.own.get()},
-        std::pair{r.sync->replica_parameters(), r.replica.get()}}) {
+        std::pair{sharding_of(*r.sync).replica_parameters(), r.replica.get()}}) {
     for (const auto& piece : pieces) {
       piece.detach().add_(1.0f);
       auto& adam = static_cast<torch::optim::AdamWParamState&>(
@@ -184,7 +184,7 @@ TEST_P(FsdpRelayout, SurvivorsHoldEveryShardLaidOutAgainAndEachCopyEqualsItsOrig
     me.sync = make_synchronizer(*me.model, me.comm, options);
     me.own = std::make_unique<torch::optim::AdamW>(me.sync->optimizer_parameters(),
                                                    torch::optim::AdamWOptions(0.01));
-    me.replica = std::make_unique<torch::optim::AdamW>(me.sync->replica_parameters(),
+    me.replica = std::make_unique<torch::optim::AdamW>(sharding_of(*me.sync).replica_parameters(),
                                                        torch::optim::AdamWOptions(0.01));
     for (int step = 0; step < 2; ++step) train_step(me);
   });
@@ -199,8 +199,8 @@ TEST_P(FsdpRelayout, SurvivorsHoldEveryShardLaidOutAgainAndEachCopyEqualsItsOrig
     Rank& me = ranks[r];
     std::shared_ptr<Communicator> next = split_group(*me.comm, survivors, "shrink");
     detail::AdamStateRelay relay(*me.own, *me.replica);
-    received[r] = me.sync->relayout(next, shards, relay);
-    relay.adopt(me.sync->optimizer_parameters(), me.sync->replica_parameters());
+    received[r] = sharding_of(*me.sync).relayout(next, shards, relay);
+    relay.adopt(me.sync->optimizer_parameters(), sharding_of(*me.sync).replica_parameters());
     me.comm = next;
   });
   if (world == 3) {

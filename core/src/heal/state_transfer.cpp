@@ -9,8 +9,8 @@
 
 #include "comm/communicator_split.h"
 #include "device/storage_memory.h"
-#include "strategies/flat_buffer.h"
 #include "heal/adam_state_relay.h"
+#include "strategies/flat_buffer.h"
 
 namespace ddpd::detail {
 namespace {
@@ -240,8 +240,9 @@ int64_t transfer_fsdp_shards(const TrainingState& s, Communicator& comm,
     const std::string name = "heal_shard" + std::to_string(k);
     bytes += move_over_shard_pair(comm, k, plan.shard_provider[k], keeper != nullptr, name,
                                   [&](Communicator& group, int root) {
-                                    return move_fsdp_shard(group, s.sync.shard_parameters(k), root,
-                                                           keeper, name);
+                                    return move_fsdp_shard(group,
+                                                           sharding_of(s.sync).shard_parameters(k),
+                                                           root, keeper, name);
                                   });
   }
   return bytes;
@@ -275,7 +276,8 @@ void regroup_strategies(const TrainingState& s, std::shared_ptr<Communicator> co
                         bool sharded_regrouped = false) {
   Communicator& c = *comm;
   const bool is_source = c.info().rank == root;
-  const std::vector<int64_t> order = is_source ? s.sync.launch_order() : std::vector<int64_t>{};
+  Regrouping& regrouping = regrouping_of(s.sync);
+  const std::vector<int64_t> order = is_source ? regrouping.launch_order() : std::vector<int64_t>{};
   const int64_t order_size = broadcast_longs(c, {static_cast<int64_t>(order.size())}, 1, root,
                                              "broadcast/heal_order_size")[0]
                                  .item<int64_t>();
@@ -284,7 +286,7 @@ void regroup_strategies(const TrainingState& s, std::shared_ptr<Communicator> co
   std::vector<int64_t> launch_order(order_size);
   for (int64_t k = 0; k < order_size; ++k) launch_order[k] = agreed_order[k].item<int64_t>();
   if (s.sharded && !sharded_regrouped) s.sharded->regroup(comm);
-  s.sync.regroup(std::move(comm), launch_order);
+  regrouping.regroup(std::move(comm), launch_order);
 }
 
 std::string progress_table(const std::vector<RankProgress>& ranks) {
@@ -461,8 +463,9 @@ TransferredState relayout_in_place(const TrainingState& s, std::shared_ptr<Commu
   if (after_parameters) after_parameters(plan.target_step);
   AdamStateRelay relay(s.local_optimizer, *s.replica_optimizer);
   TransferredState out{-1, numbers.new_rank_of(plan.state_source), plan.target_step, 0, 0};
-  out.bytes = s.sync.relayout(std::move(comm), shards, relay);
-  relay.adopt(s.sync.optimizer_parameters(), s.sync.replica_parameters());
+  ParameterSharding& sharding = sharding_of(s.sync);
+  out.bytes = sharding.relayout(std::move(comm), shards, relay);
+  relay.adopt(s.sync.optimizer_parameters(), sharding.replica_parameters());
   return out;
 }
 

@@ -92,7 +92,10 @@ struct FlatUnit {
   int64_t bytes() const { return layout.padded_numel * full.element_size(); }
 };
 
-class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardHooks {
+class FsdpSynchronizer final : public GradientSynchronizer,
+                               public ParameterSharding,
+                               public Regrouping,
+                               private UnitForwardHooks {
  public:
   FsdpSynchronizer(torch::nn::Module& model, std::shared_ptr<Communicator> comm,
                    const SyncOptions& options)
@@ -127,7 +130,10 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
   }
 
   std::string name() const override { return "fsdp"; }
-  bool shards_parameters() const override { return true; }
+  ParameterSharding* sharding() override { return this; }
+  // Only with copies of each shard: a lost rank's shards exist nowhere else.
+  Regrouping* regrouping() override { return replicas_ ? this : nullptr; }
+  std::vector<int64_t> launch_order() const override { return {}; }
 
   void zero_grad() override {
     for (auto& unit : units_) {
@@ -232,9 +238,11 @@ class FsdpSynchronizer final : public GradientSynchronizer, private UnitForwardH
 
   // At the same world size only: the shards keep their layout, and every rank its number.
   void regroup(std::shared_ptr<Communicator> comm,
-               const std::vector<int64_t>& launch_order) override {
-    if (!replicas_ || comm->info().world_size != comm_->info().world_size) {
-      GradientSynchronizer::regroup(std::move(comm), launch_order);
+               const std::vector<int64_t>& /*launch_order: fsdp has none*/) override {
+    if (comm->info().world_size != comm_->info().world_size) {
+      throw std::logic_error(
+          "fsdp regroups at the same world size only; a smaller group is a "
+          "relayout");
     }
     comm_ = std::move(comm);
     torch::NoGradGuard no_grad;

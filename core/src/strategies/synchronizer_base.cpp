@@ -273,21 +273,31 @@ std::unique_ptr<GradientSynchronizer> make_synchronizer(torch::nn::Module& model
 }  // namespace ddpd
 
 namespace ddpd {
-void GradientSynchronizer::regroup(std::shared_ptr<Communicator> /*comm*/,
-                                   const std::vector<int64_t>& /*launch_order*/) {
-  throw std::logic_error(name() +
-                         " cannot go on in a new group: its lost rank's shards exist "
-                         "nowhere else");
+std::vector<int64_t> agreed_launch_order(GradientSynchronizer& sync) {
+  const Regrouping* regrouping = sync.regrouping();
+  return regrouping ? regrouping->launch_order() : std::vector<int64_t>{};
 }
 
-int64_t GradientSynchronizer::relayout(std::shared_ptr<Communicator> /*comm*/,
-                                       const std::vector<OldShardHolders>& /*shards*/,
-                                       ShardStateRelay& /*relay*/) {
-  throw std::logic_error(name() + " keeps no shards to lay out again");
+std::vector<torch::Tensor> replica_parameters(GradientSynchronizer& sync) {
+  ParameterSharding* sharding = sync.sharding();
+  return sharding ? sharding->replica_parameters() : std::vector<torch::Tensor>{};
 }
 
-std::vector<torch::Tensor> GradientSynchronizer::shard_parameters(int /*owner*/) {
-  throw std::logic_error(name() + " keeps no shards of its parameters");
+Regrouping& regrouping_of(GradientSynchronizer& sync) {
+  Regrouping* regrouping = sync.regrouping();
+  if (regrouping == nullptr) {
+    throw std::logic_error(sync.name() +
+                           " cannot go on in a new group: its lost rank's shards exist "
+                           "nowhere else");
+  }
+  return *regrouping;
+}
+
+ParameterSharding& sharding_of(GradientSynchronizer& sync) {
+  ParameterSharding* sharding = sync.sharding();
+  if (sharding == nullptr)
+    throw std::logic_error(sync.name() + " keeps no shards of its parameters");
+  return *sharding;
 }
 
 void GradientSynchronizer::zero_grad() {

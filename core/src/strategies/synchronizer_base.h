@@ -32,7 +32,7 @@ class PendingGradientAverage {
 };
 
 // Strategies whose parameters stay whole (replicated) on every rank.
-class ReplicatedSynchronizer : public GradientSynchronizer {
+class ReplicatedSynchronizer : public GradientSynchronizer, public Regrouping {
  public:
   ReplicatedSynchronizer(torch::nn::Module& model, std::shared_ptr<Communicator> comm,
                          const SyncOptions& options = {});
@@ -45,6 +45,9 @@ class ReplicatedSynchronizer : public GradientSynchronizer {
   }
   // The whole model's parameters, and a full gradient for every trainable one.
   UnshardedPeak step_peak_unsharded() const override;
+  Regrouping* regrouping() override { return this; }
+  // None; overlap and bucketed agree on one after the first step.
+  std::vector<int64_t> launch_order() const override { return {}; }
   // Takes `comm`; the strategies with a launch order override it and call it first.
   void regroup(std::shared_ptr<Communicator> comm,
                const std::vector<int64_t>& launch_order) override;

@@ -22,7 +22,7 @@ OptimizerStack::OptimizerStack(const DdpJobOptions& options, GradientSynchronize
                                                   std::move(comm), options.shard_replicas);
   } else {
     optimizer_ = std::make_unique<torch::optim::AdamW>(sync.optimizer_parameters(), adamw);
-    const std::vector<torch::Tensor> replica = sync.replica_parameters();
+    const std::vector<torch::Tensor> replica = replica_parameters(sync);
     if (!replica.empty()) replica_ = std::make_unique<torch::optim::AdamW>(replica, adamw);
   }
 }
@@ -85,7 +85,7 @@ double OptimizerStack::clip_gradients(const DdpJobOptions& options, GradientSync
     torch::NoGradGuard no_grad;
     for (auto& g : grads) g.mul_(coefficient);
     // The predecessor scales the same bits by the same coefficient.
-    for (auto& p : sync.replica_parameters()) {
+    for (auto& p : replica_parameters(sync)) {
       if (p.grad().defined()) p.mutable_grad().mul_(coefficient);
     }
   }

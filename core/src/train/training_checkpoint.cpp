@@ -48,7 +48,7 @@ nlohmann::json checkpoint_fields(const TrainingState& s, int64_t steps_done) {
             {"beta2", o.beta2},
             {"eps", o.eps},
             {"weight_decay", o.weight_decay}}},
-          {"launch_order", s.sync.launch_order()}};
+          {"launch_order", agreed_launch_order(s.sync)}};
 }
 
 nlohmann::json checkpoint_header(const TrainingState& s, int64_t steps_done) {
@@ -74,7 +74,7 @@ void add_tensors(const TrainingState& s, CheckpointShardWriter& writer) {
   std::vector<int64_t> assigned_bytes(world, 0);
   // Not the strategy and the world size: fsdp shrunk in place to one rank still holds its
   // parameters as a shard (the whole of each), and its module's tensors hold no memory.
-  const bool sharded_params = s.sync.shards_parameters();
+  const bool sharded_params = s.sync.sharding() != nullptr;
   const auto named = named_unique_parameters(s.model);
   for (size_t i = 0; i < named.size(); ++i) {
     const auto& [pname, full] = named[i];
@@ -223,7 +223,8 @@ void load_optimizer_state(CheckpointReader& reader, const TrainingState& s) {
     });
   }
   if (s.replica_optimizer) {  // fsdp's copy of the predecessor's shards: its ranges
-    load_adam_states(reader, s, s.sync.replica_parameters(), s.sync.replica_parameter_ranges(),
+    ParameterSharding& sharding = sharding_of(s.sync);
+    load_adam_states(reader, s, sharding.replica_parameters(), sharding.replica_parameter_ranges(),
                      *s.replica_optimizer, [](const torch::Tensor&) { return true; });
   }
 }

@@ -40,7 +40,7 @@ class ParameterSource {
 struct SyncOptions {
   Strategy strategy = kJobDefaults.strategy;
   double bucket_size_mb = kJobDefaults.bucket_size_mb;  // bucketed: cap per bucket, MiB
-  WireDtype gradient_wire = WireDtype::kFp32;  // not fsdp (validate() refuses it)
+  WireDtype gradient_wire = WireDtype::kFp32;           // not fsdp (validate() refuses it)
   // bucketed: the first bucket's cap, MiB (kFirstBucketMiB); the smaller of this and
   // bucket_size_mb applies.
   double first_bucket_mb = kFirstBucketMiB;
@@ -110,6 +110,47 @@ class ShardStateRelay {
                      int64_t step) = 0;
 };
 
+// fsdp's capability (GradientSynchronizer::sharding()): optimizer_parameters() are shards of the
+// model's parameters, whose module tensors hold no memory between steps (at any world size,
+// once laid out again).
+class ParameterSharding {
+ public:
+  virtual ~ParameterSharding() = default;
+  // With SyncOptions::shard_replicas: the copy of the ring predecessor's shards this rank keeps,
+  // as optimizer parameters (registration order, their gradients set by
+  // finish_gradient_synchronization like optimizer_parameters()'), and their ranges. Empty
+  // otherwise.
+  virtual std::vector<torch::Tensor> replica_parameters() = 0;
+  virtual std::vector<HeldRange> replica_parameter_ranges() = 0;
+  // Healing: rank `owner`'s shard as optimizer parameters: this rank's own, its replica (owner is
+  // its predecessor), or else zeroed scratch of the same shapes.
+  virtual std::vector<torch::Tensor> shard_parameters(int owner) = 0;
+  // With SyncOptions::shard_replicas, shrinking in place: goes on over `comm`, a group one
+  // smaller than the current one, with every unit laid out again for its size. Unit by unit in
+  // the same order on every rank, old shard k's parameter elements, its pieces' steps and their
+  // `relay` state go from shards[k].provider to every rank, unless every rank that needs part of
+  // it holds it already; each rank then cuts its new shard and its new predecessor's out of the
+  // unit's whole flat layout. Afterwards optimizer_parameters() and replica_parameters() are new
+  // tensors. Returns the bytes this rank received.
+  virtual int64_t relayout(std::shared_ptr<Communicator> comm,
+                           const std::vector<OldShardHolders>& shards, ShardStateRelay& relay) = 0;
+};
+
+// Healing's capability (GradientSynchronizer::regrouping(), docs/healing.md): the strategy goes
+// on in a new group generation after an interrupted step.
+class Regrouping {
+ public:
+  virtual ~Regrouping() = default;
+  // The launch order the ranks agreed on after the first step (overlap, bucketed; empty: none
+  // agreed yet, or a strategy that has none). A rank that joins adopts its source's, to issue
+  // the same collectives over the same bucket layouts; a checkpoint keeps it for a resume.
+  virtual std::vector<int64_t> launch_order() const = 0;
+  // Goes on over `comm`, a new group generation's: drops what was in flight and adopts
+  // `launch_order` (the source rank's launch_order()). fsdp: at the same world size only.
+  virtual void regroup(std::shared_ptr<Communicator> comm,
+                       const std::vector<int64_t>& launch_order) = 0;
+};
+
 // Bytes of full (unsharded) parameters and gradients alive during a step, as the strategy holds
 // them: replicated strategies hold the whole model and its gradients; fsdp holds the shards plus
 // the units it has gathered and the full gradients it has not yet reduce-scattered (with their
@@ -165,19 +206,6 @@ class GradientSynchronizer {
   // For each optimizer parameter, the elements of its model parameter it holds (the whole
   // tensor, or under fsdp the part in this rank's shard, possibly none). Checkpoints use it.
   virtual std::vector<HeldRange> optimizer_parameter_ranges();
-  // fsdp with SyncOptions::shard_replicas: the copy of the ring predecessor's shards this rank
-  // keeps, as optimizer parameters (registration order, their gradients set by
-  // finish_gradient_synchronization like optimizer_parameters()'), and their ranges. Empty
-  // otherwise.
-  virtual std::vector<torch::Tensor> replica_parameters() { return {}; }
-  virtual std::vector<HeldRange> replica_parameter_ranges() { return {}; }
-  // Whether optimizer_parameters() are shards of the model's parameters, whose module tensors
-  // then hold no memory between steps (fsdp, at any world size once laid out again).
-  virtual bool shards_parameters() const { return false; }
-  // fsdp, healing: rank `owner`'s shard as optimizer parameters: this rank's own, its replica
-  // (owner is its predecessor), or else zeroed scratch of the same shapes. Others throw
-  // std::logic_error.
-  virtual std::vector<torch::Tensor> shard_parameters(int owner);
   // Calls `visit` with the model's full parameters, a group at a time (fsdp: one unit at a time,
   // gathered for the call and freed after it; a collective, so every rank must call it). The
   // tensors are valid during the call only. Used for the param spread.
@@ -190,25 +218,12 @@ class GradientSynchronizer {
   // Evaluation ran forward only after prepare_forward(): fsdp frees the gathered parameters.
   virtual void end_forward_only() {}
 
-  // Healing (docs/healing.md). The launch order the ranks agreed on after the first step
-  // (overlap, bucketed; empty: none agreed yet, or a strategy that has none). A rank that joins
-  // adopts its source's, to issue the same collectives over the same bucket layouts.
-  virtual std::vector<int64_t> launch_order() const { return {}; }
-  // Goes on over `comm`, a new group generation's, after an interrupted step: drops what was in
-  // flight and adopts `launch_order` (the source rank's launch_order()). Replicated strategies,
-  // and fsdp with SyncOptions::shard_replicas at the same world size; fsdp without throws
-  // std::logic_error (a lost rank's shards exist nowhere else).
-  virtual void regroup(std::shared_ptr<Communicator> comm,
-                       const std::vector<int64_t>& launch_order);
-  // fsdp with SyncOptions::shard_replicas, shrinking in place: goes on over `comm`, a group one
-  // smaller than the current one, with every unit laid out again for its size. Unit by unit in
-  // the same order on every rank, old shard k's parameter elements, its pieces' steps and their
-  // `relay` state go from shards[k].provider to every rank, unless every rank that needs part of
-  // it holds it already; each rank then cuts its new shard and its new predecessor's out of the
-  // unit's whole flat layout. Afterwards optimizer_parameters() and replica_parameters() are new
-  // tensors. Returns the bytes this rank received. Others throw std::logic_error.
-  virtual int64_t relayout(std::shared_ptr<Communicator> comm,
-                           const std::vector<OldShardHolders>& shards, ShardStateRelay& relay);
+  // Capabilities beyond what every strategy does, as Communicator::shared_memory() offers shared
+  // memory: each is asked for once where it is needed, and is null where the strategy has none.
+  // fsdp shards its parameters (ParameterSharding); the replicated strategies, and fsdp with
+  // SyncOptions::shard_replicas, go on in a new group after a lost rank (Regrouping).
+  virtual ParameterSharding* sharding() { return nullptr; }
+  virtual Regrouping* regrouping() { return nullptr; }
 
   // Gradient accumulation, as DDP's no_sync(): while off, backward only accumulates gradients
   // locally (overlapping strategies' hooks launch nothing); the backward of the step's last
@@ -221,6 +236,14 @@ class GradientSynchronizer {
  private:
   std::atomic<bool> sync_on_backward_{true};  // read by hooks on autograd's thread
 };
+
+// The capabilities as their callers use them: the launch order a checkpoint keeps (none without
+// Regrouping), fsdp's replica parameters (none elsewhere), and a capability a heal cannot go
+// without (std::logic_error naming the strategy and what it lacks).
+std::vector<int64_t> agreed_launch_order(GradientSynchronizer& sync);
+std::vector<torch::Tensor> replica_parameters(GradientSynchronizer& sync);
+Regrouping& regrouping_of(GradientSynchronizer& sync);
+ParameterSharding& sharding_of(GradientSynchronizer& sync);
 
 std::unique_ptr<GradientSynchronizer> make_synchronizer(torch::nn::Module& model,
                                                         std::shared_ptr<Communicator> comm,
