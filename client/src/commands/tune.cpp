@@ -335,6 +335,7 @@ void add_tune_command(CLI::App& app, Commands& commands) {
   add_tune_flags(*command, *flags);
   commands.on(command, [&commands, flags, command] {
     apply_job_file_if_given(flags->job_file, *command);
+    make_paths_absolute(flags->base);  // the trials run on the workers, elsewhere
     return run_tune(commands.connection(), *flags);
   });
   auto* local = app.get_subcommand("local");
@@ -344,6 +345,7 @@ void add_tune_command(CLI::App& app, Commands& commands) {
   add_tune_flags(*local_tune, *local_flags);
   commands.on(local_tune, [local_flags, local_tune] {
     apply_job_file_if_given(local_flags->job_file, *local_tune);
+    make_paths_absolute(local_flags->base);
     LocalClusterOptions options;
     options.workers = local_flags->world_size;
     LocalCluster cluster(options);
