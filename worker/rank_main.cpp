@@ -17,6 +17,7 @@
 #include "ddpd/api/restart_policy.h"
 #include "ddpd/api/spec_convert.h"
 #include "ddpd/api/step_report.h"
+#include "ddpd/common/checkpoint_facts.h"
 #include "ddpd/common/result_json.h"
 #include "ddpd/common/unreadable_path.h"
 #include "ddpd/core/comm_bench.h"
@@ -289,6 +290,10 @@ class RankRun {
 
   std::string run_ddp_job() {
     DdpJobOptions job = from_proto(a_.spec().ddp());
+    // The checkpoint a resume continues, named in the result; a first attempt that would train
+    // no step from it fails at once, naming both numbers (a restart's "auto" may be at the end).
+    const auto resumed = read_checkpoint_facts(job.resume, job.checkpoint_dir);
+    if (resumed && a_.attempt() == 0 && job.resume != "auto") check_resume(job, *resumed);
     RendezvousOptions r = rendezvous(job.collective_timeout_s);
     apply_job_options(r, job);
     spdlog::info("job={} rank={} world={} rendezvous {}:{}", a_.job_id(), a_.rank(),
@@ -332,7 +337,10 @@ class RankRun {
     }
     warn_if_fallback(training.shared_buffers_fallback);
     write(memory_event(training.memory, /*final_points=*/true));
-    return a_.rank() == 0 ? to_json(training).dump() : "";
+    if (a_.rank() != 0) return "";
+    nlohmann::json result = to_json(training);
+    if (resumed) result["resumed_from"] = {{"step", resumed->step}, {"checkpoint", resumed->dir}};
+    return result.dump();
   }
 
   // A job's path this worker cannot open: which worker, on which host, and what to do. ddpctl

@@ -239,8 +239,12 @@ std::string job_summary(const v1::GetJobReply& reply) {
   if (!job.result_json().empty() && job.spec().has_comm()) {
     out << comm_table(comm_result_from_json(nlohmann::json::parse(job.result_json())));
   } else if (!job.result_json().empty()) {
-    const TrainingResult result =
-        training_result_from_json(nlohmann::json::parse(job.result_json()));
+    const nlohmann::json raw = nlohmann::json::parse(job.result_json());
+    const TrainingResult result = training_result_from_json(raw);
+    if (const auto from = raw.find("resumed_from"); from != raw.end() && from->is_object()) {
+      out << "resumed from step " << from->value("step", int64_t{0}) << " ("
+          << from->value("checkpoint", std::string()) << ")\n";
+    }
     const TrainingSummary& s = result.summary;
     if (!s.final_loss) {
       out << "no step trained: no loss and no step times\n";

@@ -8,6 +8,7 @@
 
 #include "ddpd/api/restart_policy.h"
 #include "ddpd/api/spec_convert.h"
+#include "ddpd/common/checkpoint_facts.h"
 
 namespace ddpd::coordinator {
 namespace {
@@ -310,6 +311,24 @@ std::string JobManager::silence(const std::string& worker_id) const {
   return it == workers_.end() ? "" : it->second->silence;
 }
 
+namespace {
+
+// The history's first entry; a resume names the checkpoint it continues, read on this host where
+// it can be ("submitted: resumes job-000001's checkpoint of step 4 (DIR/step-000004)").
+std::string submitted_reason(const DdpJobOptions& ddp, const std::string& resumes_job_id) {
+  if (ddp.resume.empty()) return "submitted";
+  const std::string whose = resumes_job_id.empty() ? "" : resumes_job_id + "'s ";
+  if (const auto facts = read_checkpoint_facts(ddp.resume, ddp.checkpoint_dir)) {
+    return "submitted: resumes " + whose + "checkpoint of step " + std::to_string(facts->step) +
+           " (" + facts->dir + ")";
+  }
+  if (ddp.resume == "auto" && resumes_job_id.empty()) return "submitted";
+  return "submitted: resumes " + whose + "checkpoint " + ddp.resume +
+         " (not readable on the coordinator's host: the ranks read it)";
+}
+
+}  // namespace
+
 std::optional<Refusal> JobManager::submit(const v1::SubmitJobRequest& request,
                                           const DdpJobOptions& ddp, v1::Job* job) {
   if (!request.request_id().empty()) {
@@ -343,8 +362,7 @@ std::optional<Refusal> JobManager::submit(const v1::SubmitJobRequest& request,
   v1::StateTransition t;
   t.set_state(v1::PENDING);
   t.set_unix_time(clock_.unix_seconds());
-  t.set_reason(resumed ? "submitted: resumes " + resumed->job.job_id() + "'s latest checkpoint"
-                       : "submitted");
+  t.set_reason(submitted_reason(ddp, resumed ? resumed->job.job_id() : ""));
   *entry.job.add_history() = t;
   *entry.events.emplace_back().mutable_transition() = t;
   store_.save_job(entry.job, entry.sequence);

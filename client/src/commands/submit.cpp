@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "ddpd/api/spec_convert.h"
+#include "ddpd/common/checkpoint_facts.h"
 #include "ddpd/common/ddp_flags.h"
 #include "ddpd/common/memory_estimate.h"
 #include "job_file.h"
@@ -58,6 +59,13 @@ void warn_if_no_workers_can_hold(ControlClient& control, const v1::JobSpec& spec
 
 int submit_spec(Commands& commands, const v1::JobSpec& spec, bool watch) {
   validate_spec(spec);  // the coordinator checks again; fail fast here
+  if (spec.has_ddp() && !spec.ddp().resume().empty()) {
+    // The checkpoint, where this host can read it: a resume that trains no step is refused.
+    const DdpJobOptions options = ddp_options_of(spec);
+    if (const auto facts = read_checkpoint_facts(options.resume, options.checkpoint_dir)) {
+      check_resume(options, *facts);
+    }
+  }
   ControlClient control(commands.connection());
   const v1::Job submitted = control.submit(spec);
   std::cout << submitted.job_id() << std::endl;
