@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "e2e/cluster.h"
+#include "support/http.h"
 
 namespace ddpd::testing {
 namespace {
@@ -50,7 +51,10 @@ TEST(Summary, AnImportedModelIsShownByItsNameAndShapeAndModelBesideItIsRefused) 
 }
 
 TEST(Summary, AJobThatTrainedNoStepShowsNoFinalLoss) {
-  Cluster cluster(1, "no-step-summary");
+  const int metrics_port = unused_port();
+  Cluster cluster(1, "no-step-summary", {}, [&](int) {
+    return std::vector<std::string>{"--metrics-port", std::to_string(metrics_port)};
+  });
   const auto submitted =
       cluster.ctl({"submit", "ddp", "--steps", "0", "--batch", "2", "--context", "16"});
   ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
@@ -64,6 +68,12 @@ TEST(Summary, AJobThatTrainedNoStepShowsNoFinalLoss) {
   const std::string text = ended.dump();
   EXPECT_EQ(text.find("final_loss"), std::string::npos) << text;           // absent, not 0
   EXPECT_NE(text.find("median_step_seconds"), std::string::npos) << text;  // the summary is there
+  // The worker's /metrics keeps the job's series until its next job: no ddpd_loss among them.
+  const auto metrics = http_get(metrics_port, "/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find("ddpd_steps_total{job_id=\"" + job + "\""), std::string::npos)
+      << metrics.body;
+  EXPECT_EQ(metrics.body.find("ddpd_loss{"), std::string::npos) << metrics.body;
 }
 
 }  // namespace
