@@ -113,7 +113,9 @@ def main():
         print(f"{job.job_id} {pb.JobState.Name(job.state)} on {', '.join(job.worker_ids)}")
         if job.error:
             print(f"error: {job.error}")
-        if result and "summary" in result:
+        if result and "final_loss" not in result.get("summary", {}):
+            print("no step trained")  # final_loss is absent, not 0, when no step ran
+        elif result and "summary" in result:
             summary = result["summary"]
             print(f"final loss {summary['final_loss']:.4f}, median step "
                   f"{summary['median_step_seconds'] * 1e3:.1f} ms, "
