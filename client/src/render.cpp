@@ -278,7 +278,7 @@ std::string event_line(const v1::JobEvent& event) {
     return clock_time(i.unix_time()) + "  " + i.kind() + "  " + i.message();
   }
   if (event.has_pending()) {
-    return clock_time(event.pending().unix_time()) + "  PENDING  " + event.pending().reason();
+    return clock_time(event.pending().unix_time()) + "  pending  " + event.pending().reason();
   }
   const auto& s = event.step();
   const int64_t total = std::max<int64_t>(event.total_steps(), 1);

@@ -34,6 +34,10 @@ bool WatchDedup::admit(const v1::JobEvent& event) {
   int& printed = printed_[key];
   if (nth <= printed) return false;
   printed = nth;
+  if (event.has_pending()) {
+    if (event.pending().reason() == last_pending_) return false;
+    last_pending_ = event.pending().reason();
+  }
   return true;
 }
 

@@ -24,11 +24,15 @@ class WatchDedup {
   // printed.
   std::map<std::string, int> printed_;
   std::map<std::string, int> in_stream_;
+  // A pending reason is news only when it differs from the last one printed: a restarted
+  // coordinator works out the same reason again, at another time.
+  std::string last_pending_;
 };
 
 // What identifies an event across replays: a step by its number alone (a restarted coordinator
 // aggregates stored steps again, and e.g. their compute scores may differ); a transition by its
-// state, time and reason; an incident by its kind, time, rank and message.
+// state, time and reason; an incident by its kind, time, rank and message; a pending reason by its
+// time and text.
 std::string event_key(const v1::JobEvent& event);
 
 }  // namespace ddpd::client

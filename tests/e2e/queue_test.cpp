@@ -43,9 +43,9 @@ TEST(Queue, AJobLargerThanTheClusterIsWarnedAboutAndDoesNotBlockOneThatFits) {
   const std::string never =
       "; never fits the 2 registered workers offering gloo: later jobs that fit start first";
   const size_t first = watched.out.find(
-      "  PENDING  waiting for 3 idle workers offering gloo: 2 registered, 2 idle" + never);
+      "  pending  waiting for 3 idle workers offering gloo: 2 registered, 2 idle" + never);
   const size_t busy = watched.out.find(
-      "  PENDING  waiting for 3 idle workers offering gloo: 2 registered, 0 idle" + never);
+      "  pending  waiting for 3 idle workers offering gloo: 2 registered, 0 idle" + never);
   ASSERT_NE(first, std::string::npos) << watched.out;
   ASSERT_NE(busy, std::string::npos) << watched.out;
   EXPECT_LT(first, busy) << watched.out;

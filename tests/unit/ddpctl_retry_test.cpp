@@ -194,6 +194,33 @@ TEST(WatchDedup, StepsRunAgainAfterARestartPassOnceEach) {
           .empty());
 }
 
+v1::JobEvent pending(double t, const std::string& reason) {
+  v1::JobEvent e;
+  e.mutable_pending()->set_unix_time(t);
+  e.mutable_pending()->set_reason(reason);
+  return e;
+}
+
+// A pending job's reasons pass once each; a restarted coordinator works out the current one again,
+// at another time, which passes only when it is not the one shown last.
+TEST(WatchDedup, PendingReasonsPassWhenTheyChange) {
+  WatchDedup dedup;
+  const auto first =
+      passed(dedup, {transition(v1::PENDING, 100.0, "submitted"), pending(100.0, "waiting: 2 idle"),
+                     pending(101.0, "waiting: 0 idle"), pending(102.0, "waiting: 2 idle")});
+  EXPECT_EQ(first.size(), 4u);
+  EXPECT_TRUE(
+      passed(dedup, {transition(v1::PENDING, 100.0, "submitted"), pending(100.0, "waiting: 2 idle"),
+                     pending(101.0, "waiting: 0 idle"), pending(102.0, "waiting: 2 idle")})
+          .empty());
+  // After a coordinator restart: the same reason at a new time is not news; another one is.
+  EXPECT_TRUE(passed(dedup, {transition(v1::PENDING, 100.0, "submitted"),
+                             pending(110.0, "waiting: 2 idle")})
+                  .empty());
+  EXPECT_EQ(passed(dedup, {pending(111.0, "waiting: 1 idle")}),
+            keys_of({pending(111.0, "waiting: 1 idle")}));
+}
+
 TEST(WatchDedup, KeysTellTransitionsApartByStateTimeAndReason) {
   EXPECT_NE(event_key(transition(v1::RUNNING, 1.0, "placed")),
             event_key(transition(v1::PENDING, 1.0, "placed")));
