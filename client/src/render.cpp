@@ -133,7 +133,8 @@ std::string diagnosis_table(const v1::Job& job, double now_unix) {
     out << format("%-5d %-16s %-10s %-10s %-6s %-9lld %-9lld %-40s %-8s %s\n", r.rank(),
                   r.worker_id().c_str(), rank_state(r.state()).c_str(),
                   r.has_progress() ? p.phase().c_str() : "-",
-                  r.has_progress() ? std::to_string(p.step()).c_str() : "-",
+                  // Counted from 1, as watch's "20/20" counts: the JSON keeps the 0-based index.
+                  r.has_progress() ? std::to_string(p.step() + 1).c_str() : "-",
                   static_cast<long long>(p.last_enqueued()),
                   static_cast<long long>(p.last_completed()), pending.c_str(), age.c_str(),
                   r.has_compute_score() ? format("%.2f", r.compute_score()).c_str() : "-");

@@ -4,6 +4,8 @@
 // "ddpd: inject KIND rank R step S at unix T"), asserts the rank and the collective named, and
 // that every surviving worker is IDLE afterwards.
 #include <cstdlib>
+#include <sstream>
+#include <string>
 
 #include "e2e/cluster.h"
 
@@ -200,7 +202,20 @@ TEST(StragglerDiagnosis, SlowRankIsNamedOnceAndTheHealthyRanksAreNot) {
     }
   }
   EXPECT_NE(cluster.ctl({"show", job}).out.find("compute score by rank:"), std::string::npos);
-  EXPECT_NE(cluster.ctl({"diagnose", job}).out.find("as last recorded"), std::string::npos);
+  // The table counts steps as watch does (40/40), where the JSON keeps the index (39).
+  const std::string table = cluster.ctl({"diagnose", job}).out;
+  EXPECT_NE(table.find("as last recorded"), std::string::npos);
+  std::istringstream lines(table);
+  int rows = 0;
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::string rank, worker, state, phase, step;
+    fields >> rank >> worker >> state >> phase >> step;
+    if (state != "succeeded") continue;
+    EXPECT_EQ(step, "40") << table;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 3) << table;
 }
 
 }  // namespace
