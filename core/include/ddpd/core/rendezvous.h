@@ -33,12 +33,13 @@ struct RendezvousOptions {
   std::string local_address;
   std::chrono::milliseconds timeout{// store connection and every collective
                                     static_cast<int64_t>(kDefaultCollectiveTimeoutSeconds * 1000)};
-  size_t journal_size = 2000;      // collectives the communicator's journal keeps
-  bool check_collectives = false;  // --check-collectives (CommunicatorOptions)
+  // The job's defaults (job_options.h), never written again here.
+  size_t journal_size = kDefaultJournalSize;  // collectives the communicator's journal keeps
+  bool check_collectives = kJobDefaults.check_collectives;  // CommunicatorOptions
   // --inject skip-collective names this rank: its communicator gets the switch the fault
   // injector sets (CommunicatorOptions::inject_skip_collective).
   bool inject_skip_collective = false;
-  Transport transport = Transport::kAuto;  // CPU groups (ddpd/job_options.h: Transport)
+  Transport transport = kJobDefaults.transport;  // CPU groups (job_options.h: Transport)
 };
 
 // Makes a write to a connection a dead peer closed an error instead of a SIGPIPE that kills this
