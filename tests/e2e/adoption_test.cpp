@@ -247,10 +247,17 @@ TEST(Adoption, AnOrphanedRankStopsAfterWritingItsNextCheckpoint) {
   wait_for_steps(cluster, job);
   cluster.kill_coordinator();
   ASSERT_TRUE(cluster.wait_until([&] { return no_rank_processes(cluster, 2); }, seconds(90)));
+  // The daemon logs its rank's end after the process is gone: wait for the line, not the exit.
   const std::regex stopped("orphaned: stopped after writing the checkpoint of step (\\d+)");
   std::smatch match;
-  const std::string log = cluster.worker(0).log();
-  ASSERT_TRUE(std::regex_search(log, match, stopped)) << log;
+  std::string log;
+  ASSERT_TRUE(cluster.wait_until(
+      [&] {
+        log = cluster.worker(0).log();
+        return std::regex_search(log, match, stopped);
+      },
+      seconds(30)))
+      << log;
   char name[32];
   std::snprintf(name, sizeof(name), "/step-%06d", std::stoi(match[1]));
   EXPECT_TRUE(fs::exists(dir + name)) << dir + name;
