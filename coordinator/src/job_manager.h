@@ -198,6 +198,7 @@ class JobManager {
     int64_t last_checkpoint_step = 0;
     std::unique_ptr<StragglerWatch> stragglers;  // DDP jobs, from RUNNING on
     int64_t step_reports = 0;                    // received (stored up to max_step_reports_per_job)
+    int pending_events = 0;  // reason changes recorded as events (kMaxPendingEvents at most)
     // Healing (the group is job.group): until the healed group completes a step, when the loss
     // it healed was seen.
     std::optional<LifecycleClock::TimePoint> healing_since;
