@@ -93,7 +93,9 @@ TEST(ControlPlane, KilledWorkerFailsTheJobAndTheOtherReturnsToIdle) {
   const std::string job = cluster.submit({"--steps", "100000"});
   ASSERT_TRUE(cluster.wait_until([&] { return !cluster.show(job)["rank_steps"].empty(); },
                                  std::chrono::seconds(60)));
-  cluster.worker(1).signal(SIGKILL);
+  // Rank 1's daemon, wherever placement put it: the ranks follow the workers' registration
+  // order, which two daemons started together do not fix.
+  cluster.worker(worker_index_of_rank(cluster, job, 1)).signal(SIGKILL);
   ASSERT_TRUE(cluster.wait_until([&] { return cluster.show(job)["state"] == "FAILED"; },
                                  std::chrono::seconds(20)));
   const auto r = cluster.show(job);
