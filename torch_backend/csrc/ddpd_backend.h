@@ -1,0 +1,105 @@
+#pragma once
+// The "ddpd" torch.distributed backend: ddpd's shared-memory process group
+// (core/src/shm/shm_process_group.h) behind checks that every collective is one it serves, with
+// the results PyTorch expects where the shm group lacks them (AVG, non-contiguous outputs).
+// Everything else fails at launch, on every rank, with an error naming the collective, the op,
+// the dtype and the device (served.h).
+//
+// Thread contract: as the shm group's. Collectives may be launched from any thread, one at a
+// time; they run in launch order on the shm group's executor thread, which also completes the
+// works. The destructor stops that thread; it must not run holding the GIL while a Python future
+// callback waits for it (torch's Python holder for Backend drops the GIL in its destructor).
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#include <chrono>
+#include <functional>
+
+#include "shm/shm_process_group.h"
+
+namespace ddpd_torch {
+
+class DdpdBackend final : public c10d::Backend {
+ public:
+  // Runs its argument without the GIL when the calling thread holds it (module.cpp's: this
+  // class knows nothing of Python).
+  using WithoutGil = std::function<void(const std::function<void()>&)>;
+  DdpdBackend(c10::intrusive_ptr<ddpd::shm::ShmProcessGroup> shm, std::chrono::milliseconds timeout,
+              WithoutGil without_gil);
+
+  const std::string getBackendName() const override { return "ddpd"; }
+  c10::intrusive_ptr<Options> getBackendOptions() override;
+  // destroy_process_group's: stops the shm group's threads now, so that none outlives Python. A
+  // Python future callback (DDP's comm hooks, `then`) runs on the executor and is dropped there
+  // after its future completes; a waiter can go on, and the script end, in between. Dropping it
+  // once the interpreter is finalizing killed the thread mid-unwind, and the process aborted
+  // ("terminate called without an active exception", DDP with allreduce_hook, 1 run in 3).
+  // Collectives launched afterwards fail. Not concurrent with launches (c10d's contract).
+  void shutdown() override;
+
+  // Served.
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& options) override;
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& options) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& options) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& options) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& options) override;
+  // The list form, through one flat copy of the inputs.
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& options) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& options) override;
+
+  // Not served yet: each names itself, its op, dtype and device (c10d's defaults name only the
+  // collective).
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& options) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& options) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& options) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& options) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& options) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& options) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& options) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& options) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_splits,
+                                               std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& options) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& options) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+
+ private:
+  // `results` after `inner`: AVG's division of the sums by the group's size.
+  c10::intrusive_ptr<c10d::Work> divided(const c10::intrusive_ptr<c10d::Work>& inner,
+                                         const at::Tensor& sums, c10d::OpType type);
+
+  // The shm group, or an error naming the shutdown.
+  ddpd::shm::ShmProcessGroup& shm();
+
+  c10::intrusive_ptr<ddpd::shm::ShmProcessGroup> shm_;  // null after shutdown()
+  const std::chrono::milliseconds timeout_;
+  const WithoutGil without_gil_;
+};
+
+}  // namespace ddpd_torch
