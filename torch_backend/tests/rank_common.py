@@ -1,0 +1,39 @@
+"""What every rank script shares: joining the job, the tolerance of a sum, and the result line."""
+
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+
+import ddpd_torch  # noqa: F401  (registers "ddpd")
+
+
+def join(backend="ddpd"):
+    """init_process_group from the environment (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE)."""
+    dist.init_process_group(backend)
+    return dist.get_rank(), dist.get_world_size()
+
+
+def emit(**result):
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def gamma(terms, dtype):
+    """Higham's gamma_k for the k = terms - 1 roundings of a sum of `terms` values in `dtype`:
+    each partial sum is rounded once, with a relative error of at most u = eps / 2."""
+    u = torch.finfo(dtype).eps / 2
+    k = terms - 1
+    return k * u / (1 - k * u)
+
+
+def order_bound(abs_sum, world, dtype):
+    """How far apart two sums of the same `world` terms may be when added in different orders
+    (ddpd adds in rank order, Gloo's ring does not): each is within gamma * sum|x_i| of the exact
+    sum, so they are within twice that of each other. `abs_sum`: sum over ranks of |x|, float64."""
+    return 2 * gamma(world, dtype) * abs_sum
+
+
+def fail_fast(message):
+    print(message, file=sys.stderr, flush=True)
+    sys.exit(1)
