@@ -45,7 +45,7 @@ v1::DdpSpec spec_setting_every_field() {
       {"on_stall", "warn"},      {"transport", "shm"},
       {"lr_schedule", "cosine"}, {"grad_compression", "fp16"},
       {"fsdp_units", "whole"},   {"inject", "slow:rank=1,step=2,factor=3"},
-      {"eval_order", "file"}};
+      {"eval_order", "file"},    {"activation_checkpointing", "selective"}};
   v1::DdpSpec spec;
   const auto* reflection = spec.GetReflection();
   const auto* descriptor = spec.GetDescriptor();

@@ -289,6 +289,10 @@ void strategy_details(Visit& visit) {
   visit(option("--reshard-after-forward", &O::reshard_after_forward, "reshard_after_forward",
                "fsdp: free each unit's full parameters after its forward (true) or keep them "
                "for its backward (false)"));
+  visit(option("--activation-checkpointing", &O::activation_checkpointing,
+               "activation_checkpointing",
+               "none, block (recompute each Transformer block's forward in backward) or "
+               "selective (keep each block's attention output, recompute the rest)"));
   visit(option("--check-collectives", &O::check_collectives, "check_collectives",
                "Debug: before each collective, ranks compare its fingerprint (op, sequence "
                "number, size, dtype) and fail naming both sides when they differ"));

@@ -87,6 +87,10 @@ enum class LrSchedule { kConstant, kCosine, kLinear };
 enum class GradCompression { kNone, kFp16, kBf16 };
 // FSDP's units: block (the embedding, each block, the final norm with the head) | whole.
 enum class FsdpUnits { kBlock, kWhole };
+// Activation checkpointing (docs/activation-checkpointing.md): none (every block's activations
+// kept for backward) | block (each Transformer block keeps only its input and recomputes its
+// forward in backward) | selective (a block keeps its attention output and recomputes the rest).
+enum class ActivationCheckpointing { kNone, kBlock, kSelective };
 // Which --eval-data windows an evaluation reads: sampled (the seeded order the training data
 // uses) | file (the first windows in file order, so any framework can recompute eval_loss).
 enum class EvalOrder { kSampled, kFile };
@@ -118,6 +122,7 @@ DDPD_ENUM_INFO(OnStall, "--on-stall");
 DDPD_ENUM_INFO(LrSchedule, "--lr-schedule");
 DDPD_ENUM_INFO(GradCompression, "--grad-compression");
 DDPD_ENUM_INFO(FsdpUnits, "--fsdp-units");
+DDPD_ENUM_INFO(ActivationCheckpointing, "--activation-checkpointing");
 DDPD_ENUM_INFO(EvalOrder, "--eval-order");
 DDPD_ENUM_INFO(Transport, "--transport");
 DDPD_ENUM_INFO(GroupTransport, "transport");
@@ -256,6 +261,10 @@ struct DdpJobOptions {
   // (PyTorch FSDP's default). false keeps them from forward to backward: one all-gather less per
   // unit and step, the full model's parameters alive at the end of forward (ZeRO-2-like).
   bool reshard_after_forward = true;
+  // Activation checkpointing: block recomputes each Transformer block's forward in its backward
+  // (the activations kept fall to one block's input each); selective also keeps each block's
+  // attention output. Loss and gradients are bitwise those of none (tests/multirank/).
+  ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::kNone;
 
   // The preset with the overrides applied; with init_from, the shape its config.json gives
   // (reads the file; a shape flag that contradicts it is an OptionError naming both).
