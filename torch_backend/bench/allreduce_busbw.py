@@ -1,10 +1,12 @@
 """All-reduce bus bandwidth of "ddpd" against Gloo, in the same processes, one host.
 
     .venv/bin/python torch_backend/bench/allreduce_busbw.py [--world 2] [--max-mib 64]
+        [--sizes BYTES,...] [--rows]
 
-Starts --world ranks of itself (plain MASTER_ADDR/RANK/WORLD_SIZE). Each size runs on both
-groups in alternation, after warm-up, and the median of --rounds timings of --iters calls is
-kept. busbw = algbw * 2(W-1)/W (nccl-tests' convention); algbw = bytes / time. Rank 0 prints a
+Starts --world ranks of itself (plain MASTER_ADDR/RANK/WORLD_SIZE, LOCAL_WORLD_SIZE as torchrun
+sets it). Each size runs on both groups in alternation, after two warm-up calls, and the median
+of --rounds timings of iterations() calls on zeros (a sum that stays finite) is kept; the C++
+peers of tests/bench/bench_torch_backend.sh time the same way (allreduce_bench_loop.h). busbw = algbw * 2(W-1)/W (nccl-tests' convention); algbw = bytes / time. Rank 0 prints a
 Markdown table. Every result is checked against the expected sum first, as nccl-tests does.
 """
 
@@ -24,6 +26,9 @@ def parse():
     p.add_argument("--max-mib", type=int, default=64)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
+    p.add_argument("--sizes", default="", help="comma-separated bytes (instead of min/max)")
+    p.add_argument("--rows", action="store_true",
+                   help="print 'ROW <peer> <bytes> <seconds>' lines instead of the table")
     return p.parse_args()
 
 
@@ -34,14 +39,27 @@ def launch(args):
     procs = []
     for rank in range(args.world):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                   WORLD_SIZE=str(args.world), OMP_NUM_THREADS=str(args.threads))
+                   WORLD_SIZE=str(args.world), LOCAL_WORLD_SIZE=str(args.world),
+                   OMP_NUM_THREADS=str(args.threads))
         procs.append(subprocess.Popen([sys.executable, __file__, *sys.argv[1:]], env=env))
     return max(p.wait() for p in procs)
 
 
-def iterations(nbytes):
-    # About 64 MiB moved per timing, at least 3 calls: small sizes need many calls to time.
-    return max(3, min(2000, (64 << 20) // max(nbytes, 1)))
+def iterations(nbytes, warm_seconds):
+    # About 64 MiB moved per timing (small sizes need many calls to time), at most about 0.25 s
+    # of calls by the warm-up's time per call, at least 3 calls. allreduce_bench_loop.h, which
+    # times the C++ peers, has the same rule.
+    by_bytes = min(2000, (64 << 20) // max(nbytes, 1))
+    return max(3, min(by_bytes, int(0.25 / max(warm_seconds, 1e-9))))
+
+
+def warm_up(torch, dist, tensor, group):
+    """Two calls; rank 0's seconds per call, on every rank (so all run the same count)."""
+    per_call = torch.tensor([timed(tensor, group, 2)], dtype=torch.float64)
+    if dist.get_rank() != 0:
+        per_call.zero_()
+    dist.all_reduce(per_call, group=group)
+    return per_call.item()
 
 
 def timed(tensor, group, iters):
@@ -62,6 +80,16 @@ def verify(torch, dist, numel, group, world):
         raise SystemExit(f"all_reduce of {numel} floats gave a wrong sum on {group}")
 
 
+def sizes(args):
+    if args.sizes:
+        return [int(v) for v in args.sizes.split(",")]
+    out, nbytes = [], args.min_kib << 10
+    while nbytes <= args.max_mib << 20:
+        out.append(nbytes)
+        nbytes *= 4
+    return out
+
+
 def measure(args):
     import torch
     import torch.distributed as dist
@@ -71,24 +99,27 @@ def measure(args):
     dist.init_process_group("ddpd")
     world, rank = dist.get_world_size(), dist.get_rank()
     groups = {"ddpd": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
-    rows, nbytes = [], args.min_kib << 10
-    while nbytes <= args.max_mib << 20:
+    rows = []
+    for nbytes in sizes(args):
         numel = nbytes // 4
-        tensor = torch.ones(numel)
-        medians = {}
+        tensor = torch.zeros(numel)
+        medians, iters = {}, {}
         for name, group in groups.items():
             verify(torch, dist, numel, group, world)
-            timed(tensor, group, 2)  # warm-up
-        iters = iterations(nbytes)
+            iters[name] = iterations(nbytes, warm_up(torch, dist, tensor, group))
         samples = {name: [] for name in groups}
         for _ in range(args.rounds):
             for name, group in groups.items():
-                samples[name].append(timed(tensor, group, iters))
+                samples[name].append(timed(tensor, group, iters[name]))
         for name in groups:
             medians[name] = statistics.median(samples[name])
         rows.append((nbytes, medians))
-        nbytes *= 4
-    if rank == 0:
+        if rank == 0 and args.rows:
+            for name, seconds in medians.items():
+                print(f"ROW {name} {nbytes} {seconds:.9g}", flush=True)
+    if rank == 0 and args.rows:
+        print(f"VERSION torch {torch.__version__} transport {ddpd_torch.transport()}")
+    elif rank == 0:
         report(rows, world, torch.__version__, ddpd_torch.transport())
     dist.destroy_process_group()
 
