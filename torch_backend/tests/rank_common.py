@@ -5,6 +5,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 import ddpd_torch  # noqa: F401  (registers "ddpd")
 
@@ -37,3 +38,17 @@ def order_bound(abs_sum, world, dtype):
 def fail_fast(message):
     print(message, file=sys.stderr, flush=True)
     sys.exit(1)
+
+
+def make_model(seed):
+    """The model of the DDP and FSDP2 tests: a float64 MLP whose 31-row layers split unevenly
+    over 2, 3 and 4 ranks (FSDP2 pads the last shard)."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(13, 31), nn.Tanh(), nn.Linear(31, 7)).double()
+
+
+def batch(step, rank):
+    """Rank `rank`'s batch at `step`: the same on every backend."""
+    g = torch.Generator().manual_seed(100 * step + rank)
+    return (torch.randn(16, 13, generator=g, dtype=torch.float64),
+            torch.randn(16, 7, generator=g, dtype=torch.float64))

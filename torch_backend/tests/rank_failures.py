@@ -1,10 +1,13 @@
-"""One rank of test_failures.py. "kill": after a first all-reduce, the last rank SIGKILLs itself
-and the others' next all-reduce must fail naming it, long before the 30 s timeout. "timeout":
-the last rank sleeps past init_process_group's 3 s timeout and the others' all-reduce must fail
-saying so."""
+"""One rank of test_failures.py.
+
+"kill": every rank all-reduces 4 MiB in a loop and prints LOOPING once it is in it; the test
+SIGKILLs one rank from outside, mid-collective, and each survivor's all-reduce must fail with an
+error naming that rank, before init_process_group's timeout (TIMEOUT_S["kill"]). Each survivor
+reports the wall-clock time of its failure, which the test subtracts from the kill's.
+"timeout": the last rank stays away from the second all-reduce and the others' must fail at
+init_process_group's timeout (TIMEOUT_S["timeout"]), saying so."""
 
 import os
-import signal
 import sys
 import time
 from datetime import timedelta
@@ -15,35 +18,62 @@ import torch.distributed as dist
 import ddpd_torch  # noqa: F401
 from rank_common import emit
 
-# init_process_group's timeout by mode. "kill" is detected by the shm group's liveness checks:
-# the pid is gone, or, while the killed rank is an unreaped zombie, its heartbeat has been silent
-# for 2 s.
-TIMEOUT_S = {"kill": 30, "timeout": 3}
+# init_process_group's timeout by mode. "kill" is detected by the shm group's liveness checks
+# (the pid is gone, or, while the killed rank is an unreaped zombie, its heartbeat has been
+# silent for 2 s), long before this.
+TIMEOUT_S = {"kill": 20, "timeout": 3}
+LOOPING = "LOOPING"
+DONE_KEY = "ddpd-test-done"
+
+
+def leave_together(expected):
+    """Waits on the job's store (rank 0's TCPStore, which outlives the broken group) until
+    `expected` ranks have finished, so that no rank exits while a peer may still be deciding
+    which rank is gone (a survivor that left early could be the one it names)."""
+    store = dist.distributed_c10d._get_default_store()
+    store.add(DONE_KEY, 1)
+    deadline = time.monotonic() + 60
+    try:
+        while store.add(DONE_KEY, 0) < expected and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if dist.get_rank() == 0:
+            time.sleep(0.2)  # the others read the count before the store goes
+    except RuntimeError:
+        pass  # rank 0, and its store, left: everyone is done
+    os._exit(0)  # the group is broken: skip destroy_process_group's goodbyes to a gone peer
+
+
+def fail_in_all_reduce(t):
+    """Runs all_reduce until one fails: (error, wall-clock time of the failure, count)."""
+    count = 0
+    while True:
+        try:
+            dist.all_reduce(t)
+        except RuntimeError as e:
+            return str(e), time.time(), count
+        count += 1
+        if count == 1:
+            print(LOOPING, flush=True)
 
 
 def main():
     mode = sys.argv[1]
     dist.init_process_group("ddpd", timeout=timedelta(seconds=TIMEOUT_S[mode]))
     rank, world = dist.get_rank(), dist.get_world_size()
+    if mode == "kill":
+        error, failed_at, count = fail_in_all_reduce(torch.ones(1 << 20))
+        emit(error=error, failed_at=failed_at, all_reduces=count)
+        leave_together(world - 1)
     t = torch.ones(1000)
     dist.all_reduce(t)
-    last = rank == world - 1
-    if last and mode == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
-    if last and mode == "timeout":
-        time.sleep(2 * TIMEOUT_S[mode])
-        emit(error="", seconds=0.0)
-        os._exit(0)  # its peers have failed: nothing to meet them in
-    start = time.monotonic()
-    error = ""
-    try:
-        dist.all_reduce(t)
-    except RuntimeError as e:
-        error = str(e)
+    start, error = time.monotonic(), ""
+    if rank != world - 1:
+        try:
+            dist.all_reduce(t)
+        except RuntimeError as e:
+            error = str(e)
     emit(error=error, seconds=time.monotonic() - start)
-    # Stay a moment: a survivor that exits at once could be the gone rank the other one names.
-    time.sleep(3)
-    os._exit(0)  # the group is broken: skip destroy_process_group's goodbyes to a dead peer
+    leave_together(world)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -62,9 +63,10 @@ def _wait_all(procs, timeout):
     return None
 
 
-def run_ranks(script, world, args=(), env=None, timeout=300, prefix=(), check=True):
+def run_ranks(script, world, args=(), env=None, timeout=300, prefix=(), check=True, during=None):
     """Starts `world` ranks of tests/<script> (each under `prefix`, a wrapper command, if any).
-    check: every rank must exit 0 and print its RESULT line."""
+    check: every rank must exit 0 and print its RESULT line. during: called with the processes
+    and the paths of their stdout files once all are started (test_failures.py kills one)."""
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         procs, files = [], []
@@ -75,6 +77,14 @@ def run_ranks(script, world, args=(), env=None, timeout=300, prefix=(), check=Tr
             command = [*prefix, sys.executable, str(HERE / script), *map(str, args)]
             procs.append(subprocess.Popen(command, env=_rank_env(rank, world, port, env),
                                           stdout=out, stderr=err, text=True))
+        if during is not None:
+            try:
+                during(procs, [f.name for f, _ in files])
+            except BaseException:
+                for p in procs:
+                    p.kill()
+                    p.wait()
+                raise
         hung = _wait_all(procs, timeout)
         outputs = []
         for rank, (out, err) in enumerate(files):
@@ -97,3 +107,16 @@ def run_ranks(script, world, args=(), env=None, timeout=300, prefix=(), check=Tr
 def describe(outputs):
     return "\n".join(f"--- rank {o.rank} (exit {o.returncode}) stderr:\n{o.stderr[-4000:]}"
                      for o in outputs)
+
+
+# The steps of the model tests: few, as each step's comparison starts from equal parameters (world
+# 2: bit-equal, so a difference would show at the first step and grow).
+DDP_STEPS = 4
+FSDP2_STEPS = 3
+
+
+@lru_cache(maxsize=None)
+def models_at(world):
+    """rank_models.py's results at `world` (DDP, then FSDP2, in one launch), shared by
+    test_ddp.py and test_fsdp2.py."""
+    return tuple(run_ranks("rank_models.py", world, args=[DDP_STEPS, FSDP2_STEPS]))
