@@ -245,6 +245,9 @@ void WorkerMetrics::record_memory(const MemoryProfile& profile, bool final_point
   } else {
     record("before_step", profile.before_step);
     record("after_step", profile.after_step);
+    // memory.step_peak_tensor_bytes: the allocator's count, what `ddpctl plan memory` predicts.
+    impl_->add(*job, impl_->memory, {{"kind", "tensors_peak"}, {"point", "last_step"}})
+        ->Set(static_cast<double>(profile.step_peak_tensor_bytes));
   }
 }
 

@@ -301,6 +301,12 @@ TEST(Observability, DashboardQueriesOnlyExportedMetrics) {
              {ddp_sel, "rank=\"0\"", "kind=\"optimizer_state\"", "point=\"after_step\""});
   ASSERT_TRUE(state_bytes.has_value());
   EXPECT_EQ(*state_bytes, ddp["memory"]["after_step"]["optimizer_state_bytes"].get<double>());
+  const auto tensors_peak =
+      sample(all, "ddpd_memory_bytes",
+             {ddp_sel, "rank=\"0\"", "kind=\"tensors_peak\"", "point=\"last_step\""});
+  ASSERT_TRUE(tensors_peak.has_value());
+  EXPECT_EQ(*tensors_peak, ddp["memory"]["step_peak_tensor_bytes"].get<double>());
+  EXPECT_GT(*tensors_peak, *param_bytes);  // the weights and more were alive during the step
   EXPECT_EQ(sample(all, "ddpd_steps_total", {ddp_sel, "rank=\"1\""}), 3.0);
   const auto shown_comm = cluster.show(comm_job);
   ASSERT_EQ(shown_comm["rows"].size(), 4u);  // all_reduce and all_reduce_back_to_back, 2 sizes

@@ -9,6 +9,7 @@
 #include "ddpd/core/collective_buffers.h"
 #include "ddpd/core/grad_sync.h"
 #include "ddpd/core/model.h"
+#include "device/counting_allocator.h"
 #include "device/device.h"
 #include "heal/healer.h"
 #include "train/batches.h"
@@ -131,6 +132,7 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
                  TrainerHooks hooks, int join_generation) try
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
+  detail::install_counting_cpu_allocator();  // memory.step_peak_tensor_bytes counts from here
   detail::check_job(options, *comm);
   m.options = options;
   m.hooks = std::move(hooks);
@@ -239,6 +241,7 @@ void Trainer::Impl::record_last_step_memory() {
   memory.step_peak_unsharded_parameter_bytes = peak.parameter_bytes;
   memory.step_peak_unsharded_gradient_bytes = peak.gradient_bytes;
   memory.step_peak_full_gradient_units = peak.gradient_units;
+  memory.step_peak_tensor_bytes = detail::peak_cpu_tensor_bytes();  // since train_step's reset
 }
 
 void Trainer::Impl::step_bookkeeping(int64_t step_index, const torch::Tensor& loss_sum,
@@ -266,6 +269,7 @@ StepMetrics Trainer::train_step(int64_t step) {
   Impl& m = *impl_;
   Communicator& comm = *m.comm;
   m.where.step.store(step, std::memory_order_relaxed);
+  detail::reset_cpu_tensor_peak();  // the window of memory.step_peak_tensor_bytes
   m.enter(kForward);
   if (m.hooks.before_step) m.hooks.before_step(step);
   m.injector->at_step_start(step, comm, m.cancelled);

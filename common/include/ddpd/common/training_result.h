@@ -70,6 +70,10 @@ struct MemoryProfile {
   int64_t step_peak_unsharded_parameter_bytes = 0;
   int64_t step_peak_unsharded_gradient_bytes = 0;
   int64_t step_peak_full_gradient_units = 0;  // fsdp: units with full gradients at once; else 1
+  // Live CPU tensor bytes at their highest during the last step, every tensor of the process
+  // (weights, gradients, optimizer state, activations, collectives' buffers), counted by the
+  // allocator (core/src/device/counting_allocator.h): what `ddpctl plan memory` predicts.
+  int64_t step_peak_tensor_bytes = 0;
   // How far the rank process's resident memory rose while its model was built, its weights
   // imported (--init-from) or resumed, and its synchroniser built, at the highest: fsdp's import
   // keeps it near the rank's share of the model plus one tensor. -1: not measurable here.
