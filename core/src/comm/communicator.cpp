@@ -8,8 +8,10 @@
 
 #include "comm/collective_check.h"
 #include "comm/communicator_internals.h"
+#include "comm/decorating_backend.h"
 #include "comm/failure_cause.h"
 #include "comm/gloo_fallbacks.h"
+#include "comm/pairwise_reduce_scatter.h"
 #include "comm/peer_failure_watch.h"
 #include "comm/shared_memory_capability.h"
 #include "comm/skip_injection.h"
@@ -21,8 +23,8 @@ namespace {
 
 // Whether the backend gathers into and reduce-scatters out of flat buffers itself: NCCL, and
 // the shared-memory group (which splits a reduce-scatter across the ranks). Gloo's flat forms
-// in LibTorch 2.11 stage copies, so its collectives take detail::list_all_gather and
-// detail::alltoall_reduce_scatter instead (comm/gloo_fallbacks.h).
+// in LibTorch 2.11 stage copies, so its collectives take detail::list_all_gather
+// (comm/gloo_fallbacks.h) and detail::pairwise_reduce_scatter instead.
 bool gathers_into_flat_buffers(const detail::SharedMemoryCapability* shared_memory,
                                const at::Device& device) {
   return device.is_cuda() || shared_memory != nullptr;
@@ -164,6 +166,7 @@ Communicator::Communicator(c10::intrusive_ptr<c10d::Backend> group, int rank, in
                            std::shared_ptr<const detail::GroupWiring> wiring)
     : info_(info_of(std::move(options), rank, world_size)),
       shared_memory_(dynamic_cast<detail::SharedMemoryCapability*>(group.get())),
+      transport_(group),
       group_(wrapped(std::move(group), info_)),
       flat_buffers_(gathers_into_flat_buffers(shared_memory_, info_.device)),
       store_(std::move(store)),
@@ -197,6 +200,7 @@ Communicator::~Communicator() {
   // So is one whose wait a peer's announced failure ended (comm/peer_failure_watch.h).
   if (aborted_->load() || (peer_failures_ && peer_failures_->reported())) {
     (void)group_.release();
+    (void)transport_.release();  // the same backend, under its wrappers
   }
 }
 
@@ -313,16 +317,18 @@ PendingCollective Communicator::all_gather(at::Tensor& output, const at::Tensor&
                 {flat_input});
 }
 
-PendingReduceScatter::PendingReduceScatter(PendingCollective exchange, at::Tensor received,
-                                           at::Tensor output)
-    : exchange_(std::move(exchange)), received_(std::move(received)), output_(std::move(output)) {}
+bool PendingCollective::completed() const {
+  return !work_ || !work_->work || work_->work->isCompleted();
+}
 
-void PendingReduceScatter::wait() {
-  exchange_.wait();
-  if (!received_.defined()) return;
-  // Rank order, so every rank's chunk is summed the same way (deterministic results).
-  at::sum_out(output_, received_, /*dim=*/0);
-  received_ = at::Tensor();
+PendingReduceScatter::PendingReduceScatter(PendingCollective exchange)
+    : exchange_(std::move(exchange)) {}
+
+void PendingReduceScatter::wait() { exchange_.wait(); }
+
+int64_t Communicator::reduce_scatter_buffer_bytes(int64_t output_bytes) const {
+  if (info_.world_size == 1 || flat_buffers_) return 0;
+  return detail::pairwise_reduce_scatter_buffer_chunks(info_.world_size) * output_bytes;
 }
 
 PendingReduceScatter Communicator::reduce_scatter_sum_async(at::Tensor& output,
@@ -339,23 +345,25 @@ PendingReduceScatter Communicator::reduce_scatter_sum_async(at::Tensor& output,
     return {};
   }
   at::Tensor flat_input = input.contiguous();
-  at::Tensor received;  // the all-to-all fallback's copies of this rank's chunk
   PendingCollective exchange = launch(
       Collective::kReduceScatter, name, flat_input, flat_input.nbytes(),
-      [&] {
+      [&]() -> c10::intrusive_ptr<c10d::Work> {
         if (!flat_buffers_) {
-          auto fallback = detail::alltoall_reduce_scatter(*group_, flat_input, info_.world_size,
-                                                          chunk, info_.timeout);
-          received = fallback.received;
-          return fallback.work;
+          // Counted whether or not a wrapper stands in, so the tags stay in step on every rank.
+          const int tag = static_cast<int>(reduce_scatters_++ % (int64_t{1} << 30));
+          return detail::launch_through_wrappers(
+              *group_, {"reduce_scatter", flat_input.numel(), flat_input.scalar_type()}, [&] {
+                return detail::pairwise_reduce_scatter(transport_, output, flat_input, tag,
+                                                       info_.timeout);
+              });
         }
         c10d::ReduceScatterOptions options;  // a real reduce-scatter (shm: split across ranks)
         options.reduceOp = c10d::ReduceOp::SUM;
         options.timeout = info_.timeout;
         return group_->_reduce_scatter_base(output, flat_input, options);
       },
-      {flat_input});
-  return PendingReduceScatter(std::move(exchange), received, output);
+      {flat_input, output});
+  return PendingReduceScatter(std::move(exchange));
 }
 
 void Communicator::barrier() {

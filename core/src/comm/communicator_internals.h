@@ -87,9 +87,9 @@ class CommunicatorAccess {
       int64_t bytes,
       const std::function<c10::intrusive_ptr<c10d::Work>(c10d::Backend& group)>& call,
       std::vector<at::Tensor> keep_alive);
-  // A reduce-scatter whose `exchange` leaves the sum in `output` itself.
-  static PendingReduceScatter reduce_scatter(PendingCollective exchange, at::Tensor output) {
-    return PendingReduceScatter(std::move(exchange), at::Tensor(), std::move(output));
+  // A reduce-scatter whose `exchange` leaves the sum in its output.
+  static PendingReduceScatter reduce_scatter(PendingCollective exchange) {
+    return PendingReduceScatter(std::move(exchange));
   }
   // The journal entry of `comm`'s collective `seq`, and what ends its wait. Defined in
   // communicator.cpp.

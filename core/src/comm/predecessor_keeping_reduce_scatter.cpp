@@ -38,8 +38,8 @@ PendingReduceScatter reduce_scatter_sum_keeping_predecessor_async(Communicator& 
                                                                       flat_input);
             });
       },
-      {flat_input, predecessor_output});
-  return CommunicatorAccess::reduce_scatter(std::move(exchange), output);
+      {flat_input, output, predecessor_output});
+  return CommunicatorAccess::reduce_scatter(std::move(exchange));
 }
 
 }  // namespace ddpd

@@ -86,8 +86,9 @@ struct FlatUnit {
   int64_t grad_at = 0;       // where grad_shard starts in them
   bool reducing = false;     // reduce-scatter launched this step
   PendingReduceScatter reduce;
-  ShardPieces replica;  // --shard-replicas: the ring predecessor's elements
-  size_t ready = 0;     // params whose gradient this backward has accumulated
+  int64_t receive_bytes = 0;  // what `reduce` allocates besides the shard, while in flight
+  ShardPieces replica;        // --shard-replicas: the ring predecessor's elements
+  size_t ready = 0;           // params whose gradient this backward has accumulated
 
   int64_t bytes() const { return layout.padded_numel * full.element_size(); }
 };
@@ -435,6 +436,7 @@ class FsdpSynchronizer final : public GradientSynchronizer,
   void drop_in_flight(FlatUnit& unit) {
     unit.gathering = PendingCollective();
     unit.reduce = PendingReduceScatter();
+    unit.receive_bytes = 0;
     unit.gathered = unit.reducing = false;
     unit.full_grad = unit.grad_shard = torch::Tensor();
     unit.own.reset_gradients();
@@ -558,6 +560,7 @@ class FsdpSynchronizer final : public GradientSynchronizer,
     if (position >= 1 && !used_later_in_backward(unit_at_backward(position - 1), position)) {
       reshard(unit_at_backward(position - 1));
     }
+    free_reduced_gradients();
     // Bound the full gradients: the unit two back must be reduce-scattered and freed.
     if (position >= 2) {
       const size_t two_back = unit_at_backward(position - 2);
@@ -589,6 +592,20 @@ class FsdpSynchronizer final : public GradientSynchronizer,
     if (++unit.ready == unit.params.size() && sync_on_backward() && unitwise_) {
       start_reduce_scatter(u);
     }
+    if (unitwise_) free_reduced_gradients();
+  }
+
+  // Frees the full gradient of every unit whose reduce-scatter has ended, without waiting for
+  // any: from each gradient hook and unit hook, so a unit's full gradient lives until its
+  // reduce-scatter is done and no longer (the blocking bound in before_unit_backward is for
+  // the one that has not). The same on every rank or not, it launches nothing.
+  void free_reduced_gradients() {
+    for (size_t u = 0; u < units_.size(); ++u) {
+      FlatUnit& unit = units_[u];
+      if (unit.reducing && unit.full_grad.defined() && unit.reduce.completed()) {
+        finish_reduce_scatter(u);
+      }
+    }
   }
 
   void start_reduce_scatter(size_t u) {
@@ -601,7 +618,10 @@ class FsdpSynchronizer final : public GradientSynchronizer,
       if (replicas_) replica_grads_ = torch::empty_like(grad_shards_);
     }
     unit.grad_shard = grad_shards_.narrow(0, unit.grad_at, unit.layout.shard_numel);
-    meter_.add_gradients(unit.bytes(), 0);  // the exchange's receive buffer
+    // The exchange's own buffer: none over shm and NCCL, which sum into the shard; over Gloo
+    // none at world 2 and one chunk beyond (comm/pairwise_reduce_scatter.h).
+    unit.receive_bytes = comm_->reduce_scatter_buffer_bytes(unit.grad_shard.nbytes());
+    meter_.add_gradients(unit.receive_bytes, 0);
     const std::string name = "reduce_scatter/" + unit.name;
     if (replicas_ && !ring_) {
       torch::Tensor kept = replica_grads_.narrow(0, unit.grad_at, unit.layout.shard_numel);
@@ -627,7 +647,8 @@ class FsdpSynchronizer final : public GradientSynchronizer,
     if (!unit.full_grad.defined()) return;  // already finished
     unit.reduce.wait();
     unit.full_grad = torch::Tensor();
-    meter_.add_gradients(-2 * unit.bytes(), -1);
+    meter_.add_gradients(-(unit.bytes() + unit.receive_bytes), -1);
+    unit.receive_bytes = 0;
   }
 
   torch::nn::Module& model_;

@@ -49,6 +49,9 @@ class PendingCollective {
   PendingCollective& operator=(PendingCollective&&) noexcept;
 
   void wait();
+  // Whether wait() would return (or throw) at once: the collective ended (or was waited for, or
+  // had nothing to do). Never blocks; on CUDA it asks the device.
+  bool completed() const;
 
  private:
   friend class Communicator;
@@ -58,21 +61,22 @@ class PendingCollective {
 };
 
 // A reduce-scatter in flight. wait() leaves in `output` the sum over ranks of this rank's chunk
-// (or throws as PendingCollective::wait does). On Gloo the exchange is an all-to-all of the
-// chunks and wait() adds the N received chunks in rank order.
+// (or throws as PendingCollective::wait does). Every transport sums into the output itself
+// (Gloo: comm/pairwise_reduce_scatter.h).
 class PendingReduceScatter {
  public:
   PendingReduceScatter() = default;  // complete
   void wait();
+  // Whether wait() would return at once (PendingCollective::completed): fsdp frees a unit's full
+  // gradient as soon as this says so.
+  bool completed() const { return exchange_.completed(); }
 
  private:
   friend class Communicator;
   friend class detail::CommunicatorAccess;
-  PendingReduceScatter(PendingCollective exchange, at::Tensor received, at::Tensor output);
+  explicit PendingReduceScatter(PendingCollective exchange);
 
   PendingCollective exchange_;
-  at::Tensor received_;  // [N, chunk]: rank r's copy of this rank's chunk; undefined: no sum
-  at::Tensor output_;
 };
 
 // How a communicator runs its collectives. Defaults suit a CPU rank.
@@ -176,14 +180,17 @@ class Communicator {
   PendingCollective all_gather(at::Tensor& output, const at::Tensor& input,
                                const std::string& name);
   // input is 1-D with world_size * output.numel() elements; output gets the sum over ranks of
-  // this rank's chunk. NCCL and shm run their reduce-scatter. On Gloo it runs as an all-to-all
-  // of the chunks (each rank sends (N-1)/N of the input, as a ring would, but asynchronously on
-  // Gloo's own threads, so backward goes on while it travels) and the sum of the N received
-  // chunks at wait(). Not Gloo's _reduce_scatter_base: in LibTorch 2.11 it clones the whole
-  // input and all-reduces the clone, moving twice the bytes through a buffer of the same
-  // full size as our receive buffer. `input` and `output` must stay alive until then.
+  // this rank's chunk (in rank order over Gloo and shm), with no buffer of the input's
+  // size: NCCL and shm run their reduce-scatter into the output; Gloo sends each rank its chunk
+  // over send/recv and sums into the output on a driver thread
+  // (comm/pairwise_reduce_scatter.h; one chunk of receive buffer beyond world 2, none at 2).
+  // Not Gloo's _reduce_scatter_base: in LibTorch 2.11 it clones the whole input and all-reduces
+  // the clone. `input` is only read; it and `output` must stay alive until wait().
   PendingReduceScatter reduce_scatter_sum_async(at::Tensor& output, const at::Tensor& input,
                                                 const std::string& name);
+  // Bytes reduce_scatter_sum_async allocates besides its output while in flight, for an output
+  // of `output_bytes`: the memory accounting of fsdp's full gradients.
+  int64_t reduce_scatter_buffer_bytes(int64_t output_bytes) const;
   void barrier();
 
  private:
@@ -204,6 +211,9 @@ class Communicator {
   CommunicatorInfo info_;
   // The backend's shared memory: found before the wrappers hide the backend.
   detail::SharedMemoryCapability* shared_memory_ = nullptr;
+  // The backend itself, found before the wrappers hide it: the Gloo reduce-scatter's sends
+  // and receives go to it (the wrappers see that collective as a reduce_scatter).
+  c10::intrusive_ptr<c10d::Backend> transport_;
   c10::intrusive_ptr<c10d::Backend> group_;  // the backend inside its wrappers
   // The backend gathers into and reduce-scatters out of flat buffers (NCCL, shm); else the
   // Gloo fallbacks (comm/gloo_fallbacks.h).
@@ -217,6 +227,9 @@ class Communicator {
   // segment and NCCL's watchdog already show a lost peer). Null: not watched.
   std::shared_ptr<detail::PeerFailureWatch> peer_failures_;
   std::mutex launch_mutex_;
+  // Gloo's reduce-scatters launched so far (under launch_mutex_): each one's message tag, the
+  // same on every rank.
+  int64_t reduce_scatters_ = 0;
   std::unique_ptr<CollectiveRecorder> recorder_;
 };
 
