@@ -6,7 +6,6 @@
 #include "ddpd/common/fault_injection.h"
 #include "ddpd/common/incident_kind.h"
 #include "ddpd/common/job_options.h"
-#include "ddpd/common/memory_estimate.h"
 
 namespace ddpd {
 namespace {
@@ -199,80 +198,7 @@ TEST(FaultInjection, ExitDuringHealNeedsAJobThatMayHeal) {
 }  // namespace ddpd
 
 namespace ddpd {
-namespace {
-
-// The admission estimate against figures computed by hand.
-TEST(MemoryEstimate, TinyByHandAndShardedShares) {
-  DdpJobOptions o;  // tiny: d 64, d_ff 256, 2 layers, 4 heads, vocab 10000; batch 8, context 64
-  // P = 10000·64 + 2·(4·64² + 3·64·256 + 2·64) + 10000·64 + 64 = 1,411,392.
-  const auto one = estimate_rank_memory(o, 1);
-  EXPECT_EQ(one.parameter_bytes, 4 * 1411392);
-  EXPECT_EQ(one.gradient_bytes, 4 * 1411392);
-  EXPECT_EQ(one.optimizer_bytes, 8 * 1411392);
-  // 512 tokens: per block 512·(12·64 + 4·256) + 8·4·64²·2 floats; logits 512·10000·3; the
-  // embedding's output 512·64.
-  const int64_t per_block = 512 * (12 * 64 + 4 * 256) + 8 * 4 * 64 * 64 * 2;
-  EXPECT_EQ(one.activation_bytes, 4 * (2 * per_block + 512 * 10000 * 3 + 512 * 64));
-  o.shard_optimizer = true;
-  EXPECT_EQ(estimate_rank_memory(o, 2).optimizer_bytes, 4 * 1411392);
-  // --shard-replicas 1: the predecessor's shard besides the rank's own.
-  o.shard_replicas = 1;
-  EXPECT_EQ(estimate_rank_memory(o, 4).optimizer_bytes, 2 * (8 * 1411392 / 4));
-  o.shard_replicas = 0;
-  // fsdp's --shard-replicas 1: the predecessor's shards of moments besides the rank's own.
-  o.shard_optimizer = false;
-  o.strategy = Strategy::kFsdp;
-  EXPECT_EQ(estimate_rank_memory(o, 4).optimizer_bytes, 8 * 1411392 / 4);
-  o.shard_replicas = 1;
-  EXPECT_EQ(estimate_rank_memory(o, 4).optimizer_bytes, 2 * (8 * 1411392 / 4));
-  o.shard_replicas = 0;
-  o.strategy = Strategy::kBucketed;
-  o.shard_optimizer = true;
-  // A context of 10^8 squares past any machine, without overflowing.
-  o.context_length = 100000000;
-  const auto huge = estimate_rank_memory(o, 1);
-  EXPECT_GT(huge.activation_bytes, int64_t{1} << 60);
-  try {
-    check_fits_in_memory(o, 1, int64_t{16} << 30, "this machine's available memory");
-    FAIL() << "a 10^8-token context was admitted";
-  } catch (const OptionError& e) {
-    EXPECT_EQ(e.flag(), "--context");
-    EXPECT_NE(std::string(e.what()).find("(17.18 GB)"), std::string::npos) << e.what();
-  }
-  EXPECT_NO_THROW(check_fits_in_memory(DdpJobOptions{}, 2, int64_t{16} << 30, "here"));
-  EXPECT_NO_THROW(check_fits_in_memory(o, 1, 0, "unknown: no check"));
-}
-
-// The refusal names what made the job large, not --batch whatever it was.
-TEST(MemoryEstimate, TheRefusalNamesTheFlagBehindTheLargestPart) {
-  const auto refused_flag = [](const DdpJobOptions& o) {
-    try {
-      check_fits_in_memory(o, 1, int64_t{1} << 30, "1 GiB");
-    } catch (const OptionError& e) {
-      return e.flag();
-    }
-    return std::string("admitted");
-  };
-  DdpJobOptions wide;  // 2 blocks of d 8192: 550 M parameters, 0.5 GB of activations
-  wide.d_model = 8192;
-  EXPECT_EQ(refused_flag(wide), "--d-model");
-  DdpJobOptions deep;  // medium's blocks (d 1024), 40 of them: 671 M parameters
-  deep.model = "medium";
-  deep.num_layers = 40;
-  EXPECT_EQ(refused_flag(deep), "--layers");
-  DdpJobOptions vocabulary;  // the logits, 512 tokens x 10^7 x 3 floats: 61 GB
-  vocabulary.vocab_size = 10000000;
-  EXPECT_EQ(refused_flag(vocabulary), "--vocab");
-  DdpJobOptions batch;  // d_ff 10^5: per row the blocks' 51 M floats beat the logits' 1.9 M
-  batch.d_ff = 100000;
-  batch.batch_size = 100000;
-  EXPECT_EQ(refused_flag(batch), "--batch");
-  DdpJobOptions context;  // t² scores: 2 · 4 · 65536² · 2 per row
-  context.context_length = 65536;
-  EXPECT_EQ(refused_flag(context), "--context");
-}
-
-}  // namespace
+namespace {}  // namespace
 // Every enum of the job model: each name parses back to its value, and an unknown name (or '')
 // is refused naming the enum's flag and its choices.
 template <typename E>
