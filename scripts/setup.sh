@@ -3,12 +3,13 @@
 #  - from Debian bookworm's packages: the toolchain, gRPC and Protocol Buffers, spdlog,
 #    prometheus-cpp, SQLite, CLI11, yaml-cpp, GoogleTest and the servers the tests start
 #    (Prometheus, Slurm, munge);
-#  - from PyPI, into .venv/ at the project root (git-ignored): requirements.txt, pinned. Its
-#    torch 2.11.0 is LibTorch for the C++ build, the PyTorch peers and torchrun.
+#  - from PyPI, into .venv/ at the project root (git-ignored): requirements.txt, pinned, and
+#    torch_backend/requirements-test.txt (pytest, for ddpd_torch's suite). Its torch 2.11.0 is
+#    LibTorch for the C++ build, ddpd_torch's build, the PyTorch peers and torchrun.
 # The CUDA 13.0 toolkit (nvcc, NCCL) is the machine's own (/usr/local/cuda); nothing here installs
 # it. Idempotent: packages already present are skipped (one dpkg query), and .venv/ is left alone
-# while it matches requirements.txt (a hash kept in .venv/). Prints what it downloaded and how
-# long it took.
+# while it matches the requirements files (a hash kept in .venv/). Prints what it downloaded and
+# how long it took.
 # Usage: scripts/setup.sh [demo]
 #   demo: only what scripts/demo.sh needs: the packages the CPU build compiles against, and
 #         requirements-demo.txt (torch without its CUDA wheels: 542 MB instead of 2.9 GB). A later
@@ -51,6 +52,7 @@ packages=(
   curl docker.io docker-compose                  # the compose stack and its test (dockerd)
   slurmctld slurmd slurm-client munge            # the Slurm cluster the Slurm test starts
   binutils                                       # readelf: the linkage tests
+  libopenmpi-dev openmpi-bin unzip               # bench_torch_backend.sh's Open MPI and oneCCL peers
 )
 # The venv's interpreter: python3 on the PATH when it can make one, else Debian's with its venv
 # module.
@@ -74,9 +76,11 @@ else
 fi
 
 # .venv/: made once, refreshed when the requirements change. The stamp holds the hash of the
-# requirements file last installed in full; requirements.txt's install includes the demo's.
+# requirements files last installed in full (requirements.txt and the pytest suite's
+# torch_backend/requirements-test.txt); requirements.txt's install includes the demo's.
 stamp=.venv/.requirements.sha256
-full=$(sha256sum requirements.txt | cut -d' ' -f1)
+full_requirements=(requirements.txt torch_backend/requirements-test.txt)
+full=$(cat "${full_requirements[@]}" | sha256sum | cut -d' ' -f1)
 demo=demo-$(sha256sum requirements-demo.txt | cut -d' ' -f1)
 have=$(cat "$stamp" 2>/dev/null || true)
 # PyPI's uv installs the requirements: it downloads the wheels in parallel and links them from
@@ -94,7 +98,7 @@ pypi_install() {
   .venv/bin/uv pip install --quiet --python .venv/bin/python "$@"
 }
 if [ -x .venv/bin/python ] && { [ "$have" = "$full" ] || [ "$mode:$have" = "demo:$demo" ]; }; then
-  matched=requirements.txt
+  matched="${full_requirements[*]}"
   [ "$have" = "$full" ] || matched=requirements-demo.txt
   echo "setup: .venv matches $matched"
 else
@@ -104,8 +108,8 @@ else
     pypi_install --no-deps -r requirements-demo.txt
     echo "$demo" >"$stamp"
   else
-    echo "setup: installing requirements.txt into .venv (torch 2.11.0 with its CUDA wheels)"
-    pypi_install --compile-bytecode -r requirements.txt
+    echo "setup: installing ${full_requirements[*]} into .venv (torch 2.11.0 with CUDA wheels)"
+    pypi_install --compile-bytecode -r requirements.txt -r torch_backend/requirements-test.txt
     echo "$full" >"$stamp"
   fi
 fi
