@@ -66,25 +66,6 @@ std::vector<int64_t> gather(c10d::Backend& group, int world_size, const at::Devi
 
 }  // namespace
 
-std::string dtype_name(at::ScalarType type) {
-  switch (type) {
-    case at::kFloat:
-      return "float32";
-    case at::kDouble:
-      return "float64";
-    case at::kBFloat16:
-      return "bfloat16";
-    case at::kHalf:
-      return "float16";
-    case at::kLong:
-      return "int64";
-    case at::kInt:
-      return "int32";
-    default:
-      return c10::toString(type);
-  }
-}
-
 void check_fingerprint(c10d::Backend& group, int world_size, const at::Device& device,
                        std::chrono::milliseconds timeout, const CollectiveFingerprint& mine) {
   const std::vector<int64_t> f = gather(group, world_size, device, timeout, mine);

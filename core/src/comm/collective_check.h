@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "comm/collective_names.h"  // dtype_name, which the journal takes from here too
 #include "comm/decorating_backend.h"
 
 namespace ddpd::detail {
@@ -31,9 +32,6 @@ class DesyncCheckBackend final : public DecoratingBackend {
   std::chrono::milliseconds timeout_;
   int64_t launched_ = 0;
 };
-
-// The journal's dtype, as users write it: float32, bfloat16, int64.
-std::string dtype_name(at::ScalarType type);
 
 struct CollectiveFingerprint {
   int64_t seq = 0;

@@ -1,6 +1,8 @@
 #include "shm/shm_process_group.h"
 
 #include "shm/rank_order_sum.h"
+#include "shm/served.h"
+#include "shm/shm_work.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
@@ -28,32 +30,6 @@ int64_t monotonic_ns() {
 constexpr int64_t kHeartbeatIntervalNs = 100'000'000;  // 100 ms
 constexpr int64_t kHeartbeatStaleNs = 2'000'000'000;   // a peer silent this long is dead
 
-// A collective's handle: completed by the executor thread, first its future (running the
-// Communicator's span and journal callbacks, as Gloo's works do), then the Work itself.
-class ShmWork final : public c10d::Work {
- public:
-  explicit ShmWork(std::vector<at::Tensor> outputs)
-      : outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<c10::ivalue::Future>(
-            c10::ListType::create(c10::TensorType::get()))) {}
-
-  void complete(std::exception_ptr error) {
-    if (error) {
-      future_->setError(error);
-      finish(error);
-    } else {
-      future_->markCompleted(c10::IValue(outputs_));
-      finish();
-    }
-  }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-  std::vector<at::Tensor> result() override { return outputs_; }
-
- private:
-  std::vector<at::Tensor> outputs_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
-};
-
 // [lo, hi) of `length` owned by `rank` of `world`: sizes that do not divide split unevenly.
 std::pair<int64_t, int64_t> share(int64_t length, int rank, int world) {
   return {length * rank / world, length * (rank + 1) / world};
@@ -74,6 +50,18 @@ void reduce_into(at::Tensor& accumulator, const at::Tensor& other, c10d::ReduceO
     case c10d::ReduceOp::MIN:
       at::minimum_out(accumulator, accumulator, other);
       break;
+    case c10d::ReduceOp::PRODUCT:
+      accumulator.mul_(other);
+      break;
+    case c10d::ReduceOp::BAND:
+      accumulator.bitwise_and_(other);
+      break;
+    case c10d::ReduceOp::BOR:
+      accumulator.bitwise_or_(other);
+      break;
+    case c10d::ReduceOp::BXOR:
+      accumulator.bitwise_xor_(other);
+      break;
     default:
       TORCH_CHECK(false, "shm: reduce op ", static_cast<int>(op), " is not supported");
   }
@@ -81,17 +69,29 @@ void reduce_into(at::Tensor& accumulator, const at::Tensor& other, c10d::ReduceO
 
 // `count` elements reduced over `terms` in rank order, so every rank gets the same bits, into
 // every destination of `outs`. A destination may alias a term: float sums take the fused pass
-// (rank_order_sum.h); the rest reduce into a temporary first.
+// (rank_order_sum.h); the rest reduce into a temporary first. AVG is the sum divided by the
+// number of terms, here in the reduce phase on the sub-range this rank owns (one pass over it,
+// not one over the whole tensor afterwards); the division is elementwise and correctly rounded,
+// so it gives the bits of dividing the whole sum (as PyTorch does after Gloo's SUM).
 void reduce_in_rank_order(const std::vector<const void*>& terms, int64_t count,
                           at::ScalarType dtype, c10d::ReduceOp op, const std::vector<void*>& outs) {
   if (count == 0) return;
-  if (op == c10d::ReduceOp::SUM && sum_in_rank_order(terms, count, dtype, outs)) return;
+  const bool average = op == c10d::ReduceOp::AVG;
+  const c10d::ReduceOp base = average ? c10d::ReduceOp(c10d::ReduceOp::SUM) : op;
+  const size_t bytes = static_cast<size_t>(count) * at::elementSize(dtype);
+  const auto divisor = static_cast<int64_t>(terms.size());
+  if (base == c10d::ReduceOp::SUM && sum_in_rank_order(terms, count, dtype, outs)) {
+    if (!average) return;
+    view_of(static_cast<char*>(outs[0]), count, dtype).div_(divisor);
+    for (size_t i = 1; i < outs.size(); ++i) std::memcpy(outs[i], outs[0], bytes);
+    return;
+  }
   auto term = [&](size_t r) {
     return view_of(static_cast<char*>(const_cast<void*>(terms[r])), count, dtype);
   };
   at::Tensor result = term(0).clone();
-  for (size_t r = 1; r < terms.size(); ++r) reduce_into(result, term(r), op);
-  const size_t bytes = static_cast<size_t>(count) * at::elementSize(dtype);
+  for (size_t r = 1; r < terms.size(); ++r) reduce_into(result, term(r), base);
+  if (average) result.div_(divisor);
   for (void* out : outs) std::memcpy(out, result.data_ptr(), bytes);
 }
 
@@ -137,12 +137,16 @@ ShmProcessGroup::~ShmProcessGroup() {
 }
 
 c10::intrusive_ptr<c10d::Work> ShmProcessGroup::enqueue(std::vector<at::Tensor> outputs,
-                                                        std::function<void(Deadline)> run) {
-  auto work = c10::make_intrusive<ShmWork>(std::move(outputs));
+                                                        std::function<void(Deadline)> run,
+                                                        c10d::OpType type,
+                                                        std::chrono::milliseconds timeout) {
+  auto work = c10::make_intrusive<ShmWork>(std::move(outputs), rank_, type);
+  // A call's own timeout (c10d's options; unset by default) overrides the group's.
+  const std::chrono::milliseconds limit = timeout == c10d::kUnsetTimeout ? timeout_ : timeout;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     TORCH_CHECK(!stopping_, "shm: the process group is shut down");
-    queue_.push_back({work, std::move(run), std::chrono::steady_clock::now() + timeout_});
+    queue_.push_back({work, std::move(run), std::chrono::steady_clock::now() + limit, limit});
   }
   wake_.notify_all();
   return work;
@@ -162,6 +166,7 @@ void ShmProcessGroup::execute_loop() {
     try {
       if (broken_) std::rethrow_exception(broken_);
       if (stop_requested_.load()) throw group_shut_down_failure();
+      running_timeout_ = task.timeout;
       task.run(task.deadline);
     } catch (const std::exception&) {
       // The ranks' phase counters no longer agree: every later collective fails the same way.
@@ -249,7 +254,7 @@ void ShmProcessGroup::wait_for_phase(uint64_t phase, Deadline deadline, int only
       }
       if (std::chrono::steady_clock::now() >= deadline) {
         throw TransportFailure(CollectiveFailure::kTimedOut, behind,
-                               "shm: timed out after " + std::to_string(timeout_.count()) +
+                               "shm: timed out after " + std::to_string(running_timeout_.count()) +
                                    " ms waiting for rank " + std::to_string(behind));
       }
     }
@@ -466,7 +471,7 @@ void ShmProcessGroup::broadcast_bytes(char* data, int64_t bytes, int root, Deadl
 }
 
 void ShmProcessGroup::reduce_scatter(const at::Tensor& output, const at::Tensor& input,
-                                     Deadline deadline, char* predecessor_out) {
+                                     c10d::ReduceOp op, Deadline deadline, char* predecessor_out) {
   const at::ScalarType dtype = output.scalar_type();
   const int64_t element = output.element_size();
   const int64_t total = output.numel();  // this rank's chunk of the input, and of the result
@@ -498,7 +503,7 @@ void ShmProcessGroup::reduce_scatter(const at::Tensor& output, const at::Tensor&
           }
           std::vector<void*> outs{out + offset * element};
           if (predecessor_out) outs.push_back(own_piece(rank_, buffer));
-          reduce_in_rank_order(terms, length, dtype, c10d::ReduceOp::SUM, outs);
+          reduce_in_rank_order(terms, length, dtype, op, outs);
         },
         [&](int buffer) {
           if (!predecessor_out) return;
@@ -512,76 +517,106 @@ void ShmProcessGroup::reduce_scatter(const at::Tensor& output, const at::Tensor&
 
 c10::intrusive_ptr<c10d::Work> ShmProcessGroup::allreduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::AllreduceOptions& options) {
-  TORCH_CHECK(tensors.size() == 1, "shm: allreduce takes one tensor");
-  at::Tensor tensor = tensors[0];
-  TORCH_CHECK(tensor.device().is_cpu(), "shm: tensors must be on the CPU");
-  at::Tensor work_tensor = tensor.is_contiguous() ? tensor : tensor.contiguous();
   const c10d::ReduceOp op = options.reduceOp;
-  return enqueue({tensor}, [this, tensor, work_tensor, op](Deadline deadline) mutable {
-    all_reduce(work_tensor, op, deadline);
-    if (!work_tensor.is_same(tensor)) tensor.copy_(work_tensor);
-  });
+  if (tensors.size() != 1) {
+    not_served("all_reduce", detail::op_name(op), tensors.empty() ? at::Tensor() : tensors[0],
+               "ddpd all-reduces one tensor per call, got " + std::to_string(tensors.size()));
+  }
+  at::Tensor tensor = tensors[0];
+  check_reduction("all_reduce", tensor, op);
+  at::Tensor work_tensor = tensor.is_contiguous() ? tensor : tensor.contiguous();
+  return enqueue(
+      {tensor},
+      [this, tensor, work_tensor, op](Deadline deadline) mutable {
+        all_reduce(work_tensor, op, deadline);
+        if (!work_tensor.is_same(tensor)) tensor.copy_(work_tensor);
+      },
+      c10d::OpType::ALLREDUCE, options.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ShmProcessGroup::broadcast(std::vector<at::Tensor>& tensors,
                                                           const c10d::BroadcastOptions& options) {
-  TORCH_CHECK(tensors.size() == 1, "shm: broadcast takes one tensor");
+  if (tensors.size() != 1) {
+    not_served("broadcast", kNoOp, tensors.empty() ? at::Tensor() : tensors[0],
+               "ddpd broadcasts one tensor per call, got " + std::to_string(tensors.size()));
+  }
   at::Tensor tensor = tensors[0];
+  check_data_move("broadcast", tensor);
   at::Tensor work_tensor = tensor.is_contiguous() ? tensor : tensor.contiguous();
   const int root = static_cast<int>(options.rootRank);
   TORCH_CHECK(root >= 0 && root < size_, "shm: broadcast root ", root, " out of range");
-  return enqueue({tensor}, [this, tensor, work_tensor, root](Deadline deadline) mutable {
-    broadcast_bytes(static_cast<char*>(work_tensor.data_ptr()),
-                    static_cast<int64_t>(work_tensor.nbytes()), root, deadline);
-    if (!work_tensor.is_same(tensor)) tensor.copy_(work_tensor);
-  });
+  return enqueue(
+      {tensor},
+      [this, tensor, work_tensor, root](Deadline deadline) mutable {
+        broadcast_bytes(static_cast<char*>(work_tensor.data_ptr()),
+                        static_cast<int64_t>(work_tensor.nbytes()), root, deadline);
+        if (!work_tensor.is_same(tensor)) tensor.copy_(work_tensor);
+      },
+      c10d::OpType::BROADCAST, options.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ShmProcessGroup::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions&) {
+    const c10d::AllgatherOptions& options) {
   TORCH_CHECK(
       inputs.size() == 1 && outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
       "shm: allgather takes one input and world_size outputs");
+  check_data_move("all_gather", inputs[0]);
   at::Tensor input = inputs[0].contiguous();
   std::vector<at::Tensor> targets = outputs[0];
   for (const auto& t : targets) {
+    check_data_move("all_gather", t);
+    check_same_dtype("all_gather", input, t);
     TORCH_CHECK(t.is_contiguous() && t.nbytes() == input.nbytes(),
                 "shm: allgather outputs must be contiguous and the input's size");
   }
-  return enqueue(targets, [this, input, targets](Deadline deadline) {
-    std::vector<char*> pointers;
-    for (const auto& t : targets) pointers.push_back(static_cast<char*>(t.data_ptr()));
-    all_gather(static_cast<const char*>(input.data_ptr()), static_cast<int64_t>(input.nbytes()),
-               pointers, deadline);
-  });
+  return enqueue(
+      targets,
+      [this, input, targets](Deadline deadline) {
+        std::vector<char*> pointers;
+        for (const auto& t : targets) pointers.push_back(static_cast<char*>(t.data_ptr()));
+        all_gather(static_cast<const char*>(input.data_ptr()), static_cast<int64_t>(input.nbytes()),
+                   pointers, deadline);
+      },
+      c10d::OpType::ALLGATHER, options.timeout);
 }
 
-c10::intrusive_ptr<c10d::Work> ShmProcessGroup::_allgather_base(at::Tensor& output,
-                                                                at::Tensor& input,
-                                                                const c10d::AllgatherOptions&) {
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& options) {
+  const char* name = "all_gather_into_tensor";
+  check_data_move(name, input);
+  check_data_move(name, output);
+  check_same_dtype(name, input, output);
   at::Tensor in = input.contiguous();
   TORCH_CHECK(output.is_contiguous() && output.nbytes() == in.nbytes() * static_cast<size_t>(size_),
               "shm: _allgather_base output must be contiguous, world_size times the input");
   at::Tensor out = output;
-  return enqueue({out}, [this, in, out](Deadline deadline) {
-    const int64_t bytes = static_cast<int64_t>(in.nbytes());
-    std::vector<char*> pointers;
-    for (int r = 0; r < size_; ++r)
-      pointers.push_back(static_cast<char*>(out.data_ptr()) + r * bytes);
-    all_gather(static_cast<const char*>(in.data_ptr()), bytes, pointers, deadline);
-  });
+  return enqueue(
+      {out},
+      [this, in, out](Deadline deadline) {
+        const int64_t bytes = static_cast<int64_t>(in.nbytes());
+        std::vector<char*> pointers;
+        for (int r = 0; r < size_; ++r)
+          pointers.push_back(static_cast<char*>(out.data_ptr()) + r * bytes);
+        all_gather(static_cast<const char*>(in.data_ptr()), bytes, pointers, deadline);
+      },
+      c10d::OpType::_ALLGATHER_BASE, options.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ShmProcessGroup::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& options) {
-  TORCH_CHECK(options.reduceOp == c10d::ReduceOp::SUM, "shm: reduce_scatter sums only");
+  const char* name = "reduce_scatter_tensor";
+  const c10d::ReduceOp op = options.reduceOp;
+  check_reduction(name, input, op);
+  check_reduction(name, output, op);
+  check_same_dtype(name, input, output);
   at::Tensor in = input.contiguous();
-  TORCH_CHECK(output.is_contiguous() && in.numel() == output.numel() * size_ &&
-                  in.scalar_type() == output.scalar_type(),
+  TORCH_CHECK(output.is_contiguous() && in.numel() == output.numel() * size_,
               "shm: _reduce_scatter_base input must have world_size times the output's elements");
   at::Tensor out = output;
-  return enqueue({out}, [this, in, out](Deadline deadline) { reduce_scatter(out, in, deadline); });
+  return enqueue(
+      {out}, [this, in, out, op](Deadline deadline) { reduce_scatter(out, in, op, deadline); },
+      c10d::OpType::_REDUCE_SCATTER_BASE, options.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ShmProcessGroup::reduce_scatter_keeping_predecessor(
@@ -596,13 +631,18 @@ c10::intrusive_ptr<c10d::Work> ShmProcessGroup::reduce_scatter_keeping_predecess
       "input of world_size times their elements");
   at::Tensor out = output;
   at::Tensor kept = predecessor_output;
-  return enqueue({out, kept}, [this, in, out, kept](Deadline deadline) {
-    reduce_scatter(out, in, deadline, static_cast<char*>(kept.data_ptr()));
-  });
+  return enqueue(
+      {out, kept},
+      [this, in, out, kept](Deadline deadline) {
+        reduce_scatter(out, in, c10d::ReduceOp::SUM, deadline, static_cast<char*>(kept.data_ptr()));
+      },
+      c10d::OpType::_REDUCE_SCATTER_BASE, c10d::kUnsetTimeout);
 }
 
-c10::intrusive_ptr<c10d::Work> ShmProcessGroup::barrier(const c10d::BarrierOptions&) {
-  return enqueue({}, [this](Deadline deadline) { chunk(nullptr, nullptr, nullptr, deadline); });
+c10::intrusive_ptr<c10d::Work> ShmProcessGroup::barrier(const c10d::BarrierOptions& options) {
+  return enqueue(
+      {}, [this](Deadline deadline) { chunk(nullptr, nullptr, nullptr, deadline); },
+      c10d::OpType::BARRIER, options.timeout);
 }
 
 }  // namespace ddpd::shm

@@ -67,6 +67,12 @@ namespace ddpd::shm {
 // maps 24 MiB).
 constexpr int64_t kDefaultSlotBytes = int64_t{2048} << 10;
 
+// Every public collective checks at launch, on the calling thread, that it serves the op, the
+// dtype and the device (shm/served.h), and throws a NotImplementedError naming all three
+// otherwise: every rank fails the same check and nothing is queued. Reductions: SUM, AVG,
+// PRODUCT, MIN, MAX (float32/64, bfloat16, float16, int8..int64, uint8; AVG floating only) and
+// BAND, BOR, BXOR (integer dtypes), every rank reducing in rank order.
+//
 // Thread contract: collectives may be launched from any thread (the Communicator serialises
 // launches); one executor thread runs them in launch order, and a heartbeat thread refreshes
 // this rank's heartbeat. Works complete on the executor thread. The destructor stops both,
@@ -119,9 +125,11 @@ class ShmProcessGroup final : public c10d::Backend, public detail::SharedMemoryC
 
  private:
   using Deadline = std::chrono::steady_clock::time_point;
-  // Queues `run` for the executor; the returned work completes when it has run.
+  // Queues `run` for the executor; the returned work completes when it has run. Its deadline is
+  // `timeout` after now, or the group's timeout when that is c10d::kUnsetTimeout.
   c10::intrusive_ptr<c10d::Work> enqueue(std::vector<at::Tensor> outputs,
-                                         std::function<void(Deadline)> run);
+                                         std::function<void(Deadline)> run, c10d::OpType type,
+                                         std::chrono::milliseconds timeout);
   void execute_loop();
   void heartbeat_loop();
 
@@ -160,14 +168,15 @@ class ShmProcessGroup final : public c10d::Backend, public detail::SharedMemoryC
   void broadcast_bytes(char* data, int64_t bytes, int root, Deadline deadline);
   // `predecessor_out` (null: none) gets the sum rank (rank - 1) mod N reduces, through the
   // read phase (the header's protocol).
-  void reduce_scatter(const at::Tensor& output, const at::Tensor& input, Deadline deadline,
-                      char* predecessor_out = nullptr);
+  void reduce_scatter(const at::Tensor& output, const at::Tensor& input, c10d::ReduceOp op,
+                      Deadline deadline, char* predecessor_out = nullptr);
 
   Segment segment_;
   std::shared_ptr<SharedBuffers> shared_buffers_ = std::make_shared<SharedBuffers>();
   const std::chrono::milliseconds timeout_;
   const uint64_t spin_limit_;  // pause-spins before a wait yields (16× that before it sleeps)
   uint64_t chunks_done_ = 0;   // chunks this rank has completed (executor thread only)
+  std::chrono::milliseconds running_timeout_{0};  // the running task's (executor thread only)
   std::exception_ptr broken_;  // set once a collective failed: later ones fail with it
   std::optional<SharedBufferFallback> last_shared_fallback_;  // allocate_shared's thread
 
@@ -177,6 +186,7 @@ class ShmProcessGroup final : public c10d::Backend, public detail::SharedMemoryC
     c10::intrusive_ptr<c10d::Work> work;
     std::function<void(Deadline)> run;
     Deadline deadline;
+    std::chrono::milliseconds timeout;  // the deadline's, for the timeout's message
   };
   std::deque<Task> queue_;  // guarded by mutex_
   bool stopping_ = false;   // guarded by mutex_; read by waits through stop_requested_
