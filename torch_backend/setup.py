@@ -26,9 +26,10 @@ CORE_SOURCES = [
 BINDING_SOURCES = [
     "csrc/chained_work.cpp",
     "csrc/ddpd_backend.cpp",
-    "csrc/enum_names_shim.cpp",
     "csrc/module.cpp",
-    "csrc/served.cpp",
+    "csrc/p2p.cpp",
+    "csrc/p2p_waiter.cpp",
+    "csrc/unserved.cpp",
 ]
 
 # As CMake's Release build of core (rank_order_sum.cpp's loops are written for the vectorizer).

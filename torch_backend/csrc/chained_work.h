@@ -1,8 +1,8 @@
 #pragma once
-// A collective's Work that completes only after a step that must follow the shm group's
-// collective: AVG's division by the group's size, or copying a staged result into a
-// non-contiguous output. Its future carries the outputs, as the shm group's own works do, so
-// DDP's comm hooks (`fut.value()[0]`) and `async_op=True` see the finished values.
+// A collective's Work that completes only after a step that must follow the collective: copying
+// a staged result into a non-contiguous output (the shm group and Gloo write contiguous bytes).
+// Its future carries the outputs, as the shm group's own works do, so DDP's comm hooks
+// (`fut.value()[0]`) and `async_op=True` see the finished values.
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
 

@@ -1,20 +1,26 @@
 #pragma once
 // The "ddpd" torch.distributed backend: ddpd's shared-memory process group
-// (core/src/shm/shm_process_group.h) behind checks that every collective is one it serves, with
-// the results PyTorch expects where the shm group lacks them (AVG, non-contiguous outputs).
-// Everything else fails at launch, on every rank, with an error naming the collective, the op,
-// the dtype and the device (served.h).
+// (core/src/shm/shm_process_group.h) for the collectives, and a Gloo group of the same ranks
+// alongside (the companion) for point-to-point transfers and all_to_all_single, which need to be
+// correct rather than fast. The shm group checks at launch that it serves each collective's op,
+// dtype and device (core/src/shm/served.h); this class adds the forms PyTorch calls that the shm
+// group lacks (lists, non-contiguous outputs) and fails what neither serves at launch, on every
+// rank, naming the collective, the op, the dtype and the device.
 //
 // Thread contract: as the shm group's. Collectives may be launched from any thread, one at a
 // time; they run in launch order on the shm group's executor thread, which also completes the
-// works. The destructor stops that thread; it must not run holding the GIL while a Python future
-// callback waits for it (torch's Python holder for Backend drops the GIL in its destructor).
+// works. Point-to-point works complete on the P2pWaiter's thread (p2p_waiter.h), all_to_all's on
+// Gloo's. The destructor stops those threads; it must not run holding the GIL while a Python
+// future callback waits for it (torch's Python holder for Backend drops the GIL in its
+// destructor).
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include <chrono>
 #include <functional>
+#include <memory>
 
+#include "p2p_waiter.h"
 #include "shm/shm_process_group.h"
 
 namespace ddpd_torch {
@@ -24,7 +30,9 @@ class DdpdBackend final : public c10d::Backend {
   // Runs its argument without the GIL when the calling thread holds it (module.cpp's: this
   // class knows nothing of Python).
   using WithoutGil = std::function<void(const std::function<void()>&)>;
-  DdpdBackend(c10::intrusive_ptr<ddpd::shm::ShmProcessGroup> shm, std::chrono::milliseconds timeout,
+  // `companion`: a Gloo group of the same ranks, created with the same store and timeout.
+  DdpdBackend(c10::intrusive_ptr<ddpd::shm::ShmProcessGroup> shm,
+              c10::intrusive_ptr<c10d::Backend> companion, std::chrono::milliseconds timeout,
               WithoutGil without_gil);
 
   const std::string getBackendName() const override { return "ddpd"; }
@@ -54,6 +62,14 @@ class DdpdBackend final : public c10d::Backend {
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& options) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& options) override;
+  // On the Gloo companion, as bytes (any dtype), staged when not contiguous (p2p.cpp).
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_splits,
+                                               std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& options) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
 
   // Not served yet: each names itself, its op, dtype and device (c10d's defaults name only the
   // collective).
@@ -78,26 +94,24 @@ class DdpdBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::ReduceScatterOptions& options) override;
-  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
-                                               std::vector<int64_t>& output_splits,
-                                               std::vector<int64_t>& input_splits,
-                                               const c10d::AllToAllOptions& options) override;
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& options) override;
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
-  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
 
  private:
-  // `results` after `inner`: AVG's division of the sums by the group's size.
-  c10::intrusive_ptr<c10d::Work> divided(const c10::intrusive_ptr<c10d::Work>& inner,
-                                         const at::Tensor& sums, c10d::OpType type);
-
-  // The shm group, or an error naming the shutdown.
+  // The shm group, or the Gloo companion, or an error naming the shutdown.
   ddpd::shm::ShmProcessGroup& shm();
+  c10d::Backend& companion();
+  // A point-to-point transfer `gloo` (of `staged`), completed by the waiter after copying
+  // `staged` into `targets` where they differ.
+  c10::intrusive_ptr<c10d::Work> p2p_work(c10::intrusive_ptr<c10d::Work> gloo,
+                                          std::vector<at::Tensor> targets,
+                                          std::vector<at::Tensor> staged, std::string what,
+                                          c10d::OpType type);
 
   c10::intrusive_ptr<ddpd::shm::ShmProcessGroup> shm_;  // null after shutdown()
+  c10::intrusive_ptr<c10d::Backend> companion_;         // null after shutdown()
+  std::unique_ptr<P2pWaiter> p2p_ = std::make_unique<P2pWaiter>();
   const std::chrono::milliseconds timeout_;
   const WithoutGil without_gil_;
 };

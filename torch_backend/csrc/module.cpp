@@ -32,8 +32,11 @@ void without_gil(const std::function<void()>& run) {
 
 // (backend, "") when every rank of the group maps one shm segment, else (None, why): the same
 // decision and the same words on every rank (comm/transport.h). `required`: shm or an error.
+// `companion`: the Gloo group of the same ranks the backend keeps for send/recv and all-to-all
+// (taken by reference: torch binds Backend with its own holder, not intrusive_ptr).
 py::tuple shm_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                      std::chrono::milliseconds timeout, int ranks_on_host, bool required) {
+                      std::chrono::milliseconds timeout, int ranks_on_host, bool required,
+                      c10d::Backend& companion) {
   ddpd::TransportChoice choice;
   {
     // The store waits for every rank; Python threads (and torchrun's agent) keep running.
@@ -48,8 +51,9 @@ py::tuple shm_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, in
     return py::make_tuple(py::none(), choice.note);
   auto shm = c10::make_intrusive<ddpd::shm::ShmProcessGroup>(std::move(*choice.segment), rank, size,
                                                              timeout, ranks_on_host);
-  c10::intrusive_ptr<c10d::Backend> backend =
-      c10::make_intrusive<ddpd_torch::DdpdBackend>(std::move(shm), timeout, without_gil);
+  c10::intrusive_ptr<c10d::Backend> backend = c10::make_intrusive<ddpd_torch::DdpdBackend>(
+      std::move(shm), c10::intrusive_ptr<c10d::Backend>::unsafe_reclaim_from_nonowning(&companion),
+      timeout, without_gil);
   return py::make_tuple(backend, std::string());
 }
 
@@ -58,6 +62,6 @@ py::tuple shm_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, in
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "ddpd's shared-memory c10d backend (see ddpd_torch)";
   m.def("shm_backend", &shm_backend, py::arg("store"), py::arg("rank"), py::arg("size"),
-        py::arg("timeout"), py::arg("ranks_on_host"), py::arg("required"),
+        py::arg("timeout"), py::arg("ranks_on_host"), py::arg("required"), py::arg("companion"),
         "(Backend, '') when every rank maps one shared-memory segment, else (None, reason).");
 }

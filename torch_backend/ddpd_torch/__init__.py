@@ -54,16 +54,19 @@ def _log_fallback(rank, note):
 def _create(store, rank, size, timeout):
     """The creator torch.distributed calls once per process group (register_backend)."""
     requested = _requested_transport()
+    # Every group has a Gloo group of its ranks: the whole backend when shm is not possible, and
+    # beside the shm group the transport of send/recv and all_to_all_single.
+    gloo = ProcessGroupGloo(store, rank, size, timeout)
     if requested == "gloo":
         note = f"{TRANSPORT_ENV}=gloo"
     else:
         backend, note = _C.shm_backend(
-            store, rank, size, timeout, _ranks_on_host(), requested == "shm"
+            store, rank, size, timeout, _ranks_on_host(), requested == "shm", gloo
         )
         if backend is not None:
             return backend
     _log_fallback(rank, note)
-    return ProcessGroupGloo(store, rank, size, timeout)
+    return gloo
 
 
 def transport(group=None):

@@ -5,6 +5,11 @@
 namespace ddpd {
 namespace {
 
+// Rank 0's decision when every rank mapped the segment (else the first failure). A word of this
+// file's protocol, not enum_name(GroupTransport::kShm): that would pull common's job model (CLI11
+// and all) into every binary that links the transport, the "ddpd" torch module among them.
+constexpr char kShmDecision[] = "shm";
+
 void put(c10d::Store& store, const std::string& key, const std::string& value) {
   store.set(key, std::vector<uint8_t>(value.begin(), value.end()));
 }
@@ -53,7 +58,7 @@ TransportChoice choose_transport(Transport requested, c10d::Store& store, int ra
       if (opened != "ok") failure = "rank " + std::to_string(r) + " " + opened;
     }
     if (choice.segment) choice.segment->unlink();  // mapped everywhere it will be: no leftovers
-    put(store, "transport/decision", failure.empty() ? enum_name(GroupTransport::kShm) : failure);
+    put(store, "transport/decision", failure.empty() ? kShmDecision : failure);
     if (!failure.empty()) {
       choice.segment.reset();
       return give_up(failure);
@@ -78,7 +83,7 @@ TransportChoice choose_transport(Transport requested, c10d::Store& store, int ra
   }
   put(store, "transport/open/" + std::to_string(rank), opened);
   const std::string decision = take(store, "transport/decision");
-  if (decision != enum_name(GroupTransport::kShm)) {  // the protocol's word, rank 0's above
+  if (decision != kShmDecision) {  // rank 0's word above
     choice.segment.reset();
     return give_up(decision);  // rank 0's verdict, naming the rank: every rank reports the same
   }
