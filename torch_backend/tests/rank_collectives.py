@@ -1,10 +1,14 @@
-"""One rank of test_collectives.py: every served collective on the default "ddpd" group
-against the same call on a Gloo group of the same processes, at odd sizes, for each dtype.
+"""One rank of test_collectives.py: every served collective on the default "ddpd" group against
+the same call on a Gloo group of the same processes, at odd sizes, for every dtype.
 
-Exact equality where the arithmetic is the same on both: world 2 (x0 + x1 == x1 + x0), MIN and
-MAX, integer dtypes, and small-integer inputs (every partial sum is exact in bfloat16 too).
-Otherwise ddpd adds in rank order and Gloo's ring in another: the results may differ by
-rank_common.order_bound."""
+Exact equality (bits) where both sides do the same arithmetic: world 2 (x0 + x1 == x1 + x0,
+x0 * x1 == x1 * x0), MIN, MAX, the bitwise ops, every integer dtype (two's-complement sums and
+products are exact mod 2^n in any order), small-integer float inputs (every partial sum and
+product is exact, bfloat16 included), and every data move. Otherwise ddpd reduces in rank order
+and Gloo in another; each result of W terms is within gamma(W-1) of the exact one, relative to
+sum |x_i| (SUM, rank_common.order_bound) or to |prod x_i| (PRODUCT), so the two are within twice
+that. Gloo has no int16 at all ("Invalid scalar type"): int16's reference is computed here, exactly,
+from every rank's input (each rank regenerates its peers' inputs from their seeds)."""
 
 import torch
 import torch.distributed as dist
@@ -13,9 +17,50 @@ from torch.distributed import ReduceOp
 import ddpd_torch
 from rank_common import emit, gamma, join, order_bound
 
-FLOATS = [torch.float32, torch.float64, torch.bfloat16]
-SIZES = [1, 7, 4099, 1_000_003]  # 1_000_003 float64 is 4 slots of 2 MiB: several chunks
-OPS = {"SUM": ReduceOp.SUM, "AVG": ReduceOp.AVG, "MIN": ReduceOp.MIN, "MAX": ReduceOp.MAX}
+FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+INTS = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64]
+SIZES = [1, 7, 1031, 65537]
+OPS = {"SUM": ReduceOp.SUM, "AVG": ReduceOp.AVG, "PRODUCT": ReduceOp.PRODUCT,
+       "MIN": ReduceOp.MIN, "MAX": ReduceOp.MAX, "BAND": ReduceOp.BAND, "BOR": ReduceOp.BOR,
+       "BXOR": ReduceOp.BXOR}
+FLOAT_OPS = ["SUM", "AVG", "PRODUCT", "MIN", "MAX"]
+INT_OPS = ["SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"]
+GLOO_LACKS = {torch.int16}
+
+
+def make_input(seed, rank, numel, dtype, kind="randn"):
+    """Rank `rank`'s input for `seed`: any rank can make any rank's (the int16 references)."""
+    g = torch.Generator().manual_seed(7919 * seed + rank)
+    if not dtype.is_floating_point:
+        low, high = (0, 256) if dtype == torch.uint8 else (-100, 100)
+        return torch.randint(low, high, (numel,), generator=g).to(dtype)
+    if kind == "ints":
+        return torch.randint(-4, 5, (numel,), generator=g).to(dtype)
+    if kind == "prod":  # |x| in [0.5, 2): products of W terms stay far from under- and overflow
+        sign = torch.randint(0, 2, (numel,), generator=g) * 2 - 1
+        return (sign * (0.5 + 1.5 * torch.rand(numel, generator=g, dtype=torch.float64))).to(dtype)
+    return torch.randn(numel, generator=g, dtype=torch.float64).to(dtype)
+
+
+def local_reduce(xs, op_name):
+    """The reduction of `xs` in rank order, for dtypes Gloo lacks (integers: exact)."""
+    out = xs[0].clone()
+    for x in xs[1:]:
+        if op_name == "SUM":
+            out += x
+        elif op_name == "PRODUCT":
+            out *= x
+        elif op_name == "MIN":
+            out = torch.minimum(out, x)
+        elif op_name == "MAX":
+            out = torch.maximum(out, x)
+        elif op_name == "BAND":
+            out &= x
+        elif op_name == "BOR":
+            out |= x
+        elif op_name == "BXOR":
+            out ^= x
+    return out
 
 
 class Checks:
@@ -23,20 +68,17 @@ class Checks:
         self.rank, self.world, self.gloo = rank, world, gloo
         self.count, self.failures = 0, []
 
-    def input(self, seed, numel, dtype, kind):
-        g = torch.Generator().manual_seed(7919 * seed + self.rank)
-        if kind == "ints" or not dtype.is_floating_point:
-            return torch.randint(-4, 5, (numel,), generator=g).to(dtype)
-        return torch.randn(numel, generator=g, dtype=torch.float64).to(dtype)
-
-    def abs_sum(self, x):
-        total = x.abs().to(torch.float64)
-        dist.all_reduce(total, group=self.gloo)
-        return total
+    def inputs(self, seed, numel, dtype, kind="randn"):
+        """Every rank's input, this rank's at [rank]."""
+        return [make_input(seed, r, numel, dtype, kind) for r in range(self.world)]
 
     def same(self, name, got, want, bound=None):
         """Bit-equal, or within `bound` (elementwise, float64) when one is given."""
         self.count += 1
+        if got.dtype != want.dtype or got.shape != want.shape:
+            self.failures.append(f"{name}: {got.dtype}{tuple(got.shape)} against Gloo's "
+                                 f"{want.dtype}{tuple(want.shape)}")
+            return
         if bound is None:
             if not torch.equal(got, want):
                 diff = (got.double() - want.double()).abs().max().item() if got.numel() else 0
@@ -46,31 +88,36 @@ class Checks:
         if got.numel() and excess.max().item() > 0:
             self.failures.append(f"{name}: exceeds the order bound by {excess.max().item():g}")
 
-    def exact(self, op_name, dtype, kind):
-        return (self.world == 2 or op_name in ("MIN", "MAX") or kind == "ints"
-                or not dtype.is_floating_point)
-
-    def reduce_bound(self, x, op_name, dtype, kind):
-        """None (exact), or the bound of a sum (AVG: of a sum divided by the world, rounded)."""
-        if self.exact(op_name, dtype, kind):
+    def bound(self, xs, op_name, dtype, kind):
+        """None (exact), or how far ddpd's and Gloo's results may be apart (float64)."""
+        if (self.world == 2 or op_name in ("MIN", "MAX") or kind == "ints"
+                or not dtype.is_floating_point):
             return None
-        s = self.abs_sum(x)
-        bound = order_bound(s, self.world, dtype)
-        if op_name == "AVG":
+        g, g64 = gamma(self.world, dtype), gamma(self.world, torch.float64)
+        wide = [x.double() for x in xs]
+        if op_name == "PRODUCT":
+            exact = local_reduce(wide, "PRODUCT").abs()  # itself within g64 of the exact product
+            return (2 * g + 4 * g64) * exact
+        s = torch.stack(wide).abs().sum(0)
+        b = order_bound(s, self.world, dtype)
+        if op_name == "AVG":  # the sums' bound, plus one rounding of the division
             eps = torch.finfo(dtype).eps
-            bound = (bound + eps * s * (1 + gamma(self.world, dtype))) / self.world
-        return bound
+            b = (b + eps * s * (1 + g)) / self.world
+        return b
 
 
-def gloo_reduce(checks, op_name, run):
-    """Gloo's answer for `op_name`: Gloo has no AVG, so SUM then the same division ddpd does."""
-    op = ReduceOp.SUM if op_name == "AVG" else OPS[op_name]
-    result = run(op)
-    return result.div_(checks.world) if op_name == "AVG" else result
+def reference_reduce(c, xs, op_name, gloo_call):
+    """Gloo's answer for `op_name` (AVG: Gloo's SUM divided by the world, as PyTorch does), or,
+    for a dtype Gloo lacks, the exact one."""
+    if xs[0].dtype in GLOO_LACKS:
+        return local_reduce(xs, op_name)
+    result = gloo_call(ReduceOp.SUM if op_name == "AVG" else OPS[op_name])
+    return result.div_(c.world) if op_name == "AVG" else result
 
 
 def check_all_reduce(c, seed, numel, dtype, kind, op_name, shape=None):
-    x = c.input(seed, numel, dtype, kind)
+    xs = c.inputs(seed, numel, dtype, kind)
+    x = xs[c.rank]
     if shape:  # a transposed, non-contiguous view
         x = x.reshape(shape).t()
     got = x.clone()
@@ -81,13 +128,16 @@ def check_all_reduce(c, seed, numel, dtype, kind, op_name, shape=None):
         dist.all_reduce(want, op=op, group=c.gloo)
         return want
 
-    want = gloo_reduce(c, op_name, gloo)
+    want = reference_reduce(c, [t.reshape(x.shape) if not shape else t.reshape(shape).t()
+                                for t in xs], op_name, gloo)
+    b = c.bound(xs, op_name, dtype, kind)
     c.same(f"all_reduce {op_name} {dtype} {kind} {tuple(x.shape)}", got, want,
-           c.reduce_bound(x, op_name, dtype, kind))
+           None if b is None else b.reshape(shape).t() if shape else b)
 
 
 def check_reduce_scatter(c, seed, numel, dtype, kind, op_name):
-    x = c.input(seed, numel * c.world, dtype, kind)
+    xs = c.inputs(seed, numel * c.world, dtype, kind)
+    x = xs[c.rank]
     got = torch.empty(numel, dtype=dtype)
     dist.reduce_scatter_tensor(got, x, op=OPS[op_name])
 
@@ -96,38 +146,147 @@ def check_reduce_scatter(c, seed, numel, dtype, kind, op_name):
         dist.reduce_scatter_tensor(want, x, op=op, group=c.gloo)
         return want
 
-    want = gloo_reduce(c, op_name, gloo)
-    bound = c.reduce_bound(x, op_name, dtype, kind)
-    if bound is not None:
-        bound = bound[c.rank * numel:(c.rank + 1) * numel]
-    c.same(f"reduce_scatter_tensor {op_name} {dtype} {kind} {numel}", got, want, bound)
+    mine = slice(c.rank * numel, (c.rank + 1) * numel)
+    want = reference_reduce(c, [t[mine] for t in xs], op_name, gloo)
+    b = c.bound([t[mine] for t in xs], op_name, dtype, kind)
+    c.same(f"reduce_scatter_tensor {op_name} {dtype} {kind} {numel}", got, want, b)
     # The list form: one input per rank, each the output's size.
     got_list = torch.empty(numel, dtype=dtype)
     dist.reduce_scatter(got_list, list(x.chunk(c.world)), op=OPS[op_name])
-    c.same(f"reduce_scatter (list) {op_name} {dtype} {kind} {numel}", got_list, want, bound)
+    c.same(f"reduce_scatter (list) {op_name} {dtype} {kind} {numel}", got_list, want, b)
+
+
+def check_reductions(c, seed, numel, dtype):
+    ops = FLOAT_OPS if dtype.is_floating_point else INT_OPS
+    for op_name in ops:
+        kinds = ["randn"]
+        if dtype.is_floating_point:
+            kinds = ["prod", "ints"] if op_name == "PRODUCT" else ["randn"]
+            if op_name in ("SUM", "AVG"):
+                kinds.append("ints")
+        for kind in kinds:
+            seed += 1
+            check_all_reduce(c, seed, numel, dtype, kind, op_name)
+            check_reduce_scatter(c, seed, numel, dtype, kind, op_name)
+    return seed
 
 
 def check_data_moves(c, seed, numel, dtype):
-    x = c.input(seed, numel, dtype, "randn")
+    xs = c.inputs(seed, numel, dtype)
+    x = xs[c.rank]
+    lacks = dtype in GLOO_LACKS
     for root in range(c.world):
         got, want = x.clone(), x.clone()
         dist.broadcast(got, src=root)
-        dist.broadcast(want, src=root, group=c.gloo)
+        if lacks:
+            want = xs[root]
+        else:
+            dist.broadcast(want, src=root, group=c.gloo)
         c.same(f"broadcast root {root} {dtype} {numel}", got, want)
     got = [torch.empty_like(x) for _ in range(c.world)]
     want = [torch.empty_like(x) for _ in range(c.world)]
     dist.all_gather(got, x)
-    dist.all_gather(want, x, group=c.gloo)
+    if lacks:
+        want = xs
+    else:
+        dist.all_gather(want, x, group=c.gloo)
     c.same(f"all_gather {dtype} {numel}", torch.stack(got), torch.stack(want))
     got = torch.empty(c.world * numel, dtype=dtype)
-    want = torch.empty(c.world * numel, dtype=dtype)
+    want = torch.cat(xs) if lacks else torch.empty(c.world * numel, dtype=dtype)
     dist.all_gather_into_tensor(got, x)
-    dist.all_gather_into_tensor(want, x, group=c.gloo)
+    if not lacks:
+        dist.all_gather_into_tensor(want, x, group=c.gloo)
     c.same(f"all_gather_into_tensor {dtype} {numel}", got, want)
     # A non-contiguous (world, numel) output: staged, then copied back in the Work.
     strided = torch.empty(numel, c.world, dtype=dtype).t()
     dist.all_gather_into_tensor(strided, x)
     c.same(f"all_gather_into_tensor strided {dtype} {numel}", strided, want.reshape(c.world, numel))
+
+
+def split(src, dst, numel):
+    """Rows rank `src` sends rank `dst` in the unequal all-to-all: some zero, all different."""
+    return (numel + 3 * src + 5 * dst) % 7
+
+
+def check_all_to_all(c, seed, numel, dtype):
+    """all_to_all_single with equal splits (numel rows each) and unequal ones, on (rows, 3)
+    tensors: splits count rows."""
+    w, r = c.world, c.rank
+    lacks = dtype in GLOO_LACKS
+    cases = [("equal", None, None)]
+    cases.append(("unequal", [split(r, d, numel) for d in range(w)],
+                  [split(s, r, numel) for s in range(w)]))
+    for name, in_splits, out_splits in cases:
+        rows_in = w * numel if in_splits is None else sum(in_splits)
+        rows_out = w * numel if out_splits is None else sum(out_splits)
+        xs = [make_input(seed, s, 3 * (w * numel if in_splits is None else
+                                       sum(split(s, d, numel) for d in range(w))), dtype, "randn")
+              .reshape(-1, 3) for s in range(w)]
+        x = xs[r]
+        assert x.shape[0] == rows_in
+        got = torch.empty(rows_out, 3, dtype=dtype)
+        dist.all_to_all_single(got, x, out_splits, in_splits)
+        if lacks:  # what each source sends this rank: its rows for destination r
+            pieces = []
+            for s in range(w):
+                sizes = [numel] * w if in_splits is None else [split(s, d, numel) for d in range(w)]
+                pieces.append(xs[s][sum(sizes[:r]):sum(sizes[:r + 1])])
+            want = torch.cat(pieces)
+        else:
+            want = torch.empty(rows_out, 3, dtype=dtype)
+            dist.all_to_all_single(want, x, out_splits, in_splits, group=c.gloo)
+        c.same(f"all_to_all_single {name} {dtype} {numel}", got, want)
+    # Async, into a non-contiguous output, through the future.
+    x = make_input(seed, r, 3 * w * numel, dtype).reshape(-1, 3)
+    out = torch.empty(3, w * numel, dtype=dtype).t()
+    fut = dist.all_to_all_single(out, x, async_op=True).get_future()
+    value = fut.wait()[0]
+    want = torch.empty(w * numel, 3, dtype=dtype)
+    if lacks:
+        want = torch.cat([make_input(seed, s, 3 * w * numel, dtype).reshape(-1, 3)
+                          [r * numel:(r + 1) * numel] for s in range(w)])
+    else:
+        dist.all_to_all_single(want, x, group=c.gloo)
+    c.same(f"all_to_all_single async strided {dtype} {numel}", out, want)
+    c.same(f"all_to_all_single future value {dtype} {numel}", value, want)
+
+
+def check_send_recv(c, seed, numel, dtype):
+    """A ring: each rank sends its tensor to the next and receives the previous one's, async;
+    then the same into a non-contiguous target, with a tag, through the future."""
+    w, r = c.world, c.rank
+    xs = c.inputs(seed, numel, dtype)
+    nxt, prev = (r + 1) % w, (r - 1) % w
+    got = torch.empty(numel, dtype=dtype)
+    works = [dist.isend(xs[r], nxt), dist.irecv(got, prev)]
+    for work in works:
+        work.wait()
+    if dtype in GLOO_LACKS:
+        want = xs[prev]
+    else:
+        want = torch.empty(numel, dtype=dtype)
+        gloo_works = [dist.isend(xs[r], nxt, group=c.gloo), dist.irecv(want, prev, group=c.gloo)]
+        for work in gloo_works:
+            work.wait()
+    c.same(f"send/recv ring {dtype} {numel}", got, want)
+    target = torch.zeros(2, numel, dtype=dtype)[:, :].t()[:, 1]  # stride 2
+    send = dist.isend(xs[r], nxt, tag=5)
+    recv = dist.irecv(target, prev, tag=5)
+    value = recv.get_future().then(lambda f: f.value()[0].clone()).wait()
+    send.wait()
+    c.same(f"recv strided, tag 5, future {dtype} {numel}", target, want)
+    c.same(f"recv future value {dtype} {numel}", value, want)
+
+
+def check_multi_chunk(c, seed):
+    """Tensors of several 2 MiB slot chunks (the transport's chunk loop), float64 and float32."""
+    for dtype, numel in ((torch.float64, 600_001), (torch.float32, 1_100_003)):
+        seed += 1
+        check_all_reduce(c, seed, numel, dtype, "randn", "SUM")
+        check_all_reduce(c, seed, numel, dtype, "randn", "AVG")
+        check_reduce_scatter(c, seed, numel // c.world + 1, dtype, "randn", "SUM")
+        check_data_moves(c, seed, numel // c.world + 1, dtype)
+    return seed
 
 
 def check_async(c):
@@ -139,6 +298,10 @@ def check_async(c):
     mean = (c.world + 1) / 2
     c.same("async all_reduce AVG then()", doubled, torch.full((5,), 2 * mean, dtype=torch.float64))
     c.same("async all_reduce AVG wait()", t, torch.full((5,), mean, dtype=torch.float64))
+    p = torch.full((3,), 2, dtype=torch.int32)
+    work = dist.all_reduce(p, op=ReduceOp.PRODUCT, async_op=True)
+    c.same("async all_reduce PRODUCT future", work.get_future().wait()[0],
+           torch.full((3,), 2 ** c.world, dtype=torch.int32))
     for _ in range(3):
         dist.barrier()
     c.count += 1
@@ -149,20 +312,18 @@ def main():
     gloo = dist.new_group(backend="gloo")
     c = Checks(rank, world, gloo)
     seed = 0
-    for dtype in FLOATS + [torch.int64]:
+    for dtype in FLOATS + INTS:
         for numel in SIZES:
-            for kind in ("randn", "ints") if dtype.is_floating_point else ("ints",):
-                for op_name in OPS:
-                    if op_name == "AVG" and not dtype.is_floating_point:
-                        continue
-                    seed += 1
-                    check_all_reduce(c, seed, numel, dtype, kind, op_name)
-                    if op_name in ("SUM", "AVG"):
-                        check_reduce_scatter(c, seed, numel, dtype, kind, op_name)
+            seed = check_reductions(c, seed, numel, dtype)
             seed += 1
             check_data_moves(c, seed, numel, dtype)
+            seed += 1
+            check_all_to_all(c, seed, numel, dtype)
+            seed += 1
+            check_send_recv(c, seed, numel, dtype)
         seed += 1
         check_all_reduce(c, seed, 33 * 17, dtype, "ints", "SUM", shape=(33, 17))
+    seed = check_multi_chunk(c, seed)
     check_async(c)
     emit(transport=ddpd_torch.transport(), checks=c.count, failures=c.failures[:30])
     dist.destroy_process_group()
