@@ -9,31 +9,41 @@ repo=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$repo"
 
 # Allowed arrows, from the folder that includes to the folder it may include.
-# core/ is the training core; worker/ (ddpd-worker) the daemon above it.
+# core/ is the training core; worker/ (ddpd-worker) the daemon above it. torch_backend/ (the
+# "ddpd" torch.distributed backend) compiles core's shm transport: it may include core's
+# src/shm/ and src/comm/ headers and nothing else of core (checked below), and nothing includes it.
 allowed="proto>common  service>common  core>common core>kernels
 worker>common worker>proto worker>service worker>core
 coordinator>common coordinator>proto coordinator>service
-client>common client>proto client>service"
-sources=(common proto service kernels core worker coordinator client)
+client>common client>proto client>service
+torch_backend>core"
+sources=(common proto service kernels core worker coordinator client torch_backend)
+# The only folders of core torch_backend/ may include from.
+torch_backend_may_include="core/src/shm/ core/src/comm/"
 
 files=$(git ls-files --cached --others --exclude-standard -- '*.h' '*.cuh' '*.hpp')
-owner_of() {  # folder that holds the header a quoted include names
+path_of() {  # the tracked header a quoted include names
   local include=$1
   case "$include" in
-    ddpd/v1/*.pb.h) echo proto; return 0 ;;
+    ddpd/v1/*.pb.h) echo "proto/$include"; return 0 ;;
   esac
-  local match
-  match=$(grep -E "(^|/)${include//./\\.}$" <<<"$files" | head -n 1 || true)
-  [ -z "$match" ] || echo "${match%%/*}"
+  grep -E "(^|/)${include//./\\.}$" <<<"$files" | head -n 1 || true
 }
 
 declare -A edges=()
+private=()  # torch_backend's includes of core outside $torch_backend_may_include
 for from in "${sources[@]}"; do
   [ -d "$from" ] || continue
   while IFS= read -r include; do
-    to=$(owner_of "$include")
+    path=$(path_of "$include")
+    to=${path%%/*}
     [ -n "$to" ] && [ "$to" != "$from" ] || continue
     edges["$from>$to"]=$((${edges["$from>$to"]:-0} + 1))
+    if [ "$from" = torch_backend ] && [ "$to" = core ]; then
+      ok=""
+      for prefix in $torch_backend_may_include; do [[ $path == "$prefix"* ]] && ok=1; done
+      [ -n "$ok" ] || private+=("$path")
+    fi
   done < <(git grep --untracked -h -o -E '^#include "[^"]+"' -- "$from" |
     sed -E 's/^#include "(.*)"/\1/')
 done
@@ -43,5 +53,9 @@ for edge in $(printf '%s\n' "${!edges[@]}" | sort); do
   verdict=ok
   if ! grep -qw -- "$edge" <<<"$allowed"; then verdict="POINTS UP"; status=1; fi
   printf '%-12s -> %-12s %4d includes  %s\n' "${edge%%>*}" "${edge##*>}" "${edges[$edge]}" "$verdict"
+done
+for path in $(printf '%s\n' "${private[@]}" | sort -u); do
+  echo "torch_backend includes $path: only $torch_backend_may_include of core  POINTS IN"
+  status=1
 done
 exit $status
