@@ -90,4 +90,34 @@ std::vector<StrategyMemory> strategy_memory(const TransformerShape& model, int64
           {"fsdp-block-keep", p, block_grads, 2 * p / n}};
 }
 
+std::vector<PeakRow> peak_memory(const DdpJobOptions& job, int world, bool shm) {
+  struct Way {
+    const char* name;
+    Strategy strategy;
+    bool zero1;
+    int64_t replicas;
+  };
+  const Way ways[] = {{"naive", Strategy::kNaive, false, 0},
+                      {"flat", Strategy::kFlat, false, 0},
+                      {"overlap", Strategy::kOverlap, false, 0},
+                      {"bucketed", Strategy::kBucketed, false, 0},
+                      {"bucketed+zero1", Strategy::kBucketed, true, 0},
+                      {"bucketed+zero1", Strategy::kBucketed, true, 1},
+                      {"fsdp", Strategy::kFsdp, false, 0},
+                      {"fsdp", Strategy::kFsdp, false, 1}};
+  std::vector<PeakRow> rows;
+  for (const Way& way : ways) {
+    for (const auto ac : {ActivationCheckpointing::kNone, ActivationCheckpointing::kSelective,
+                          ActivationCheckpointing::kBlock}) {
+      DdpJobOptions o = job;
+      o.strategy = way.strategy;
+      o.shard_optimizer = way.zero1;
+      o.shard_replicas = way.replicas;
+      o.activation_checkpointing = ac;
+      rows.push_back({way.name, way.replicas, ac, estimate_rank_memory(o, world, shm)});
+    }
+  }
+  return rows;
+}
+
 }  // namespace ddpd::plan

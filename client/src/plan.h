@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ddpd/common/job_options.h"
+#include "ddpd/common/memory_estimate.h"
 
 namespace ddpd::plan {
 
@@ -94,5 +95,17 @@ struct StrategyMemory {
 // bucketed, bucketed+zero1, fsdp-whole, fsdp-block (prefetch units ahead), fsdp-block-keep.
 std::vector<StrategyMemory> strategy_memory(const TransformerShape& model, int64_t world,
                                             int64_t prefetch);
+
+// Each rank's predicted peak (memory_estimate.h) for one way to run the job.
+struct PeakRow {
+  std::string strategy;  // naive, flat, overlap, bucketed, bucketed+zero1, fsdp
+  int64_t shard_replicas = 0;
+  ActivationCheckpointing checkpointing = ActivationCheckpointing::kNone;
+  RankMemoryEstimate estimate;
+};
+// Every strategy (± ZeRO-1, ± --shard-replicas 1 where it shards) under each
+// --activation-checkpointing, for `job`'s shape, batch and context at `world` ranks; `shm`: the
+// ranks share a host (bucketed's buckets are shared segments).
+std::vector<PeakRow> peak_memory(const DdpJobOptions& job, int world, bool shm);
 
 }  // namespace ddpd::plan

@@ -39,8 +39,17 @@ void add_memory_flags(CLI::App& app, MemoryFlags& f) {
   app.add_option("--layers", f.model.layers, "Transformer blocks")->capture_default_str();
   app.add_option("--vocab", f.model.vocab, "Vocabulary")->capture_default_str();
   app.add_flag("--tie-embeddings", f.model.tied, "The LM head shares the embedding's weight");
-  app.add_option("--init-from", f.init_from,
+  app.add_option("--heads", f.model.heads, "Attention heads (0: one of width d_model)");
+  app.add_option("--init-from,--from-hf", f.init_from,
                  "A Hugging Face model directory: the shape of its config.json (docs/models.md)");
+  app.add_option("--batch", f.batch, "Global batch: the predicted peak's rows")
+      ->capture_default_str();
+  app.add_option("--context", f.context, "Tokens per row")->capture_default_str();
+  app.add_option("--grad-accum", f.grad_accum, "Micro-batches per step")->capture_default_str();
+  app.add_option("--attention", f.attention, "naive, flash or sdpa")->capture_default_str();
+  app.add_flag("--gloo", f.gloo,
+               "Ranks on several hosts: bucketed's buckets are tensors (over shm, the default, "
+               "shared memory)");
   app.add_option("--world", f.world, "Ranks")->capture_default_str();
   app.add_option("--fsdp-prefetch", f.prefetch, "fsdp: units gathered ahead")
       ->capture_default_str();
@@ -63,6 +72,57 @@ static plan::TransformerShape imported_shape(const std::string& dir) {
   return shape;
 }
 
+// The job `ddpctl plan memory`'s flags describe, as the admission would see it.
+static DdpJobOptions peak_job(const MemoryFlags& f) {
+  DdpJobOptions job;
+  if (!f.init_from.empty()) {
+    job.init_from = f.init_from;
+  } else {
+    job.d_model = f.model.d_model;
+    job.d_ff = f.model.d_ff;
+    job.num_layers = f.model.layers;
+    job.vocab_size = f.model.vocab;
+    job.num_heads = f.model.heads > 0 ? f.model.heads : 1;
+  }
+  job.batch_size = f.batch;
+  job.context_length = f.context;
+  job.grad_accum = f.grad_accum;
+  job.fsdp_prefetch = f.prefetch;
+  job.attention = parse_enum<Attention>(f.attention);
+  validate(job, static_cast<int>(f.world));
+  return job;
+}
+
+// Each rank's predicted peak (memory_estimate.h), per strategy and checkpointing: MiB.
+static nlohmann::json print_peak_plan(const MemoryFlags& f) {
+  const auto rows = plan::peak_memory(peak_job(f), static_cast<int>(f.world), !f.gloo);
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& r : rows) {
+    out.push_back({{"strategy", "peak:" + r.strategy},
+                   {"shard_replicas", r.shard_replicas},
+                   {"activation_checkpointing", enum_name(r.checkpointing)},
+                   {"peak_bytes", r.estimate.total()},
+                   {"tensor_bytes", r.estimate.tensor_bytes()},
+                   {"shared_bytes", r.estimate.shared_bytes},
+                   {"activation_bytes", r.estimate.activation_bytes},
+                   {"phase", r.estimate.phase}});
+  }
+  if (f.json) return out;
+  std::printf(
+      "\npredicted peak per rank, MiB (batch %lld, context %lld, %s attention; "
+      "docs/planning.md#predicted-peak):\n",
+      static_cast<long long>(f.batch), static_cast<long long>(f.context), f.attention.c_str());
+  std::printf("  %-18s %9s %11s %11s %11s\n", "strategy", "replicas", "ac none", "selective",
+              "block");
+  for (size_t i = 0; i + 2 < rows.size(); i += 3) {
+    std::printf("  %-18s %9lld %11.1f %11.1f %11.1f\n", rows[i].strategy.c_str(),
+                static_cast<long long>(rows[i].shard_replicas),
+                rows[i].estimate.total() / 1048576.0, rows[i + 1].estimate.total() / 1048576.0,
+                rows[i + 2].estimate.total() / 1048576.0);
+  }
+  return out;
+}
+
 void print_memory_plan(MemoryFlags f) {
   if (!f.init_from.empty()) f.model = imported_shape(f.init_from);
   for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--d-model", f.model.d_model},
@@ -75,7 +135,7 @@ void print_memory_plan(MemoryFlags f) {
   if (f.prefetch < 0) throw OptionError("--fsdp-prefetch", "must be >= 0");
   const auto rows = plan::strategy_memory(f.model, f.world, f.prefetch);
   if (f.json) {
-    nlohmann::json out = nlohmann::json::array();
+    nlohmann::json out = print_peak_plan(f);  // "peak:" rows, then the unsharded accounting
     for (const auto& r : rows) {
       out.push_back({{"strategy", r.strategy},
                      {"peak_parameter_bytes", r.peak_parameter_bytes},
@@ -94,6 +154,7 @@ void print_memory_plan(MemoryFlags f) {
                 r.peak_parameter_bytes / 1048576.0, r.peak_gradient_bytes / 1048576.0,
                 r.optimizer_bytes / 1048576.0);
   }
+  print_peak_plan(f);
 }
 
 void add_bucket_flags(CLI::App& app, BucketFlags& f) {

@@ -28,6 +28,12 @@ struct MemoryFlags {
   std::string init_from;  // a Hugging Face model directory: its config.json gives the shape
   int64_t world = 2;
   int64_t prefetch = 1;
+  // The predicted peak's job: the rows and tokens whose activations a rank keeps.
+  int64_t batch = kJobDefaults.batch_size;
+  int64_t context = kJobDefaults.context_length;
+  int64_t grad_accum = 1;
+  std::string attention = "naive";
+  bool gloo = false;  // ranks on several hosts: bucketed's buckets are tensors, not shm
   bool json = false;
 };
 void add_memory_flags(CLI::App& app, MemoryFlags& f);

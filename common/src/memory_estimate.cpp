@@ -122,16 +122,24 @@ RankMemoryEstimate estimate_rank_memory(const DdpJobOptions& options, int world_
     const double weights = p * shards;
     const double all = options.reshard_after_forward ? 0.0 : p;
     const double units = 1 + static_cast<double>(options.fsdp_prefetch);
+    const double ahead = static_cast<double>(options.fsdp_prefetch) * s.block;
+    // --shard-replicas 1: the predecessor's gradient shards, from the first reduce-scatter on.
+    const double reduced = kept + p * static_cast<double>(options.shard_replicas) / n;
     instants = {{"loss backward", weights + std::max(all, s.head_unit), kept, saved + loss},
+                // The head's backward: its full gradient and the next block's, the block
+                // prefetched, the logits' gradient and the log-softmax's still alive.
+                {"head backward", weights + std::max(all, s.head_unit + ahead),
+                 reduced + s.head_unit + s.block, saved + 2 * s.tokens * s.vocab},
                 {"block backward", weights + std::max(all, units * s.block),
-                 kept + s.head_unit + s.block, saved + backward},
-                {"gradients", weights + std::max(all, s.embedding), kept + s.embedding + s.block,
+                 reduced + s.head_unit + s.block, saved + backward},
+                {"gradients", weights + std::max(all, s.embedding), reduced + s.embedding + s.block,
                  s.tokens * s.d}};
   } else {
     const double fresh = buckets ? 0.0 : s.head_unit;  // the head's gradient, made in backward
     const double flat = replicated && options.strategy == Strategy::kFlat ? p : 0.0;
     instants = {
         {"loss backward", p, kept, saved + loss},
+        {"head backward", p, kept + fresh, saved + s.tokens * s.vocab},
         {"block backward", p, kept + fresh, saved + backward},
         {"gradients", p, (buckets ? (shm ? 0.0 : p) + s.largest : p) + flat, s.tokens * s.d}};
   }

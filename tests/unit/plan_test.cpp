@@ -143,3 +143,35 @@ TEST(Plan, AnImportedShapeCountsGroupedQueryAttentionAndBiases) {
 
 }  // namespace
 }  // namespace ddpd::plan
+
+namespace ddpd::plan {
+namespace {
+
+// `ddpctl plan memory`'s predicted peaks: every strategy, ± ZeRO-1 and replicas, under each
+// checkpointing, are the admission's own prediction (memory_estimate.h) of that job.
+TEST(PlanPeak, EveryWayIsTheAdmissionsPrediction) {
+  DdpJobOptions job;
+  job.batch_size = 12;
+  const auto rows = peak_memory(job, 3, /*shm=*/true);
+  ASSERT_EQ(rows.size(), 24u);  // 8 ways × 3 checkpointing modes
+  for (const auto& row : rows) {
+    DdpJobOptions o = job;
+    o.strategy = row.strategy == "fsdp"      ? Strategy::kFsdp
+                 : row.strategy == "naive"   ? Strategy::kNaive
+                 : row.strategy == "flat"    ? Strategy::kFlat
+                 : row.strategy == "overlap" ? Strategy::kOverlap
+                                             : Strategy::kBucketed;
+    o.shard_optimizer = row.strategy == "bucketed+zero1";
+    o.shard_replicas = row.shard_replicas;
+    o.activation_checkpointing = row.checkpointing;
+    EXPECT_EQ(row.estimate.total(), estimate_rank_memory(o, 3, true).total()) << row.strategy;
+  }
+  // Checkpointing never raises the peak, and sharding never does.
+  for (size_t i = 0; i < rows.size(); i += 3) {
+    EXPECT_LE(rows[i + 2].estimate.total(), rows[i].estimate.total()) << rows[i].strategy;
+  }
+  EXPECT_LT(rows[18].estimate.total(), rows[9].estimate.total());  // fsdp below bucketed
+}
+
+}  // namespace
+}  // namespace ddpd::plan

@@ -49,7 +49,7 @@ struct RankMemoryEstimate {
   int64_t optimizer_bytes = 0;   // AdamW's two moments (ZeRO-1, fsdp: this rank's share)
   int64_t activation_bytes = 0;  // saved tensors, the loss's and backward's transients
   int64_t shared_bytes = 0;      // shm segments (bucketed's buckets over shm): not tensors
-  const char* phase = "";        // "loss backward", "block backward" or "gradients"
+  const char* phase = "";        // "loss backward", "head backward", "block backward", "gradients"
   // What the allocator counts: memory.step_peak_tensor_bytes.
   int64_t tensor_bytes() const {
     return parameter_bytes + gradient_bytes + optimizer_bytes + activation_bytes;
