@@ -1,6 +1,7 @@
 """What every rank script shares: joining the job, the tolerance of a sum, and the result line."""
 
 import json
+import os
 import sys
 
 import torch
@@ -17,7 +18,9 @@ def join(backend="ddpd"):
 
 
 def emit(**result):
-    print("RESULT " + json.dumps(result), flush=True)
+    """One line, in one write: ranks that share a pipe (torchrun's) cannot interleave it."""
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), ("RESULT " + json.dumps(result) + "\n").encode())
 
 
 def gamma(terms, dtype):

@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,9 +18,10 @@ def test_torchrun_launch_uses_shm():
     env = dict(os.environ, OMP_NUM_THREADS="1")
     for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
+    # The torchrun a user types: the entry point beside the Python running the tests (.venv/bin).
+    torchrun = Path(sys.executable).parent / "torchrun"
     run = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(HERE / "rank_smoke.py")],
+        [str(torchrun), "--standalone", "--nproc-per-node", "2", str(HERE / "rank_smoke.py")],
         env=env, capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stderr[-4000:]
     results = [line for line in run.stdout.splitlines() if "RESULT " in line]
