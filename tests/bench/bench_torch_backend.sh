@@ -8,7 +8,8 @@
 #     - ddpd and Gloo: torch_backend/bench/allreduce_busbw.py, alternating in the same ranks.
 #     - Open MPI: Debian's (libopenmpi-dev, openmpi-bin), tests/bench/mpi_allreduce_bench.cpp
 #       built with mpicxx, run by mpirun with ob1 and the shared-memory BTL (self,vader); the
-#       collectives are coll/tuned's (its default priority and fixed decision rules).
+#       collectives are coll/tuned's (its default priority and fixed decision rules); ranks
+#       bound to cores by mpirun's default, or unbound with --oversubscribe past the cores.
 #     - oneCCL: PyPI's 2021.17.2 CPU runtime (tests/bench/fetch_oneccl.sh), through its C++ API
 #       (tests/bench/ccl_allreduce_bench.cpp: the PyTorch bindings stop at torch 2.8), libfabric's
 #       shm provider (CCL_ATL_SHM=1), progress on the calling thread (CCL_WORKER_OFFLOAD=0: with a
@@ -63,8 +64,13 @@ run_ddpd_gloo() {
     --rounds "$rounds" --rows | tag "$1"
 }
 run_mpi() {
+  # Open MPI's own placement: one rank per core, bound, while the cores suffice. Oversubscribed
+  # it must not bind, and it yields when idle; unbound at world 2 it was bimodal here (1 KiB in
+  # 1 us, or in 4-8 ms, whole scheduler ticks, when both ranks shared a core).
+  local placement=()
+  (($1 > cores)) && placement=(--oversubscribe --bind-to none)
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 1200 mpirun \
-    --allow-run-as-root --oversubscribe --bind-to none -np "$1" \
+    --allow-run-as-root "${placement[@]}" -np "$1" \
     --mca pml ob1 --mca btl self,vader "$work/mpi_allreduce_bench" --sizes "$sizes" \
     --rounds "$rounds" | tag "$1"
 }
@@ -92,7 +98,7 @@ echo "host: $cores cores, $(uname -r), load average $(cut -d' ' -f1-3 /proc/load
 echo "$("$python" -c 'import torch, ddpd_torch; print("torch", torch.__version__, "(Gloo: its bundled one), ddpd_torch", ddpd_torch.__file__)')"
 if [[ " $parts " == *" allreduce "* ]]; then
   mpi_note=$(build_mpi 2>&1) && mpi_ok=1 || mpi_ok=0
-  ((mpi_ok)) && echo "Open MPI: $(mpirun --version | head -n1), pml ob1, btl self,vader" \
+  ((mpi_ok)) && echo "Open MPI: $(mpirun --version | head -n1), pml ob1, btl self,vader, bound to cores up to $cores ranks" \
     "(vader's single copy: $(ompi_info --param btl vader --level 9 | sed -n 's/.*single_copy_mechanism" (current value: "\([a-z]*\)".*/\1/p')), coll tuned" ||
     { notes+=("Open MPI: $mpi_note"); echo "Open MPI: $mpi_note"; }
   ccl_note=$(build_ccl 2>&1) && ccl_ok=1 || ccl_ok=0
