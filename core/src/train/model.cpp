@@ -2,6 +2,7 @@
 
 #include "ddpd/kernels/flash_attention.h"
 #include "device/storage_memory.h"
+#include "train/activation_checkpoint.h"
 
 #include <cmath>
 #include <unordered_set>
@@ -125,30 +126,45 @@ class BlockImpl : public torch::nn::Module {
     auto qh = rope_.apply(split(q, heads_));
     auto kh = shared(rope_.apply(split(k, kv_heads_)));
     auto vh = shared(split(v, kv_heads_));
-    torch::Tensor attended;
-    if (attention_ == Attention::kNaive) {
-      auto scores = torch::matmul(qh, kh.transpose(-1, -2)) / std::sqrt(static_cast<double>(hd));
-      scores =
-          scores.masked_fill(causal_mask(t, x.device()), -std::numeric_limits<float>::infinity());
-      attended = torch::matmul(scores.softmax(-1), vh);
-    } else {
-      // Under autocast v is in the compute dtype (bf16) while RoPE promoted q and k to fp32;
-      // attention runs in v's dtype, as autocast's matmuls would.
-      const auto dtype = vh.scalar_type();
-      attended = attention_ == Attention::kFlash
-                     ? kernels::flash_attention(qh.to(dtype), kh.to(dtype), vh, {/*causal=*/true})
-                     : at::scaled_dot_product_attention(qh.to(dtype), kh.to(dtype), vh, {},
-                                                        /*dropout_p=*/0.0, /*is_causal=*/true);
-    }
+    // --activation-checkpointing selective recomputes the attention core in backward
+    // (activation_checkpoint.h): with naive attention its b·h·t² scores and probabilities are
+    // most of a block's activations at long context, for a small share of its FLOPs.
+    auto core = [this](const std::vector<torch::Tensor>& qkv) {
+      return attention_core(qkv[0], qkv[1], qkv[2]);
+    };
+    const torch::Tensor attended = recompute_attention_ ? detail::checkpointed(core, {qh, kh, vh})
+                                                        : attention_core(qh, kh, vh);
     auto h = x + o(attended.transpose(1, 2).reshape({b, t, heads_ * hd}));
     auto z = norm2(h);
     return h + w2(torch::silu(w1(z)) * w3(z));
   }
 
+  // Selective activation checkpointing: the attention core is recomputed in backward.
+  void set_recompute_attention(bool on) { recompute_attention_ = on; }
+
   RMSNorm norm1{nullptr}, norm2{nullptr};
   Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr}, w1{nullptr}, w3{nullptr}, w2{nullptr};
 
  private:
+  // softmax(q kᵀ / √d + causal mask) v over [b, h, t, d] heads, as --attention says.
+  torch::Tensor attention_core(const torch::Tensor& qh, const torch::Tensor& kh,
+                               const torch::Tensor& vh) {
+    const int64_t t = qh.size(2);
+    if (attention_ == Attention::kNaive) {
+      auto scores =
+          torch::matmul(qh, kh.transpose(-1, -2)) / std::sqrt(static_cast<double>(head_dim_));
+      scores =
+          scores.masked_fill(causal_mask(t, qh.device()), -std::numeric_limits<float>::infinity());
+      return torch::matmul(scores.softmax(-1), vh);
+    }
+    // Under autocast v is in the compute dtype (bf16) while RoPE promoted q and k to fp32;
+    // attention runs in v's dtype, as autocast's matmuls would.
+    const auto dtype = vh.scalar_type();
+    return attention_ == Attention::kFlash
+               ? kernels::flash_attention(qh.to(dtype), kh.to(dtype), vh, {/*causal=*/true})
+               : at::scaled_dot_product_attention(qh.to(dtype), kh.to(dtype), vh, {},
+                                                  /*dropout_p=*/0.0, /*is_causal=*/true);
+  }
   const torch::Tensor& causal_mask(int64_t t, at::Device device) {
     if (mask_.size(0) != t || mask_.device() != device) {
       mask_ =
@@ -160,6 +176,7 @@ class BlockImpl : public torch::nn::Module {
   int64_t kv_heads_;
   int64_t head_dim_;
   Attention attention_;
+  bool recompute_attention_ = false;
   Rope rope_;
   torch::Tensor mask_ = torch::empty({0}, torch::kBool);
 };
@@ -204,9 +221,27 @@ torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens) {
   const size_t blocks = layers_->blocks.size();
   auto x = run_unit(0, [&] { return layers_->embedding(tokens); });
   for (size_t i = 0; i < blocks; ++i) {
-    x = run_unit(i + 1, [&] { return layers_->blocks[i](x); });
+    x = run_unit(i + 1, [&] { return forward_block(i, x); });
   }
   return run_unit(forward_order().back(), [&] { return layers_->head(layers_->final_norm(x)); });
+}
+
+// --activation-checkpointing block: the block keeps only its input; its forward runs again in
+// its backward (activation_checkpoint.h). A first block whose input needs no gradient (a frozen
+// embedding) runs plainly: the reentrant recompute could not reach its parameters.
+torch::Tensor TransformerLMImpl::forward_block(size_t i, const torch::Tensor& x) {
+  Block block = layers_->blocks[i];
+  if (checkpointing_ != ActivationCheckpointing::kBlock || !x.requires_grad()) return block(x);
+  std::shared_ptr<BlockImpl> impl = block.ptr();
+  return detail::checkpointed(
+      [impl](const std::vector<torch::Tensor>& in) { return impl->forward(in[0]); }, {x});
+}
+
+void TransformerLMImpl::set_activation_checkpointing(ActivationCheckpointing mode) {
+  checkpointing_ = mode;
+  for (auto& block : layers_->blocks) {
+    block->set_recompute_attention(mode == ActivationCheckpointing::kSelective);
+  }
 }
 
 std::vector<size_t> TransformerLMImpl::forward_order() const {

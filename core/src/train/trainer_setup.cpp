@@ -61,6 +61,7 @@ InitialModel build_model(const DdpJobOptions& options, const TrainerHooks& hooks
         model_config, joining ? ParameterMemory::kUninitialised : ParameterMemory::kInitialised);
     built.model->to(device);  // before the synchroniser, whose buffers follow the parameters
   }
+  built.model->set_activation_checkpointing(options.activation_checkpointing);
   if (hooks.prepare_model) hooks.prepare_model(*built.model);
   const auto named = named_unique_parameters(*built.model);
   for (const auto& [name, p] : named) built.parameter_shapes.emplace_back(name, p.sizes().vec());

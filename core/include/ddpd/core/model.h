@@ -69,14 +69,20 @@ class TransformerLMImpl : public torch::nn::Module, public UnitwiseModule {
   std::vector<ModelUnit> units() override;
   std::vector<size_t> forward_order() const override;
   void set_unit_hooks(UnitForwardHooks* hooks) override { unit_hooks_ = hooks; }
+  // --activation-checkpointing: none (the default), block (each block recomputed in backward)
+  // or selective (each block's attention core recomputed). Loss and gradients are bitwise
+  // those of none on CPU (docs/activation-checkpointing.md). Set while no forward runs.
+  void set_activation_checkpointing(ActivationCheckpointing mode);
 
  private:
   torch::Tensor run_unit(size_t unit, const std::function<torch::Tensor()>& forward);
+  torch::Tensor forward_block(size_t i, const torch::Tensor& x);
 
   ModelConfig config_;
   struct Layers;
   std::shared_ptr<Layers> layers_;
   UnitForwardHooks* unit_hooks_ = nullptr;
+  ActivationCheckpointing checkpointing_ = ActivationCheckpointing::kNone;
 };
 TORCH_MODULE(TransformerLM);
 
