@@ -248,6 +248,9 @@ void WorkerMetrics::record_memory(const MemoryProfile& profile, bool final_point
     // memory.step_peak_tensor_bytes: the allocator's count, what `ddpctl plan memory` predicts.
     impl_->add(*job, impl_->memory, {{"kind", "tensors_peak"}, {"point", "last_step"}})
         ->Set(static_cast<double>(profile.step_peak_tensor_bytes));
+    // memory.step_peak_activation_bytes (docs/metrics.md#memory).
+    impl_->add(*job, impl_->memory, {{"kind", "activations_peak"}, {"point", "last_step"}})
+        ->Set(static_cast<double>(profile.step_peak_activation_bytes));
   }
 }
 

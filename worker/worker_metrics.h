@@ -27,6 +27,7 @@ struct WorkerMetricsOptions {
 //   ddpd_memory_bytes{kind, point}        parameters, gradients, optimizer_state, peak at
 //                                         after_init, before_step, after_step
 //                                         and tensors_peak at last_step (live CPU tensor bytes)
+//                                         and activations_peak at last_step (docs/metrics.md)
 //   ddpd_comm_{time_seconds, algbw_bytes_per_second, busbw_bytes_per_second}
 //                                         {collective, size_bytes, world_size}: comm jobs
 //   ddpd_worker_busy, ddpd_worker_jobs_total{kind, result}

@@ -265,6 +265,12 @@ std::string job_summary(const v1::GetJobReply& reply) {
       out << format("  %-12s %10.2f %10.2f %10.2f %10.2f MB\n", point, m->param_bytes / 1e6,
                     m->grad_bytes / 1e6, m->optimizer_state_bytes / 1e6, m->peak_bytes / 1e6);
     }
+    // The allocator's counts (docs/metrics.md#memory): 0 from a result written before them.
+    if (result.memory.step_peak_tensor_bytes > 0) {
+      out << format("  last step's peak: tensors %.2f MB, activations %.2f MB\n",
+                    result.memory.step_peak_tensor_bytes / 1e6,
+                    result.memory.step_peak_activation_bytes / 1e6);
+    }
   }
   return out.str();
 }

@@ -97,6 +97,7 @@ nlohmann::json to_json(const TrainingResult& result) {
         {"step_peak_unsharded_gradient_bytes", result.memory.step_peak_unsharded_gradient_bytes},
         {"step_peak_full_gradient_units", result.memory.step_peak_full_gradient_units},
         {"step_peak_tensor_bytes", result.memory.step_peak_tensor_bytes},
+        {"step_peak_activation_bytes", result.memory.step_peak_activation_bytes},
         {"loading_peak_rss_rise_bytes", result.memory.loading_peak_rss_rise_bytes}}}};
   // Absent when no step ran: a 0 would read as a perfect loss.
   if (sum.final_loss) out["summary"]["final_loss"] = *sum.final_loss;

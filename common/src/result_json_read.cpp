@@ -158,6 +158,7 @@ MemoryProfile memory_profile(const Reader& m) {
       m.get_or<int64_t>("step_peak_unsharded_gradient_bytes", 0);
   memory.step_peak_full_gradient_units = m.get_or<int64_t>("step_peak_full_gradient_units", 0);
   memory.step_peak_tensor_bytes = m.get_or<int64_t>("step_peak_tensor_bytes", 0);
+  memory.step_peak_activation_bytes = m.get_or<int64_t>("step_peak_activation_bytes", 0);
   memory.loading_peak_rss_rise_bytes = m.get_or<int64_t>("loading_peak_rss_rise_bytes", -1);
   return memory;
 }

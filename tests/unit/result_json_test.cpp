@@ -51,6 +51,7 @@ TrainingResult training_result_setting_every_field() {
   r.memory.step_peak_full_gradient_units = 16;
   r.memory.loading_peak_rss_rise_bytes = 17;
   r.memory.step_peak_tensor_bytes = 18;
+  r.memory.step_peak_activation_bytes = 19;
   r.profile.host_cores = 2;
   r.profile.gradients = {{"blocks.0.w1", 4096}, {"head", 8192}};
   ProfiledStep p;

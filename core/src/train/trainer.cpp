@@ -12,6 +12,7 @@
 #include "device/counting_allocator.h"
 #include "device/device.h"
 #include "heal/healer.h"
+#include "train/activation_peak.h"
 #include "train/batches.h"
 #include "train/checkpointing.h"
 #include "train/current_group.h"
@@ -73,6 +74,7 @@ struct Trainer::Impl final : detail::HealTarget {
   // What it records.
   std::unique_ptr<detail::StepRecorder> recorder;  // what `ddpctl whatif` replays
   MemoryProfile memory;
+  detail::ActivationPeak activation_peak;  // memory.step_peak_activation_bytes
 
   void enter(PhaseIndex p) { where.phase.store(p, std::memory_order_relaxed); }
 
@@ -205,15 +207,18 @@ torch::Tensor Trainer::Impl::forward_backward(const std::vector<torch::Tensor>& 
   for (int64_t k = 0; k < k_total; ++k) {
     sync->set_sync_on_backward(k == k_total - 1);
     enter(kForward);
+    activation_peak.begin_forward(sync->step_peak_unsharded().parameter_bytes);
     torch::Tensor loss;
     {
       detail::AutocastScope autocast(comm->info().device, options.precision == Precision::kBf16);
       loss = language_model_loss(model->forward(micro[k].narrow(1, 0, context)),
                                  micro[k].narrow(1, 1, context));
     }
+    activation_peak.end_forward(sync->step_peak_unsharded().parameter_bytes);
     marks.push_back(timeline.mark());
     enter(kBackward);
     (k_total > 1 ? loss / static_cast<double>(k_total) : loss).backward();
+    activation_peak.end_backward();
     loss_sum += loss.detach().to(torch::kFloat32);
     marks.push_back(timeline.mark());
   }
@@ -241,7 +246,9 @@ void Trainer::Impl::record_last_step_memory() {
   memory.step_peak_unsharded_parameter_bytes = peak.parameter_bytes;
   memory.step_peak_unsharded_gradient_bytes = peak.gradient_bytes;
   memory.step_peak_full_gradient_units = peak.gradient_units;
-  memory.step_peak_tensor_bytes = detail::peak_cpu_tensor_bytes();  // since train_step's reset
+  // Since train_step's reset (activation_peak resets the window at each forward, and folds).
+  memory.step_peak_tensor_bytes = activation_peak.step_peak_tensor_bytes();
+  memory.step_peak_activation_bytes = activation_peak.step_peak_activation_bytes();
 }
 
 void Trainer::Impl::step_bookkeeping(int64_t step_index, const torch::Tensor& loss_sum,
@@ -270,6 +277,7 @@ StepMetrics Trainer::train_step(int64_t step) {
   Communicator& comm = *m.comm;
   m.where.step.store(step, std::memory_order_relaxed);
   detail::reset_cpu_tensor_peak();  // the window of memory.step_peak_tensor_bytes
+  m.activation_peak.begin_step();
   m.enter(kForward);
   if (m.hooks.before_step) m.hooks.before_step(step);
   m.injector->at_step_start(step, comm, m.cancelled);

@@ -74,6 +74,11 @@ struct MemoryProfile {
   // (weights, gradients, optimizer state, activations, collectives' buffers), counted by the
   // allocator (core/src/device/counting_allocator.h): what `ddpctl plan memory` predicts.
   int64_t step_peak_tensor_bytes = 0;
+  // Activations at their highest during the last step (docs/metrics.md#memory): the allocator's
+  // live bytes over each micro-batch's forward above where they stood when it began, less the
+  // units fsdp gathered meanwhile; under --activation-checkpointing the forward's end plus the
+  // most one recompute added in backward. 0 where the count is off (no Trainer).
+  int64_t step_peak_activation_bytes = 0;
   // How far the rank process's resident memory rose while its model was built, its weights
   // imported (--init-from) or resumed, and its synchroniser built, at the highest: fsdp's import
   // keeps it near the rank's share of the model plus one tensor. -1: not measurable here.
