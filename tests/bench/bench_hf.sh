@@ -12,6 +12,11 @@
 # the model is built and its weights read (memory.loading_peak_rss_rise_bytes), under fsdp at
 # world 2 and 3, where each rank reads only its shards, and bucketed, whose share is the whole
 # model, beside the bound the import keeps: the rank's share plus the largest tensor.
+# Last, activation checkpointing at context AC_CONTEXT (1024) and global batch AC_BATCH (2), 2 ranks,
+# AC_STEPS steps (4, 2 warm-up): ddpd bucketed with --activation-checkpointing none, block and
+# selective (memory.step_peak_activation_bytes, docs/activation-checkpointing.md) beside the peer
+# without and with transformers' gradient_checkpointing_enable(); ours/peer on the step and the
+# peak RSS. ONLY_AC=1 runs only that table.
 # Usage: tests/bench/bench_hf.sh [STEPS] [ROUNDS] [GLOBAL_BATCH] [CONTEXT]   (build first)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -37,6 +42,54 @@ model = transformers.LlamaForCausalLM(config)
 model.save_pretrained(sys.argv[1])
 print(f"model: SmolLM2-135M shape, {sum(p.numel() for p in model.parameters())/1e6:.1f} M parameters")
 PY
+
+ac_ours() {  # MODE → "step_ms peak_rss_mb activation_mb tensor_mb" (rank 0)
+  bash scripts/launch-local.sh 2 -- "$worker" run ddp --init-from "$model" --strategy bucketed \
+    --batch "$ac_batch" --context "$ac_context" --steps "$ac_steps" --warmup-steps 2 --threads 1 \
+    --spread-every 0 --activation-checkpointing "$1" --json >"$tmp/ac.json"
+  "$python" - "$tmp/ac.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+m = r["memory"]
+print(f"{r['summary']['median_step_seconds'] * 1e3:.0f} {m['after_step']['peak_bytes'] / 2**20:.0f} "
+      f"{m['step_peak_activation_bytes'] / 2**20:.0f} {m['step_peak_tensor_bytes'] / 2**20:.0f}")
+PY
+}
+ac_peer() {  # [--gradient-checkpointing] → "step_ms peak_rss_mb"; keeps the version line
+  local out
+  out=$(DDP_EXPERT=1 timeout 1800 "$python" tests/bench/hf_ddp_ref.py "$model" 2 "$ac_batch" \
+        "$ac_context" "$ac_steps" 25 "$@")
+  echo "$out" >"$tmp/ac_peer.line"
+  sed -n 's/.*median_step_ms=\([0-9.]*\) tokens_per_s=[0-9]* peak_rss_mb=\([0-9]*\).*/\1 \2/p' <<<"$out"
+}
+activation_checkpointing() {
+  echo "activation checkpointing: 2 ranks, global batch $ac_batch, context $ac_context," \
+    "$ac_steps steps (2 warm-up), bucketed, attention naive (ours) / sdpa (transformers)"
+  read -r n_ms n_rss n_act n_tensor < <(ac_ours none)
+  read -r b_ms b_rss b_act b_tensor < <(ac_ours block)
+  read -r s_ms s_rss s_act s_tensor < <(ac_ours selective)
+  read -r pn_ms pn_rss < <(ac_peer)
+  read -r pc_ms pc_rss < <(ac_peer --gradient-checkpointing)
+  echo "peer: $(sed 's/ median_step_ms.*//' "$tmp/ac_peer.line")"
+  ratio() { "$python" -c "print(f'{$1/$2:.2f}')"; }
+  printf '| run | step ms | peak RSS MiB/rank | activation peak MiB | tensor peak MiB |\n'
+  printf '| --- | ---: | ---: | ---: | ---: |\n'
+  printf '| ddpd none | %s | %s | %s | %s |\n' "$n_ms" "$n_rss" "$n_act" "$n_tensor"
+  printf '| ddpd block | %s | %s | %s | %s |\n' "$b_ms" "$b_rss" "$b_act" "$b_tensor"
+  printf '| ddpd selective | %s | %s | %s | %s |\n' "$s_ms" "$s_rss" "$s_act" "$s_tensor"
+  printf '| DDP + transformers | %s | %s | | |\n' "$pn_ms" "$pn_rss"
+  printf '| DDP + transformers, gradient_checkpointing_enable() | %s | %s | | |\n' "$pc_ms" "$pc_rss"
+  echo "block: activation peak none/block $(ratio "$n_act" "$b_act") (goal >= 3)," \
+    "step block/none $(ratio "$b_ms" "$n_ms") (goal <= 1.35)"
+  echo "selective: activation peak none/selective $(ratio "$n_act" "$s_act")," \
+    "step selective/none $(ratio "$s_ms" "$n_ms")"
+  echo "ours/peer with checkpointing: step $(ratio "$b_ms" "$pc_ms"), peak RSS $(ratio "$b_rss" "$pc_rss")"
+  echo "ours/peer without: step $(ratio "$n_ms" "$pn_ms"), peak RSS $(ratio "$n_rss" "$pn_rss")"
+}
+ac_context=${AC_CONTEXT:-1024}
+ac_batch=${AC_BATCH:-2}
+ac_steps=${AC_STEPS:-4}
+if [ "${ONLY_AC:-0}" = 1 ]; then activation_checkpointing; exit 0; fi
 
 loading() {  # STRATEGY WORLD → "rise_mb model_mb largest_mb" (rank 0's rise)
   bash scripts/launch-local.sh "$2" -- "$worker" run ddp --init-from "$model" --strategy "$1" \
@@ -98,3 +151,4 @@ printf '| | step ms | tokens/s | peak RSS MB/rank |\n| --- | ---: | ---: | ---: 
 printf '| ddpd bucketed | %.1f | %.0f | %s |\n' "$om" "$("$python" -c "print($batch*$context/($om/1e3))")" "$o_rss"
 printf '| PyTorch DDP (expert) | %.1f | %.0f | %s |\n' "$pm" "$("$python" -c "print($batch*$context/($pm/1e3))")" "$p_rss"
 echo "ours/peer: $("$python" -c "print(f'{$om/$pm:.3f}')") (goal <= 0.85)"
+activation_checkpointing

@@ -3,7 +3,12 @@ LlamaForCausalLM from a model directory (gloo, CPU, one compute thread per rank)
 expert would (DDP_EXPERT=1: gradient_as_bucket_view=True, static_graph=True; otherwise DDP's
 defaults). The same weights, batch, context and AdamW as ddpd's run.
 
+--gradient-checkpointing calls transformers' model.gradient_checkpointing_enable() (each decoder
+layer recomputed in backward, torch.utils.checkpoint; static_graph=True is what DDP needs with
+its reentrant variant), the peer of ddpd's --activation-checkpointing block.
+
 Usage: PYTHON hf_ddp_ref.py MODEL_DIR WORLD GLOBAL_BATCH CONTEXT STEPS [BUCKET_MB]
+                            [--gradient-checkpointing]
 Prints one line: versions, settings, median_step_ms (max over ranks, after 2 warm-up steps),
 tokens_per_s and peak_rss_mb (max over ranks)."""
 import os
@@ -19,7 +24,7 @@ import torch.multiprocessing as mp  # noqa: E402
 import transformers  # noqa: E402
 
 
-def run(rank, world, model_dir, batch, context, steps, bucket, port):
+def run(rank, world, model_dir, batch, context, steps, bucket, port, checkpointing):
     torch.set_num_threads(1)
     torch.manual_seed(0)
     if world > 1:
@@ -28,6 +33,8 @@ def run(rank, world, model_dir, batch, context, steps, bucket, port):
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     model.config.use_cache = False
     model.train()
+    if checkpointing:
+        model.gradient_checkpointing_enable()
     expert = os.environ.get("DDP_EXPERT") == "1"
     if world > 1:
         kw = dict(gradient_as_bucket_view=True, static_graph=True) if expert else {}
@@ -55,7 +62,8 @@ def run(rank, world, model_dir, batch, context, steps, bucket, port):
         median, rss_mb = max(o[0] for o in out), max(o[1] for o in out)
     if rank == 0:
         print(f"torch={torch.__version__} transformers={transformers.__version__} expert={int(expert)} "
-              f"world={world} bucket_cap_mb={bucket} threads=1 median_step_ms={median * 1e3:.1f} "
+              f"world={world} bucket_cap_mb={bucket} threads=1 "
+              f"gradient_checkpointing={int(checkpointing)} median_step_ms={median * 1e3:.1f} "
               f"tokens_per_s={batch * context / median:.0f} peak_rss_mb={rss_mb:.0f}", flush=True)
     if world > 1:
         dist.destroy_process_group()
@@ -69,9 +77,11 @@ def free_port():
 
 
 if __name__ == "__main__":
-    model_dir, world, batch, context, steps = sys.argv[1], *map(int, sys.argv[2:6])
-    bucket = float(sys.argv[6]) if len(sys.argv) > 6 else 25.0
-    args = (world, model_dir, batch, context, steps, bucket, free_port())
+    checkpointing = "--gradient-checkpointing" in sys.argv
+    argv = [a for a in sys.argv if a != "--gradient-checkpointing"]
+    model_dir, world, batch, context, steps = argv[1], *map(int, argv[2:6])
+    bucket = float(argv[6]) if len(argv) > 6 else 25.0
+    args = (world, model_dir, batch, context, steps, bucket, free_port(), checkpointing)
     if world == 1:
         run(0, *args)
     else:
