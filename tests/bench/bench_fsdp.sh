@@ -2,9 +2,11 @@
 # Benchmark (not a test): what each sharding design holds per rank, and what it costs in time.
 # Part 1, the memory and time table (docs/fsdp.md): at world 2 and 4 on a Transformer of 8
 # blocks (d_model 256), one row each for bucketed, bucketed + ZeRO-1, fsdp as one unit
-# (--fsdp-units whole), fsdp per block, and fsdp per block with --reshard-after-forward false.
+# (--fsdp-units whole), fsdp per block (over shm, the default, and over Gloo, the peer's
+# transport), and fsdp per block with --reshard-after-forward false.
 # Columns, rank 0: peak full parameters and gradients alive during the last step (the strategy's
-# own byte accounting), optimizer state, peak RSS, median step time; then `ddpctl plan memory`'s
+# own byte accounting), of it the parameters and the gradients, optimizer state, peak RSS, median
+# step time; then `ddpctl plan memory`'s
 # prediction for the same model. Beside them, the PyTorch FSDP2 peer (tests/bench/torch_fsdp2_ref.py:
 # fully_shard per block, then the root, on the DDP peer's model of the same shape, CPU, gloo, one
 # thread; on the checkout's .venv/bin/python, PyTorch 2.11) with reshard_after_forward 1 and 0:
@@ -30,14 +32,14 @@ run_json() {  # world, flags... → the rank-0 result JSON on one line
   bash scripts/launch-local.sh "$world" -- "$worker" run ddp --threads 1 --spread-every 0 \
     --warmup-steps 2 --json "$@"
 }
-figures() {  # result JSON → "peak_unsharded peak_params optimizer rss step_ms"
+figures() {  # result JSON → "peak_unsharded peak_params optimizer rss step_ms peak_grads"
   "$python" -c '
 import json, sys
 r = json.loads(sys.stdin.read().strip().splitlines()[-1])
 m = r["memory"]
 print(m["step_peak_unsharded_bytes"], m["step_peak_unsharded_parameter_bytes"],
       m["after_step"]["optimizer_state_bytes"], m["after_step"]["peak_bytes"],
-      r["summary"]["median_step_seconds"] * 1e3)'
+      r["summary"]["median_step_seconds"] * 1e3, m["step_peak_unsharded_gradient_bytes"])'
 }
 mib() { "$python" -c "print(f'{$1 / 2**20:.1f}')"; }
 ratio() { "$python" -c "print(f'{$1 / $2:.2f}')"; }
@@ -68,20 +70,23 @@ declare -A rows=(
   [bucketed+zero1]="--strategy bucketed --shard-optimizer"
   [fsdp-whole]="--strategy fsdp --fsdp-units whole"
   [fsdp-block]="--strategy fsdp"
+  [fsdp-block-gloo]="--strategy fsdp --transport gloo"
   [fsdp-block-keep]="--strategy fsdp --reshard-after-forward false"
 )
-order=(bucketed bucketed+zero1 fsdp-whole fsdp-block fsdp-block-keep)
+order=(bucketed bucketed+zero1 fsdp-whole fsdp-block fsdp-block-gloo fsdp-block-keep)
 echo "model: d_model 256, d_ff 1024, 8 blocks, vocab 10000, context 128, global batch 8, $steps steps, $(nproc) cores"
 for world in 2 4; do
   echo
   echo "world $world (rank 0; MiB; peak unsharded = full parameters + full gradients alive at once)"
-  printf "%-18s %14s %14s %12s %12s %10s\n" row "peak unsharded" "of it params" "optimizer" "peak RSS" "step ms"
+  printf "%-18s %14s %14s %12s %12s %12s %10s\n" row "peak unsharded" "of it params" "of it grads" \
+    "optimizer" "peak RSS" "step ms"
   declare -A our_params=() our_rss=() our_ms=()
   for row in "${order[@]}"; do
     # shellcheck disable=SC2086
-    read -r unsharded params optimizer rss ms <<<"$(run_json "$world" "${model[@]}" ${rows[$row]} | figures)"
-    printf "%-18s %14s %14s %12s %12s %10.1f\n" "$row" "$(mib "$unsharded")" "$(mib "$params")" \
-      "$(mib "$optimizer")" "$(mib "$rss")" "$ms"
+    read -r unsharded params optimizer rss ms grads \
+      <<<"$(run_json "$world" "${model[@]}" ${rows[$row]} | figures)"
+    printf "%-18s %14s %14s %12s %12s %12s %10.1f\n" "$row" "$(mib "$unsharded")" "$(mib "$params")" \
+      "$(mib "$grads")" "$(mib "$optimizer")" "$(mib "$rss")" "$ms"
     our_params[$row]=$params our_rss[$row]=$(mib "$rss") our_ms[$row]=$ms
   done
   echo "PyTorch FSDP2 peer, same model and steps (MiB; peak params = full parameters alive at once," \
@@ -91,10 +96,12 @@ for world in 2 4; do
   for raf in 1 0; do
     line=$(peer_line "$world" "$raf")
     read -r p_params p_rss p_ms <<<"$(peer_figures <<<"$line")"
-    ours_row=fsdp-block; [ "$raf" = 0 ] && ours_row=fsdp-block-keep
-    printf "%-18s %14s %12s %10s   %-18s %s %s %s\n" "fsdp2-peer-raf$raf" "$(mib "$p_params")" \
-      "$p_rss" "$p_ms" "$ours_row" "$(ratio "${our_params[$ours_row]}" "$p_params")" \
-      "$(ratio "${our_rss[$ours_row]}" "$p_rss")" "$(ratio "${our_ms[$ours_row]}" "$p_ms")"
+    ours_rows=(fsdp-block fsdp-block-gloo); [ "$raf" = 0 ] && ours_rows=(fsdp-block-keep)
+    for ours_row in "${ours_rows[@]}"; do
+      printf "%-18s %14s %12s %10s   %-18s %s %s %s\n" "fsdp2-peer-raf$raf" "$(mib "$p_params")" \
+        "$p_rss" "$p_ms" "$ours_row" "$(ratio "${our_params[$ours_row]}" "$p_params")" \
+        "$(ratio "${our_rss[$ours_row]}" "$p_rss")" "$(ratio "${our_ms[$ours_row]}" "$p_ms")"
+    done
     echo "  peer: $line"
   done
   echo "ddpctl plan memory's prediction:"
@@ -108,8 +115,8 @@ config=(--d-model $D --d-ff $FF --layers $L --heads $H --vocab $V --context $CTX
 echo "performance: bench_ddp.sh's config (d_model $D, $L blocks, vocab $V, context $CTX, batch $BATCH), world 2, 20 steps, median of $rounds alternating rounds"
 declare -a bucketed block
 for r in $(seq "$rounds"); do
-  read -r _ _ _ _ t <<<"$(run_json 2 "${config[@]}" --strategy bucketed | figures)"; bucketed+=("$t")
-  read -r _ p _ _ t <<<"$(run_json 2 "${config[@]}" --strategy fsdp | figures)"; block+=("$t")
+  read -r _ _ _ _ t _ <<<"$(run_json 2 "${config[@]}" --strategy bucketed | figures)"; bucketed+=("$t")
+  read -r _ p _ _ t _ <<<"$(run_json 2 "${config[@]}" --strategy fsdp | figures)"; block+=("$t")
   echo "round $r: bucketed ${bucketed[-1]} ms, fsdp per block ${block[-1]} ms"
 done
 "$python" - "${bucketed[@]}" -- "${block[@]}" <<'EOF'
@@ -119,6 +126,6 @@ cut = args.index("--")
 b, f = statistics.median(map(float, args[:cut])), statistics.median(map(float, args[cut + 1:]))
 print(f"bucketed {b:.1f} ms, fsdp per block {f:.1f} ms: fsdp / bucketed = {f / b:.3f} (goal <= 1.10)")
 EOF
-read -r _ p _ _ _ <<<"$(run_json 2 "${config[@]}" --strategy fsdp | figures)"
-read -r _ full _ _ _ <<<"$(run_json 2 "${config[@]}" --strategy bucketed | figures)"
+read -r _ p _ _ _ _ <<<"$(run_json 2 "${config[@]}" --strategy fsdp | figures)"
+read -r _ full _ _ _ _ <<<"$(run_json 2 "${config[@]}" --strategy bucketed | figures)"
 echo "fsdp per block's peak full parameters: $(mib "$p") MiB of the model's $(mib "$full") MiB ($("$python" -c "print(f'{100 * $p / $full:.0f}')") %; goal <= 40 %)"
