@@ -5,12 +5,14 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
 
 #include "ddpd/api/session_protocol.h"
+#include "ddpd/common/memory_estimate.h"
 #include "ddpd/v1/ddpd.grpc.pb.h"
 #include "e2e/cluster.h"
 
@@ -34,7 +36,7 @@ TEST(Admission, StandaloneRunnersRefuseAJobThatDoesNotFitInOneLine) {
     EXPECT_EQ(o.exit_code, 2) << o.err;
     EXPECT_EQ(lines(o.err), 1) << o.err;
     EXPECT_EQ(o.err.rfind("error: --context: the job needs about ", 0), 0u) << o.err;
-    EXPECT_NE(o.err.find("GB per rank (parameters "), std::string::npos) << o.err;
+    EXPECT_NE(o.err.find("GB per rank at its peak (weights "), std::string::npos) << o.err;
     EXPECT_NE(o.err.find("more than this machine's available memory"), std::string::npos) << o.err;
   }
 }
@@ -43,13 +45,36 @@ TEST(Admission, CoordinatorRefusesAtSubmitWithTheEstimateAndTheLimit) {
   Cluster cluster(1, "admission", {}, [](int) {
     return std::vector<std::string>{"--memory-gb", "1"};
   });
-  const auto refused = cluster.ctl({"submit", "ddp", "--world-size", "1", "--model", "tiny",
-                                    "--context", "100000", "--batch", "1"});
+  // 24 blocks of tiny at context 256, 16 rows: each block keeps 4096·1664 floats and 16·4·256²
+  // probabilities, 1.13 GB in all at the loss's backward (memory_estimate.h). Recomputing each
+  // block keeps 0.11 GB at its peak; a smaller batch fits too. At world 1 fsdp shards nothing.
+  DdpJobOptions job;
+  job.model = "tiny";
+  job.num_layers = 24;
+  job.context_length = 256;
+  job.vocab_size = 1000;
+  job.batch_size = 16;
+  const auto remedies = memory_remedies(job, 1, 1000000000);
+  ASSERT_EQ(remedies.size(), 2u);
+  EXPECT_EQ(remedies[0].flag, "--activation-checkpointing");
+  EXPECT_EQ(remedies[1].flag, "--batch");
+  const auto refused =
+      cluster.ctl({"submit", "ddp", "--world-size", "1", "--model", "tiny", "--layers", "24",
+                   "--context", "256", "--vocab", "1000", "--batch", "16"});
   EXPECT_NE(refused.exit_code, 0);
-  EXPECT_NE(refused.err.find("the job needs about "), std::string::npos) << refused.err;
+  const std::string peak = describe(estimate_rank_memory(job, 1));
+  EXPECT_NE(refused.err.find("the job " + peak), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("the job needs about 1.13 GB per rank at its peak"), std::string::npos)
+      << refused.err;
   EXPECT_NE(refused.err.find("more than the largest registered worker's memory (1.00 GB)"),
             std::string::npos)
       << refused.err;
+  char fits[160];
+  std::snprintf(fits, sizeof fits,
+                "it fits with --activation-checkpointing block (%.2f GB) or --batch %s (%.2f GB)",
+                remedies[0].total_bytes / 1e9, remedies[1].value.c_str(),
+                remedies[1].total_bytes / 1e9);
+  EXPECT_NE(refused.err.find(fits), std::string::npos) << refused.err;
   // A job that fits is accepted and runs.
   const auto accepted = cluster.ctl({"submit", "ddp", "--world-size", "1", "--model", "tiny",
                                      "--context", "16", "--batch", "2", "--steps", "2"});
