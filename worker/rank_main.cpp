@@ -78,6 +78,8 @@ rank_pipe::RankEvent memory_event(const MemoryProfile& profile, bool final_point
   to_proto(profile.after_init, *m->mutable_after_init());
   to_proto(profile.before_step, *m->mutable_before_step());
   to_proto(profile.after_step, *m->mutable_after_step());
+  m->set_step_peak_tensor_bytes(profile.step_peak_tensor_bytes);
+  m->set_step_peak_activation_bytes(profile.step_peak_activation_bytes);
   return e;
 }
 

@@ -242,6 +242,8 @@ struct WorkerDaemon::Impl {
       profile.after_init = from_pipe(e.memory().after_init());
       profile.before_step = from_pipe(e.memory().before_step());
       profile.after_step = from_pipe(e.memory().after_step());
+      profile.step_peak_tensor_bytes = e.memory().step_peak_tensor_bytes();
+      profile.step_peak_activation_bytes = e.memory().step_peak_activation_bytes();
       metrics->record_memory(profile, e.memory().final_points());
     } else if (e.has_comm()) {
       metrics->record_comm(from_pipe(e.comm()));
