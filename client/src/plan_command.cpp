@@ -110,7 +110,7 @@ static nlohmann::json print_peak_plan(const MemoryFlags& f) {
   if (f.json) return out;
   std::printf(
       "\npredicted peak per rank, MiB (batch %lld, context %lld, %s attention; "
-      "docs/planning.md#predicted-peak):\n",
+      "bucketed: its buckets included, shared memory over shm; docs/planning.md):\n",
       static_cast<long long>(f.batch), static_cast<long long>(f.context), f.attention.c_str());
   std::printf("  %-18s %9s %11s %11s %11s\n", "strategy", "replicas", "ac none", "selective",
               "block");
