@@ -24,6 +24,9 @@
 //  - --activation-checkpointing block keeps each block's input only (T·d, the previous block's
 //    output); backward recomputes one block's full set at a time. selective recomputes the
 //    attention core: the probabilities (naive) or the core's output (flash/sdpa) are not kept.
+//  - The head's backward: the logits' gradient (T·V) and the head's fresh gradient; under fsdp
+//    the head unit and the next block gathered with both their full gradients, and 2·T·V (the
+//    log-softmax's output is still alive); at small T·V this is fsdp's peak.
 //  - A block's backward, besides: its gradients' chain, about max(3·T·f, 2·r·h·t²) + 2·T·d.
 //  - The end of backward: every gradient (4P), plus flat's flattened copy (4P); bucketed's
 //    gradients are its buckets, made once (4P), in shared memory over shm.
@@ -31,7 +34,7 @@
 //    --shard-replicas 1); when backward starts the last unit (final norm and head) is still
 //    gathered; in a block's backward the block, its prefetched successors and up to two units'
 //    full gradients. --reshard-after-forward false keeps every unit gathered (4P).
-// The peak is the largest of those instants (loss, block backward, gradients).
+// The peak is the largest of those instants (loss, head, block backward, gradients).
 #pragma once
 
 #include <cstdint>
