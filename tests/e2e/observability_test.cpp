@@ -307,6 +307,13 @@ TEST(Observability, DashboardQueriesOnlyExportedMetrics) {
   ASSERT_TRUE(tensors_peak.has_value());
   EXPECT_EQ(*tensors_peak, ddp["memory"]["step_peak_tensor_bytes"].get<double>());
   EXPECT_GT(*tensors_peak, *param_bytes);  // the weights and more were alive during the step
+  const auto activations_peak =
+      sample(all, "ddpd_memory_bytes",
+             {ddp_sel, "rank=\"0\"", "kind=\"activations_peak\"", "point=\"last_step\""});
+  ASSERT_TRUE(activations_peak.has_value());
+  EXPECT_EQ(*activations_peak, ddp["memory"]["step_peak_activation_bytes"].get<double>());
+  EXPECT_GT(*activations_peak, 0);              // a forward saved tensors for its backward
+  EXPECT_LT(*activations_peak, *tensors_peak);  // and they are part of the step's tensors
   EXPECT_EQ(sample(all, "ddpd_steps_total", {ddp_sel, "rank=\"1\""}), 3.0);
   const auto shown_comm = cluster.show(comm_job);
   ASSERT_EQ(shown_comm["rows"].size(), 4u);  // all_reduce and all_reduce_back_to_back, 2 sizes
