@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <thread>
 #include <vector>
@@ -57,6 +58,32 @@ TEST(CountingAllocator, AllocationsFromManyThreadsBalance) {
   EXPECT_LE(detail::peak_cpu_tensor_bytes(), before + kThreads * (4096 + 1024));
   kept.clear();
   EXPECT_EQ(detail::live_cpu_tensor_bytes(), before);
+}
+
+// LibTorch code that allocates raw memory (oneDNN's bf16 matmuls) asserts a simple DataPtr
+// (context == data) and calls raw_deallocate(): with a context object per allocation, a bf16
+// step failed at step 0 (`dptr.get() == dptr.get_context()`).
+TEST(CountingAllocator, GivesSimpleDataPtrsThatRawAllocationCanUse) {
+  detail::install_counting_cpu_allocator();
+  c10::Allocator* allocator = c10::GetCPUAllocator();
+  const int64_t before = detail::live_cpu_tensor_bytes();
+  {
+    const c10::DataPtr data = allocator->allocate(1000);
+    EXPECT_TRUE(allocator->is_simple_data_ptr(data));
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(data.get()) % 64, 0u);
+    EXPECT_EQ(detail::live_cpu_tensor_bytes(), before + 1000);
+  }
+  void* raw = allocator->raw_allocate(333);
+  EXPECT_EQ(detail::live_cpu_tensor_bytes(), before + 333);
+  allocator->raw_deallocate(raw);
+  EXPECT_EQ(detail::live_cpu_tensor_bytes(), before);
+
+  const auto a = torch::arange(64 * 48, torch::kFloat32).reshape({64, 48}).div(1000);
+  const auto b = torch::arange(48 * 32, torch::kFloat32).reshape({48, 32}).div(1000);
+  const auto product = torch::matmul(a.to(torch::kBFloat16), b.to(torch::kBFloat16));
+  // bf16 keeps 8 significant bits: inputs rounded (2^-9 each), the positive sums accumulated in
+  // fp32, the result rounded again (2^-9): within 2^-8 + 2^-9 relative, under the 1/64 asked.
+  EXPECT_TRUE(torch::allclose(product.to(torch::kFloat32), torch::matmul(a, b), 1.0 / 64, 0));
 }
 
 // Not a pass/fail: what counting adds to one allocation and free, beside the allocator it wraps
