@@ -64,7 +64,7 @@ ModelConfig TransformerShape::config() const {
 }
 
 std::vector<StrategyMemory> strategy_memory(const TransformerShape& model, int64_t world,
-                                            int64_t prefetch) {
+                                            int64_t prefetch, bool gloo) {
   const double p = 4.0 * static_cast<double>(model.parameters());
   const double block = 4.0 * static_cast<double>(model.block_parameters());
   const double embedding = 4.0 * static_cast<double>(model.embedding_parameters());
@@ -77,15 +77,18 @@ std::vector<StrategyMemory> strategy_memory(const TransformerShape& model, int64
   const double edge = model.tied ? embedding + head : std::max(embedding, head);
   const double block_params = std::min(
       p, model.tied ? edge + (1 + k) * block : std::max(edge + k * block, (1 + k) * block));
-  // Full gradients: the unit in backward, and the one before it with its reduce-scatter in
-  // flight (gradient and receive buffer); the head's first, the embedding's last. Tied, the
-  // embedding unit's gradient lives through the whole backward.
-  double block_grads = std::max({2 * head + block, 3 * block, 2 * block + 2 * embedding});
-  if (model.tied) block_grads = 3 * block + 2 * (embedding + head);
-  block_grads = std::min(block_grads, 2 * p);
+  // Full gradients (docs/fsdp.md "The two-unit bound"): the unit in backward and the one before
+  // it, whose reduce-scatter may still run into the shard; the head's first, the embedding's
+  // last. Tied, the embedding unit's gradient lives through the whole backward. Over Gloo beyond
+  // world 2 each unit in flight also receives through one chunk (unit / N); over shm, none.
+  const double c = gloo && world > 2 ? 1 + 1 / n : 1.0;  // a unit in flight, with its chunk
+  double block_grads = c * std::max({head + block, 2 * block, block + embedding});
+  // Tied: the unit's own reduce-scatter starts after backward, with block 0's maybe in flight.
+  if (model.tied) block_grads = std::max(edge + 2 * block * c, (edge + block) * c);
+  block_grads = std::min(block_grads, p * c);
   return {{"bucketed", p, p, 2 * p},
           {"bucketed+zero1", p, p, 2 * p / n},
-          {"fsdp-whole", p, 2 * p, 2 * p / n},
+          {"fsdp-whole", p, p * c, 2 * p / n},
           {"fsdp-block", block_params, block_grads, 2 * p / n},
           {"fsdp-block-keep", p, block_grads, 2 * p / n}};
 }

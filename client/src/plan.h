@@ -92,9 +92,10 @@ struct StrategyMemory {
   double peak_gradient_bytes = 0;
   double optimizer_bytes = 0;
 };
-// bucketed, bucketed+zero1, fsdp-whole, fsdp-block (prefetch units ahead), fsdp-block-keep.
+// bucketed, bucketed+zero1, fsdp-whole, fsdp-block (prefetch units ahead), fsdp-block-keep;
+// `gloo`: the reduce-scatter's chunk buffers (world > 2), none over shm.
 std::vector<StrategyMemory> strategy_memory(const TransformerShape& model, int64_t world,
-                                            int64_t prefetch);
+                                            int64_t prefetch, bool gloo);
 
 // Each rank's predicted peak (memory_estimate.h) for one way to run the job.
 struct PeakRow {

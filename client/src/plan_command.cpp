@@ -133,7 +133,7 @@ void print_memory_plan(MemoryFlags f) {
     if (value <= 0) throw OptionError(flag, "must be > 0");
   }
   if (f.prefetch < 0) throw OptionError("--fsdp-prefetch", "must be >= 0");
-  const auto rows = plan::strategy_memory(f.model, f.world, f.prefetch);
+  const auto rows = plan::strategy_memory(f.model, f.world, f.prefetch, f.gloo);
   if (f.json) {
     nlohmann::json out = print_peak_plan(f);  // "peak:" rows, then the unsharded accounting
     for (const auto& r : rows) {

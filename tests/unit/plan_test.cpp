@@ -108,23 +108,34 @@ TEST(Plan, StrategyMemoryByHand) {
   // the final norm 2,560,256 (10,241,024 B); P = 13,512,960 (54,051,840 B).
   const TransformerShape model;
   EXPECT_EQ(model.parameters(), 13512960);
-  const auto rows = strategy_memory(model, /*world=*/2, /*prefetch=*/1);
+  const auto rows = strategy_memory(model, /*world=*/2, /*prefetch=*/1, /*gloo=*/false);
   ASSERT_EQ(rows.size(), 5u);
   EXPECT_EQ(rows[0].strategy, "bucketed");
   EXPECT_DOUBLE_EQ(rows[0].optimizer_bytes, 2 * 54051840.0);
-  EXPECT_DOUBLE_EQ(rows[1].optimizer_bytes, 54051840.0);          // ZeRO-1 at world 2: half
-  EXPECT_DOUBLE_EQ(rows[2].peak_gradient_bytes, 2 * 54051840.0);  // gradient + receive buffer
+  EXPECT_DOUBLE_EQ(rows[1].optimizer_bytes, 54051840.0);      // ZeRO-1 at world 2: half
+  EXPECT_DOUBLE_EQ(rows[2].peak_gradient_bytes, 54051840.0);  // one unit, reduced into the shard
   // Per block, prefetch 1: the head with one block (10,241,024 + 4,196,352), more than two
-  // blocks; gradients at the end of backward: block 1's and the embedding's, each with its
-  // receive buffer (2 × 4,196,352 + 2 × 10,240,000), more than the head's two with a block.
+  // blocks; gradients: two units' (docs/fsdp.md "The two-unit bound"), the largest pair the head
+  // and the last block (14,437,376), more than block 0 and the embedding (14,436,352).
   EXPECT_EQ(rows[3].strategy, "fsdp-block");
   EXPECT_DOUBLE_EQ(rows[3].peak_parameter_bytes, 14437376.0);
-  EXPECT_DOUBLE_EQ(rows[3].peak_gradient_bytes, 28872704.0);
+  EXPECT_DOUBLE_EQ(rows[3].peak_gradient_bytes, 14437376.0);
+  EXPECT_DOUBLE_EQ(rows[4].peak_gradient_bytes, 14437376.0);
+  // Over Gloo at world 2 the reduce-scatter receives into the shard: the same; at world 4 each
+  // unit in flight adds one chunk of a quarter of it.
+  EXPECT_DOUBLE_EQ(strategy_memory(model, 2, 1, /*gloo=*/true)[3].peak_gradient_bytes, 14437376.0);
+  const auto gloo4 = strategy_memory(model, 4, 1, /*gloo=*/true);
+  EXPECT_DOUBLE_EQ(gloo4[2].peak_gradient_bytes, 54051840.0 * 1.25);
+  EXPECT_DOUBLE_EQ(gloo4[3].peak_gradient_bytes, 14437376.0 * 1.25);
+  EXPECT_DOUBLE_EQ(strategy_memory(model, 4, 1, /*gloo=*/false)[3].peak_gradient_bytes, 14437376.0);
   EXPECT_DOUBLE_EQ(rows[4].peak_parameter_bytes, 54051840.0);  // kept after forward: all
   // Tied: the embedding unit holds the head too and stays gathered with two blocks.
   TransformerShape tied = model;
   tied.tied = true;
-  EXPECT_DOUBLE_EQ(strategy_memory(tied, 2, 1)[3].peak_parameter_bytes,
+  EXPECT_DOUBLE_EQ(strategy_memory(tied, 2, 1, false)[3].peak_parameter_bytes,
+                   10240000.0 + 1024.0 + 2 * 4196352.0);
+  // Its gradient lives the whole backward, beside two blocks'.
+  EXPECT_DOUBLE_EQ(strategy_memory(tied, 2, 1, false)[3].peak_gradient_bytes,
                    10240000.0 + 1024.0 + 2 * 4196352.0);
 }
 
