@@ -125,15 +125,19 @@ RankMemoryEstimate estimate_rank_memory(const DdpJobOptions& options, int world_
     const double ahead = static_cast<double>(options.fsdp_prefetch) * s.block;
     // --shard-replicas 1: the predecessor's gradient shards, from the first reduce-scatter on.
     const double reduced = kept + p * static_cast<double>(options.shard_replicas) / n;
+    // Two units' full gradients (docs/fsdp.md "The two-unit bound"); over Gloo beyond world 2
+    // each unit in flight also receives through one chunk of unit / N (3.4 MiB of the bench's
+    // model at world 4), none over shm.
+    const double c = !shm && world_size > 2 ? 1 + 1 / n : 1.0;
     instants = {{"loss backward", weights + std::max(all, s.head_unit), kept, saved + loss},
                 // The head's backward: its full gradient and the next block's, the block
                 // prefetched, the logits' gradient and the log-softmax's still alive.
                 {"head backward", weights + std::max(all, s.head_unit + ahead),
-                 reduced + s.head_unit + s.block, saved + 2 * s.tokens * s.vocab},
+                 reduced + c * (s.head_unit + s.block), saved + 2 * s.tokens * s.vocab},
                 {"block backward", weights + std::max(all, units * s.block),
-                 reduced + s.head_unit + s.block, saved + backward},
-                {"gradients", weights + std::max(all, s.embedding), reduced + s.embedding + s.block,
-                 s.tokens * s.d}};
+                 reduced + c * (s.head_unit + s.block), saved + backward},
+                {"gradients", weights + std::max(all, s.embedding),
+                 reduced + c * (s.embedding + s.block), s.tokens * s.d}};
   } else {
     const double fresh = buckets ? 0.0 : s.head_unit;  // the head's gradient, made in backward
     const double flat = replicated && options.strategy == Strategy::kFlat ? p : 0.0;
