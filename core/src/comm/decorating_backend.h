@@ -20,7 +20,9 @@ namespace ddpd::detail {
 // One collective as it is launched: what the wrappers see of it.
 struct LaunchedCollective {
   // all_reduce | broadcast | all_gather | reduce_scatter | barrier (the Gloo fallbacks' list
-  // all-gather is an all_gather, their all-to-all a reduce_scatter: ddpd launches it for no other).
+  // all-gather is an all_gather). alltoall_base keeps the reduce_scatter label from when fsdp's
+  // Gloo reduce-scatter was an all-to-all; since the pairwise one (pairwise_reduce_scatter.h)
+  // nothing in core launches it.
   const char* op;
   int64_t numel;  // of the input; 0 for a barrier
   at::ScalarType dtype;
