@@ -8,37 +8,17 @@
 #include <utility>
 #include <vector>
 
+#include "shm/shm_work.h"
+
 namespace ddpd::detail {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Completed by the driver thread; its future tells the recorder when (comm/collective_recorder.h).
-class PairwiseWork final : public c10d::Work {
- public:
-  explicit PairwiseWork(at::Tensor output)
-      : Work(-1, c10d::OpType::REDUCE_SCATTER),
-        output_(std::move(output)),
-        future_(c10::make_intrusive<c10::ivalue::Future>(
-            c10::ListType::create(c10::TensorType::get()))) {}
-
-  void complete(std::exception_ptr error) {
-    if (error) {
-      future_->setError(error);
-      finish(error);
-    } else {
-      future_->markCompleted(c10::IValue(std::vector<at::Tensor>{output_}));
-      finish();
-    }
-  }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-  std::vector<at::Tensor> result() override { return {output_}; }
-
- private:
-  at::Tensor output_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
-};
+// Completed by the driver thread, as the shm group's executor completes its own; its future tells
+// the recorder when (comm/collective_recorder.h).
+using PairwiseWork = shm::ShmWork;
 
 // One collective's state, owned by its driver thread.
 struct Exchange {
@@ -131,7 +111,8 @@ c10::intrusive_ptr<c10d::Work> pairwise_reduce_scatter(c10::intrusive_ptr<c10d::
     std::vector<at::Tensor> tensors{x.chunk(peer)};
     x.sends.push_back(x.gloo->send(tensors, peer, tag));
   }
-  auto work = c10::make_intrusive<PairwiseWork>(output);
+  auto work = c10::make_intrusive<PairwiseWork>(std::vector<at::Tensor>{output}, -1,
+                                                c10d::OpType::REDUCE_SCATTER);
   std::thread([work, x = std::move(x)]() mutable { drive(work, x); }).detach();
   return work;
 }
