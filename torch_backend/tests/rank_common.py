@@ -55,3 +55,20 @@ def batch(step, rank):
     g = torch.Generator().manual_seed(100 * step + rank)
     return (torch.randn(16, 13, generator=g, dtype=torch.float64),
             torch.randn(16, 7, generator=g, dtype=torch.float64))
+
+
+def compare(name, got, want, bounds, failures):
+    """Max |got - want| / bound over the tensors (0 when bit-equal); a failure past 1. A bound of
+    None asks for bit-equality."""
+    worst = 0.0
+    for i, (g, w, b) in enumerate(zip(got, want, bounds)):
+        if b is None:
+            if not torch.equal(g, w):
+                failures.append(f"{name} [{i}]: not bit-equal "
+                                f"(max diff {(g - w).abs().max().item():g})")
+            continue
+        diff = (g - w).abs()
+        if (diff > b).any():
+            failures.append(f"{name} [{i}]: exceeds the bound by {(diff - b).max().item():g}")
+        worst = max(worst, (diff / b.clamp_min(1e-300)).max().item())
+    return worst

@@ -19,7 +19,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddpd_torch
-from rank_common import batch, emit, join, make_model, order_bound
+from rank_common import batch, compare, emit, join, make_model, order_bound
 
 LR = 0.1
 
@@ -42,21 +42,6 @@ def train_step(model, optimizer, x, y):
     grads = [p.grad.clone() for p in model.parameters()]
     optimizer.step()
     return grads
-
-
-def compare(name, got, want, bounds, failures):
-    """Max |got - want| / bound over the tensors (0 when bit-equal); a failure when above 1."""
-    worst = 0.0
-    for g, w, b in zip(got, want, bounds):
-        if b is None:
-            if not torch.equal(g, w):
-                failures.append(f"{name}: not bit-equal (max diff {(g - w).abs().max().item():g})")
-            continue
-        diff = (g - w).abs()
-        if (diff > b).any():
-            failures.append(f"{name}: exceeds the order bound by {(diff - b).max().item():g}")
-        worst = max(worst, (diff / b.clamp_min(1e-300)).max().item())
-    return worst
 
 
 def run(rank, world, gloo, steps):

@@ -23,7 +23,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 
 import ddpd_torch
-from rank_common import batch, emit, gamma, join, make_model, order_bound
+from rank_common import batch, compare, emit, gamma, join, make_model, order_bound
 
 LR = 0.1
 
@@ -85,22 +85,6 @@ def local_params(model):
     return [p.to_local() for p in model.parameters()]
 
 
-def check(name, got, want, bounds, failures):
-    """Max |got - want| / bound over the tensors (0 when bit-equal); a failure past 1."""
-    worst = 0.0
-    for i, (g, w, b) in enumerate(zip(got, want, bounds)):
-        if b is None:
-            if not torch.equal(g, w):
-                failures.append(f"{name} [{i}]: not bit-equal "
-                                f"(max diff {(g - w).abs().max().item():g})")
-            continue
-        diff = (g - w).abs()
-        if (diff > b).any():
-            failures.append(f"{name} [{i}]: exceeds the bound by {(diff - b).max().item():g}")
-        worst = max(worst, (diff / b.clamp_min(1e-300)).max().item())
-    return worst
-
-
 def run(rank, world, gloo, steps):
     """FSDP2 on the default ("ddpd") group against FSDP2 on `gloo`: {"steps", "worst_ratio",
     "failures"}."""
@@ -110,7 +94,7 @@ def run(rank, world, gloo, steps):
     failures, worst = [], 0.0
     start = shards(list(reference.parameters()), rank, world)
     for name, m in (("start", models[0]), ("start (gloo)", models[1])):
-        check(name, local_params(m), start, [None] * 4, failures)
+        compare(name, local_params(m), start, [None] * 4, failures)
     for step in range(steps):
         x, y = batch(step, rank)
         bounds = shards(grad_bounds(reference, x, y, world, gloo), rank, world)
@@ -118,7 +102,7 @@ def run(rank, world, gloo, steps):
             o.zero_grad()
             nn.functional.mse_loss(m(x), y).backward()
         grads = [local_grads(m) for m in models]
-        worst = max(worst, check(f"step {step} grads", grads[0], grads[1], bounds, failures))
+        worst = max(worst, compare(f"step {step} grads", grads[0], grads[1], bounds, failures))
         for o in opts:
             o.step()
         with torch.no_grad():
@@ -129,7 +113,7 @@ def run(rank, world, gloo, steps):
                 # The next step's bound is taken at ddpd's parameters: gathered on Gloo.
                 p.copy_(gather(q.to_local(), p.shape, world, gloo))
     if world == 2:  # (at world 3 and 4 the Gloo replica has just taken ddpd's parameters)
-        check(f"parameters after {steps} steps", local_params(models[0]),
+        compare(f"parameters after {steps} steps", local_params(models[0]),
               local_params(models[1]), [None] * 4, failures)
     return dict(steps=steps, worst_ratio=worst, failures=failures)
 
