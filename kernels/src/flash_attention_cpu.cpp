@@ -4,6 +4,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "ddpd/kernels/vector_math_warm_up.h"
 #include "flash_attention_cuda_op.h"
 
 namespace ddpd::kernels {
@@ -148,6 +149,7 @@ torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k,
   // CUDA tensors of a shape and dtype the CUDA kernels take go to them; anything else (other
   // head dims, fp16, CPU) runs the tiled algorithm below in LibTorch ops on q's device.
   if (cuda_kernels_take(q, k, v)) return flash_attention_cuda(q, k, v, options.causal);
+  warm_up_vector_math();  // the tiles' exp_ runs in parallel: see vector_math_warm_up.h
   return FlashAttentionFunction::apply(q, k, v, options.causal, options.block_q, options.block_k);
 }
 

@@ -9,6 +9,7 @@
 #include "ddpd/core/collective_buffers.h"
 #include "ddpd/core/grad_sync.h"
 #include "ddpd/core/model.h"
+#include "ddpd/kernels/vector_math_warm_up.h"
 #include "device/counting_allocator.h"
 #include "device/device.h"
 #include "heal/healer.h"
@@ -135,6 +136,7 @@ Trainer::Trainer(const DdpJobOptions& options, std::shared_ptr<Communicator> com
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   detail::install_counting_cpu_allocator();  // memory.step_peak_tensor_bytes counts from here
+  kernels::warm_up_vector_math();  // before any parallel op: kernels/.../vector_math_warm_up.h
   detail::check_job(options, *comm);
   m.options = options;
   m.hooks = std::move(hooks);
