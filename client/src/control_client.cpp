@@ -38,7 +38,7 @@ const char* code_name(grpc::StatusCode code) {
 }
 
 // What to do about a refusal the user can fix from the command line: the flag or variable to set.
-std::string hint(const grpc::Status& status, const std::string& address) {
+std::string hint(const grpc::Status& status, const std::string& address, bool tls) {
   switch (status.error_code()) {
     case grpc::StatusCode::UNAUTHENTICATED:
       return status.error_message().find("missing") != std::string::npos
@@ -47,8 +47,11 @@ std::string hint(const grpc::Status& status, const std::string& address) {
     case grpc::StatusCode::UNAVAILABLE:
     case grpc::StatusCode::DEADLINE_EXCEEDED:
       if (address.empty()) return "";
+      // A plaintext client at a TLS coordinator, or the reverse, is refused like an absent one.
       return " (no coordinator answered at " + address +
-             ": pass --coordinator HOST:PORT, the address its --listen serves)";
+             ": pass --coordinator HOST:PORT, the address its --listen serves" +
+             (tls ? "; --tls-ca is given: is it a coordinator started with --tls-cert?)"
+                  : "; a coordinator started with --tls-cert needs --tls-ca CA.pem here)");
     default:
       return "";
   }
@@ -68,20 +71,21 @@ void pause_for(double seconds) {
 
 }  // namespace
 
-RpcError::RpcError(const grpc::Status& status, const std::string& address)
+RpcError::RpcError(const grpc::Status& status, const std::string& address, bool tls)
     : std::runtime_error(std::string(code_name(status.error_code())) + ": " +
-                         status.error_message() + hint(status, address)),
+                         status.error_message() + hint(status, address, tls)),
       exit_code_(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ? 2 : 1) {}
 
 ControlClient::ControlClient(const ConnectionOptions& options)
     : address_(options.coordinator),
+      tls_(!options.tls_ca.empty()),
       token_(options.token),
       wait_seconds_(options.wait_seconds),
       channel_(coordinator_channel(options.coordinator, options.tls_ca)),
       stub_(v1::Coordinator::NewStub(channel_)) {}
 
 void ControlClient::check(const grpc::Status& status) const {
-  if (!status.ok()) throw RpcError(status, address_);
+  if (!status.ok()) throw RpcError(status, address_, tls_);
 }
 
 void ControlClient::prepare(grpc::ClientContext& context) const {
@@ -210,7 +214,7 @@ v1::JobState ControlClient::watch(const std::string& job_id, const EventHandler&
   for (;;) {
     bool connected = false;
     grpc::Status status = watch_stream(job_id, dedup, state, connected, on_event);
-    if (!status.ok() && !retryable(status)) throw RpcError(status, address_);
+    if (!status.ok() && !retryable(status)) throw RpcError(status, address_, tls_);
     if (is_terminal(state)) return state;
     // The coordinator ends every stream when it stops, before the job has ended.
     if (status.ok()) status = {grpc::StatusCode::UNAVAILABLE, "the watch ended before the job did"};
@@ -220,7 +224,7 @@ v1::JobState ControlClient::watch(const std::string& job_id, const EventHandler&
       outage_start = std::chrono::steady_clock::now();
     }
     const std::optional<double> pause = backoff->next(seconds_since(outage_start));
-    if (!pause) throw RpcError(status, address_);
+    if (!pause) throw RpcError(status, address_, tls_);
     announce_retry(status);
     pause_for(*pause);
   }

@@ -27,7 +27,8 @@ struct ConnectionOptions {
 // INVALID_ARGUMENT, else 1.
 class RpcError : public std::runtime_error {
  public:
-  explicit RpcError(const grpc::Status& status, const std::string& address = "");
+  // `tls`: whether the client was given --tls-ca (what an unanswered call's hint suggests).
+  explicit RpcError(const grpc::Status& status, const std::string& address = "", bool tls = false);
   int exit_code() const { return exit_code_; }
 
  private:
@@ -72,6 +73,7 @@ class ControlClient {
   void check(const grpc::Status& status) const;
 
   std::string address_;
+  bool tls_;
   std::string token_;
   double wait_seconds_;
   std::shared_ptr<grpc::Channel> channel_;

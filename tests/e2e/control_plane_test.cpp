@@ -275,8 +275,11 @@ TEST(ControlPlane, TlsWhenCertificatesAreGiven) {
     if (!registered) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   EXPECT_TRUE(registered) << coordinator.log() << worker.log();
-  // A plaintext client cannot talk to the TLS endpoint.
-  EXPECT_NE(ctl({}).exit_code, 0);
+  // A plaintext client cannot talk to the TLS endpoint, and is told the flag. --wait 0: no
+  // retries, which would wait out --wait's 30 s.
+  const auto plaintext = ctl({"--wait", "0"});
+  EXPECT_NE(plaintext.exit_code, 0);
+  EXPECT_NE(plaintext.err.find("--tls-cert needs --tls-ca"), std::string::npos) << plaintext.err;
 }
 
 TEST(ControlPlane, LocalRunsAJobEndToEnd) {
