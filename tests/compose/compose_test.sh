@@ -110,14 +110,18 @@ job_json() { ctl show "$1" --json >"$work/$1.json" && cat "$work/$1.json"; }
 job_eval() {  # JOB EXPRESSION: a Python expression over d, the job's `ddpctl show --json`
   job_json "$1" | /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))' "$2"
 }
+# Rank 0's compute stretched 8 times (--inject slow: a sleep, the arithmetic unchanged), so the
+# job outlives the outage by time, not work: the ranks mostly sleep, and the tests beside this one
+# under ctest -j2 get the CPU (tests/e2e/adoption_test.cpp's kOutliving).
 shape=(--world-size 2 --model tiny --batch 16 --context 64
-       --data-text /usr/share/common-licenses/GPL-3 --transport auto)
-# The long job: about 30 s of steps on this host (30 to 3,000 steps), timed by a 10-step probe
-# of the same shape.
+       --data-text /usr/share/common-licenses/GPL-3 --transport auto
+       --inject slow:rank=0,step=0,factor=8 --straggler-threshold 0)
+# The long job: about 20 s of steps on this host (30 to 3,000 steps), timed by a 10-step probe
+# of the same shape; the workers were back on it 6.4 s after the crash in the clean-clone suite.
 probe=$(ctl submit ddp "${shape[@]}" --steps 10 | head -n1)
 ctl watch "$probe" >/dev/null || fail "probe job $probe: $(ctl show "$probe")"
 step_s=$(job_eval "$probe" 'sorted(s["step_seconds"] for s in d["rank_steps"])[len(d["rank_steps"]) // 2]')
-long_steps=$(/usr/bin/python3 -c "import math; print(min(3000, max(30, math.ceil(30 / max($step_s, 1e-3)))))")
+long_steps=$(/usr/bin/python3 -c "import math; print(min(3000, max(30, math.ceil(20 / max($step_s, 1e-3)))))")
 long_job=$(ctl submit ddp "${shape[@]}" --steps "$long_steps" | head -n1)
 reported() { [ "$(job_eval "$long_job" 'len(d["rank_steps"])')" -ge 10 ]; }
 wait_for 120 "$long_job to report 10 steps" reported
