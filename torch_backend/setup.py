@@ -25,10 +25,12 @@ CORE_SOURCES = [
 ]
 BINDING_SOURCES = [
     "csrc/chained_work.cpp",
+    "csrc/coalesced.cpp",
     "csrc/ddpd_backend.cpp",
     "csrc/module.cpp",
     "csrc/p2p.cpp",
     "csrc/p2p_waiter.cpp",
+    "csrc/rooted.cpp",
     "csrc/unserved.cpp",
 ]
 

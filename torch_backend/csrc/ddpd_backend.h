@@ -1,18 +1,19 @@
 #pragma once
 // The "ddpd" torch.distributed backend: ddpd's shared-memory process group
 // (core/src/shm/shm_process_group.h) for the collectives, and a Gloo group of the same ranks
-// alongside (the companion) for point-to-point transfers and all_to_all_single, which need to be
-// correct rather than fast. The shm group checks at launch that it serves each collective's op,
-// dtype and device (core/src/shm/served.h); this class adds the forms PyTorch calls that the shm
-// group lacks (lists, non-contiguous outputs) and fails what neither serves at launch, on every
-// rank, naming the collective, the op, the dtype and the device.
+// alongside (the companion) for point-to-point transfers, all_to_all_single, gather and scatter,
+// which need to be correct rather than fast. The shm group checks at launch that it serves each
+// collective's op, dtype and device (core/src/shm/served.h); this class adds the forms PyTorch
+// calls that the shm group lacks (lists, coalesced lists, non-contiguous outputs) and fails what
+// neither serves at launch, on every rank, naming the collective, the op, the dtype and the
+// device.
 //
 // Thread contract: as the shm group's. Collectives may be launched from any thread, one at a
 // time; they run in launch order on the shm group's executor thread, which also completes the
-// works. Point-to-point works complete on the P2pWaiter's thread (p2p_waiter.h), all_to_all's on
-// Gloo's. The destructor stops those threads; it must not run holding the GIL while a Python
-// future callback waits for it (torch's Python holder for Backend drops the GIL in its
-// destructor).
+// works. Point-to-point works complete on the P2pWaiter's thread (p2p_waiter.h); all_to_all's,
+// gather's and scatter's on Gloo's. The destructor stops those threads; it must not run holding the
+// GIL while a Python future callback waits for it (torch's Python holder for Backend drops the GIL
+// in its destructor).
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
@@ -71,29 +72,34 @@ class DdpdBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
 
-  // Not served yet: each names itself, its op, dtype and device (c10d's defaults name only the
-  // collective).
-  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
-                                                  const c10d::AllreduceOptions& options) override;
+  // Coalesced (coalesced.cpp): one shm collective on one flat buffer for the whole list.
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& options) override;
-  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
-                                        const c10d::ReduceOptions& options) override;
-  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
-      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions& options) override;
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& options) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& options) override;
+  // Rooted (rooted.cpp): reduce on the shm group, gather and scatter on the Gloo companion. A
+  // root's list that does not fit fails at launch on the root only (the others cannot see it),
+  // and they at the group's timeout, as with Gloo.
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& options) override;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& options) override;
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
                                          std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& options) override;
-  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
-      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::ReduceScatterOptions& options) override;
+
+  // Not served (unserved.cpp): each names itself, its op, dtype and device (c10d's defaults name
+  // only the collective).
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& options) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& options) override;
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& options) override;

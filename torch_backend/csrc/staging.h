@@ -3,6 +3,7 @@
 // the backend's files.
 
 #include <ATen/ATen.h>
+#include <c10/util/strides.h>
 
 #include <functional>
 #include <vector>
@@ -40,11 +41,19 @@ inline std::function<void()> copy_back(std::vector<at::Tensor> targets,
   };
 }
 
+// `tensor` (contiguous) with its contiguous strides: a tensor of at most one element counts as
+// contiguous whatever its strides (one row of a transposed tensor: stride 2 at world 2), and a
+// dtype view needs a last stride of 1. With at most one element every stride addresses it.
+inline at::Tensor with_contiguous_strides(const at::Tensor& tensor) {
+  if (tensor.numel() > 1) return tensor;
+  return tensor.as_strided(tensor.sizes(), c10::contiguous_strides(tensor.sizes()));
+}
+
 // A contiguous tensor's bytes as a (rows, row bytes) uint8 view, rows its first dimension (1 for
 // a scalar): Gloo moves bytes of any dtype this way (its typed paths lack int16, for one), and
 // all-to-all's row splits stay rows.
 inline at::Tensor bytes_of(const at::Tensor& tensor) {
-  const at::Tensor t = tensor.dim() == 0 ? tensor.reshape({1}) : tensor;
+  const at::Tensor t = with_contiguous_strides(tensor.dim() == 0 ? tensor.reshape({1}) : tensor);
   const int64_t rows = t.size(0);
   const int64_t row_bytes = rows == 0 ? 0 : t.numel() / rows * t.element_size();
   return t.view(at::kByte).reshape({rows, row_bytes});

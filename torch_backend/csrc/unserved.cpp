@@ -13,8 +13,9 @@ using ddpd::shm::kNoOp;
 using ddpd::shm::not_served;
 
 constexpr char kServed[] =
-    "ddpd serves all_reduce, broadcast, all_gather, all_gather_into_tensor, "
-    "reduce_scatter_tensor, reduce_scatter, all_to_all_single, send, recv and barrier";
+    "ddpd serves all_reduce, reduce, broadcast, all_gather, all_gather_into_tensor, "
+    "reduce_scatter_tensor, reduce_scatter, their coalesced forms, gather, scatter, "
+    "all_to_all_single, send, recv and barrier";
 
 }  // namespace
 
@@ -24,46 +25,10 @@ c10::intrusive_ptr<c10d::Work> DdpdBackend::allreduce_sparse(
              "ddpd serves dense (strided) tensors only, not sparse ones");
 }
 
-c10::intrusive_ptr<c10d::Work> DdpdBackend::allreduce_coalesced(
-    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& options) {
-  not_served("all_reduce_coalesced", op_name(options.reduceOp), first(tensors), kServed);
-}
-
-c10::intrusive_ptr<c10d::Work> DdpdBackend::reduce(std::vector<at::Tensor>& tensors,
-                                                   const c10d::ReduceOptions& options) {
-  not_served("reduce", op_name(options.reduceOp), first(tensors),
-             std::string(kServed) + "; all_reduce gives every rank the result");
-}
-
 c10::intrusive_ptr<c10d::Work> DdpdBackend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions&) {
   not_served("all_gather_coalesced", kNoOp, first(inputs), kServed);
-}
-
-c10::intrusive_ptr<c10d::Work> DdpdBackend::allgather_into_tensor_coalesced(
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions&) {
-  not_served("all_gather_into_tensor (coalesced)", kNoOp, first(inputs), kServed);
-}
-
-c10::intrusive_ptr<c10d::Work> DdpdBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
-                                                   std::vector<at::Tensor>& inputs,
-                                                   const c10d::GatherOptions&) {
-  not_served("gather", kNoOp, first(inputs), kServed);
-}
-
-c10::intrusive_ptr<c10d::Work> DdpdBackend::scatter(std::vector<at::Tensor>& outputs,
-                                                    std::vector<std::vector<at::Tensor>>& inputs,
-                                                    const c10d::ScatterOptions&) {
-  not_served("scatter", kNoOp, first(outputs), kServed);
-}
-
-c10::intrusive_ptr<c10d::Work> DdpdBackend::reduce_scatter_tensor_coalesced(
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::ReduceScatterOptions& options) {
-  not_served("reduce_scatter_tensor (coalesced)", op_name(options.reduceOp), first(inputs),
-             kServed);
 }
 
 c10::intrusive_ptr<c10d::Work> DdpdBackend::alltoall(std::vector<at::Tensor>& outputs,

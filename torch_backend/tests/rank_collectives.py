@@ -278,6 +278,74 @@ def check_send_recv(c, seed, numel, dtype):
     c.same(f"recv future value {dtype} {numel}", value, want)
 
 
+def check_rooted(c, seed, numel, dtype):
+    """reduce: the root's result is ddpd's own all_reduce's, bit for bit (that one is checked
+    against Gloo above), and the others keep their input. gather and scatter: the root's list is
+    every rank's tensor, the pieces every rank's own (each rank regenerates them from the seeds),
+    into contiguous and strided tensors."""
+    w, r = c.world, c.rank
+    root = seed % w
+    xs = c.inputs(seed, numel, dtype)
+    for op_name in FLOAT_OPS if dtype.is_floating_point else INT_OPS:
+        want = xs[r].clone()
+        dist.all_reduce(want, op=OPS[op_name])
+        got = xs[r].clone()
+        dist.reduce(got, dst=root, op=OPS[op_name])
+        c.same(f"reduce {op_name} root {root} {dtype} {numel}", got, want if r == root else xs[r])
+    targets = [torch.empty(numel, dtype=dtype) for _ in range(w)] if r == root else None
+    dist.gather(xs[r], targets, dst=root)
+    strided = torch.zeros(numel, w, dtype=dtype)
+    dist.gather(xs[r], list(strided.t()) if r == root else None, dst=root)
+    if r == root:
+        c.same(f"gather root {root} {dtype} {numel}", torch.stack(targets), torch.stack(xs))
+        c.same(f"gather strided root {root} {dtype} {numel}", strided.t(), torch.stack(xs))
+    pieces = [make_input(seed, w + s, numel, dtype) for s in range(w)]
+    got = torch.empty(numel, dtype=dtype)
+    dist.scatter(got, pieces if r == root else None, src=root)
+    c.same(f"scatter root {root} {dtype} {numel}", got, pieces[r])
+    got = torch.zeros(2, numel, dtype=dtype).t()[:, 1]
+    dist.scatter(got, [p.flip(0) for p in pieces] if r == root else None, src=root)
+    c.same(f"scatter strided root {root} {dtype} {numel}", got, pieces[r].flip(0))
+
+
+def check_coalesced(c, seed, dtype):
+    """The coalesced forms (dist._coalescing_manager's) on tensors of unequal sizes: the bits of
+    the same calls made one by one on ddpd."""
+    sizes = [1, 7, 1031, 3]
+    for op_name in ["SUM", "MAX"] if dtype.is_floating_point else ["SUM", "BXOR"]:
+        op = OPS[op_name]
+        xs = [make_input(seed + i, c.rank, n, dtype) for i, n in enumerate(sizes)]
+        want, got = [x.clone() for x in xs], [x.clone().reshape(1, -1) for x in xs]
+        for t in want:
+            dist.all_reduce(t, op=op)
+        with dist._coalescing_manager():
+            for t in got:
+                dist.all_reduce(t, op=op)
+        c.same(f"all_reduce coalesced {op_name} {dtype}", torch.cat([g.reshape(-1) for g in got]),
+               torch.cat(want))
+        xs = [make_input(seed + 10 + i, c.rank, c.world * n, dtype) for i, n in enumerate(sizes)]
+        want = [torch.empty(n, dtype=dtype) for n in sizes]
+        got = [torch.empty(n, dtype=dtype) for n in sizes]
+        for out, x in zip(want, xs):
+            dist.reduce_scatter_tensor(out, x, op=op)
+        with dist._coalescing_manager():
+            for out, x in zip(got, xs):
+                dist.reduce_scatter_tensor(out, x, op=op)
+        c.same(f"reduce_scatter_tensor coalesced {op_name} {dtype}", torch.cat(got),
+               torch.cat(want))
+    xs = [make_input(seed + 20 + i, c.rank, n, dtype) for i, n in enumerate(sizes)]
+    want = [torch.empty(c.world * n, dtype=dtype) for n in sizes]
+    got = [torch.empty(c.world, n, dtype=dtype) for n in sizes]
+    for out, x in zip(want, xs):
+        dist.all_gather_into_tensor(out, x)
+    with dist._coalescing_manager():
+        for out, x in zip(got, xs):
+            dist.all_gather_into_tensor(out, x)
+    c.same(f"all_gather_into_tensor coalesced {dtype}", torch.cat([g.reshape(-1) for g in got]),
+           torch.cat(want))
+    return seed + 30
+
+
 def check_multi_chunk(c, seed):
     """Tensors of several 2 MiB slot chunks (the transport's chunk loop), float64 and float32."""
     for dtype, numel in ((torch.float64, 600_001), (torch.float32, 1_100_003)):
@@ -321,7 +389,9 @@ def main():
             check_all_to_all(c, seed, numel, dtype)
             seed += 1
             check_send_recv(c, seed, numel, dtype)
-        seed += 1
+            seed += 1
+            check_rooted(c, seed, numel, dtype)
+        seed = check_coalesced(c, seed + 1, dtype)
         check_all_reduce(c, seed, 33 * 17, dtype, "ints", "SUM", shape=(33, 17))
     seed = check_multi_chunk(c, seed)
     check_async(c)

@@ -22,7 +22,6 @@ RECV_TIMEOUT_S = 2
 def cases(rank, world):
     """(what, call, words the message must hold)."""
     f32 = torch.ones(6)
-    gather_list = [torch.empty(6) for _ in range(world)] if rank == 0 else None
     return [
         ("all_reduce BAND float32", lambda: dist.all_reduce(f32.clone(), op=ReduceOp.BAND),
          ["all_reduce", "BAND", "float32", "cpu", "integer dtype"]),
@@ -48,10 +47,11 @@ def cases(rank, world):
          lambda: dist.all_to_all([torch.empty(2) for _ in range(world)],
                                  [torch.ones(2) for _ in range(world)]),
          ["all_to_all", "float32", "cpu", "all_to_all_single"]),
-        ("reduce", lambda: dist.reduce(f32.clone(), dst=0),
-         ["reduce", "SUM", "float32", "cpu"]),
-        ("gather", lambda: dist.gather(f32.clone(), gather_list, dst=0),
-         ["gather", "float32", "cpu"]),
+        ("reduce BAND float32", lambda: dist.reduce(f32.clone(), dst=0, op=ReduceOp.BAND),
+         ["reduce", "BAND", "float32", "cpu", "integer dtype"]),
+        ("all_gather_coalesced", lambda: dist.all_gather_coalesced(
+            [[torch.empty(6) for _ in range(world)]], [f32]),
+         ["all_gather_coalesced", "float32", "cpu", "coalesced forms"]),
     ]
 
 
