@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Quick start, command 2: install dependencies, build, and run every test (CTest) in build/:
 #  - the CPU binaries' tests;
-#  - ddpd_torch's pytest suite (TorchBackend.Pytest), on the package built and installed here into
-#    .venv (docs/torch-backend.md);
+#  - ddpd_torch's pytest suite (TorchBackend.Pytest), on the package that CTest's
+#    TorchBackend.Install builds and installs into .venv first (docs/torch-backend.md);
 #  - with nvcc, the CUDA build's too (linked, not run: no GPU needed): the tests labelled cuda,
 #    which check what it links and run what needs no GPU (the others skip without one).
 # Fails too when a ddpd process started by the tests outlives them (listed, then killed).
@@ -16,15 +16,6 @@ else
   echo "test: no nvcc (the CUDA toolkit): the CUDA build not built, its tests not run" >&2
   bash scripts/build.sh
 fi
-# ddpd_torch, against the .venv's torch (--no-build-isolation) and without touching its other
-# packages (--no-deps). pip, not uv: uv caches a local folder's wheel by its pyproject.toml and
-# setup.py, so an edit to a .cpp would install a stale build; pip builds in torch_backend/build/,
-# where ninja recompiles only what changed.
-echo "test: building ddpd_torch into .venv"
-torch_backend_start=$SECONDS
-.venv/bin/python -m pip install --quiet --disable-pip-version-check --progress-bar off \
-  --no-build-isolation --no-deps ./torch_backend
-echo "test: ddpd_torch took $((SECONDS - torch_backend_start)) s"
 echo "test: set-up and builds took $((SECONDS - start)) s"
 cd build
 
