@@ -95,7 +95,8 @@ c10::intrusive_ptr<c10d::Work> DdpdBackend::allgather_into_tensor_coalesced(
         int64_t offset = 0;
         for (const at::Tensor& out : outputs) {
           const int64_t n = out.numel() / world;
-          out.view({world, n}).copy_(rows.narrow(1, offset, n));
+          // reshape: [world, n] in row-major order, whatever the strides of `out`.
+          out.copy_(rows.narrow(1, offset, n).reshape(out.sizes()));
           offset += n;
         }
       },

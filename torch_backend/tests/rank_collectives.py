@@ -335,7 +335,7 @@ def check_coalesced(c, seed, dtype):
                torch.cat(want))
     xs = [make_input(seed + 20 + i, c.rank, n, dtype) for i, n in enumerate(sizes)]
     want = [torch.empty(c.world * n, dtype=dtype) for n in sizes]
-    got = [torch.empty(c.world, n, dtype=dtype) for n in sizes]
+    got = [torch.empty(n, c.world, dtype=dtype).t() for n in sizes]  # (world, n), strided
     for out, x in zip(want, xs):
         dist.all_gather_into_tensor(out, x)
     with dist._coalescing_manager():
