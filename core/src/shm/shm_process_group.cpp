@@ -139,17 +139,45 @@ ShmProcessGroup::~ShmProcessGroup() {
 c10::intrusive_ptr<c10d::Work> ShmProcessGroup::enqueue(std::vector<at::Tensor> outputs,
                                                         std::function<void(Deadline)> run,
                                                         c10d::OpType type,
-                                                        std::chrono::milliseconds timeout) {
+                                                        std::chrono::milliseconds timeout,
+                                                        bool blocking) {
   auto work = c10::make_intrusive<ShmWork>(std::move(outputs), rank_, type);
   // A call's own timeout (c10d's options; unset by default) overrides the group's.
   const std::chrono::milliseconds limit = timeout == c10d::kUnsetTimeout ? timeout_ : timeout;
+  Task task{work, std::move(run), std::chrono::steady_clock::now() + limit, limit};
   {
     std::lock_guard<std::mutex> lock(mutex_);
     TORCH_CHECK(!stopping_, "shm: the process group is shut down");
-    queue_.push_back({work, std::move(run), std::chrono::steady_clock::now() + limit, limit});
+    // On this thread only when nothing launched earlier is still to run: launch order holds.
+    if (!blocking || running_ || !queue_.empty()) {
+      queue_.push_back(std::move(task));
+      blocking = false;
+    } else {
+      running_ = true;  // the executor starts nothing until this thread is done
+    }
+  }
+  if (blocking) {
+    run_task(task);
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_ = false;
   }
   wake_.notify_all();
   return work;
+}
+
+void ShmProcessGroup::run_task(Task& task) {
+  std::exception_ptr error;
+  try {
+    if (broken_) std::rethrow_exception(broken_);
+    if (stop_requested_.load()) throw group_shut_down_failure();
+    running_timeout_ = task.timeout;
+    task.run(task.deadline);
+  } catch (const std::exception&) {
+    // The ranks' phase counters no longer agree: every later collective fails the same way.
+    if (!broken_) broken_ = std::current_exception();
+    error = std::current_exception();
+  }
+  static_cast<ShmWork*>(task.work.get())->complete(error);
 }
 
 void ShmProcessGroup::execute_loop() {
@@ -157,23 +185,16 @@ void ShmProcessGroup::execute_loop() {
     Task task;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      // Not while a blocking launch runs its task on its own thread.
+      wake_.wait(lock, [&] { return !running_ && (stopping_ || !queue_.empty()); });
       if (queue_.empty()) return;
       task = std::move(queue_.front());
       queue_.pop_front();
+      running_ = true;
     }
-    std::exception_ptr error;
-    try {
-      if (broken_) std::rethrow_exception(broken_);
-      if (stop_requested_.load()) throw group_shut_down_failure();
-      running_timeout_ = task.timeout;
-      task.run(task.deadline);
-    } catch (const std::exception&) {
-      // The ranks' phase counters no longer agree: every later collective fails the same way.
-      if (!broken_) broken_ = std::current_exception();
-      error = std::current_exception();
-    }
-    static_cast<ShmWork*>(task.work.get())->complete(error);
+    run_task(task);
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_ = false;
   }
 }
 
@@ -284,10 +305,47 @@ void ShmProcessGroup::chunk(const std::function<void(int)>& write,
   ++chunks_done_;
 }
 
+void ShmProcessGroup::one_phase_chunk(const std::function<void(int)>& write,
+                                      const std::function<void(int)>& reduce, Deadline deadline) {
+  const uint64_t g = chunks_done_;
+  const int buffer = static_cast<int>(g % 2);
+  if (g >= 2) wait_for_phase(3 * (g - 2) + 3, deadline);  // chunk g-2 (same buffer) was read
+  write(buffer);
+  finish_phase();  // 3g+1
+  wait_for_phase(3 * g + 1, deadline);
+  reduce(buffer);
+  // 3g+3: this rank no longer reads slot `buffer` (3g+2 is skipped: the header's protocol).
+  segment_.control(rank_).phase.fetch_add(2, std::memory_order_acq_rel);
+  ++chunks_done_;
+}
+
+void ShmProcessGroup::all_reduce_one_phase(const at::Tensor& tensor, c10d::ReduceOp op,
+                                           Deadline deadline) {
+  char* data = static_cast<char*>(tensor.data_ptr());
+  const size_t bytes = tensor.nbytes();
+  one_phase_chunk([&](int buffer) { std::memcpy(segment_.slot(rank_, buffer), data, bytes); },
+                  // Every rank's whole tensor in rank order, this rank's read from its tensor,
+                  // which is also the destination (a term exactly: rank_order_sum.h allows it).
+                  [&](int buffer) {
+                    std::vector<const void*> terms;
+                    for (int r = 0; r < size_; ++r) {
+                      terms.push_back(r == rank_ ? data : segment_.slot(r, buffer));
+                    }
+                    reduce_in_rank_order(terms, tensor.numel(), tensor.scalar_type(), op, {data});
+                  },
+                  deadline);
+}
+
 void ShmProcessGroup::all_reduce(const at::Tensor& tensor, c10d::ReduceOp op, Deadline deadline) {
   if (const auto by_rank = shared_buffers_->find(tensor.data_ptr(), tensor.nbytes());
       !by_rank.empty()) {
     all_reduce_shared(tensor, op, by_rank, deadline);
+    return;
+  }
+  // The same on every rank (byte count, slot size): every rank takes the same path.
+  const auto bytes = static_cast<int64_t>(tensor.nbytes());
+  if (bytes <= std::min(kOnePhaseMaxBytes, segment_.slot_bytes())) {
+    all_reduce_one_phase(tensor, op, deadline);
     return;
   }
   const at::ScalarType dtype = tensor.scalar_type();
@@ -531,7 +589,7 @@ c10::intrusive_ptr<c10d::Work> ShmProcessGroup::allreduce(std::vector<at::Tensor
         all_reduce(work_tensor, op, deadline);
         if (!work_tensor.is_same(tensor)) tensor.copy_(work_tensor);
       },
-      c10d::OpType::ALLREDUCE, options.timeout);
+      c10d::OpType::ALLREDUCE, options.timeout, !options.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> ShmProcessGroup::broadcast(std::vector<at::Tensor>& tensors,
@@ -552,7 +610,7 @@ c10::intrusive_ptr<c10d::Work> ShmProcessGroup::broadcast(std::vector<at::Tensor
                         static_cast<int64_t>(work_tensor.nbytes()), root, deadline);
         if (!work_tensor.is_same(tensor)) tensor.copy_(work_tensor);
       },
-      c10d::OpType::BROADCAST, options.timeout);
+      c10d::OpType::BROADCAST, options.timeout, !options.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> ShmProcessGroup::allgather(
@@ -578,7 +636,7 @@ c10::intrusive_ptr<c10d::Work> ShmProcessGroup::allgather(
         all_gather(static_cast<const char*>(input.data_ptr()), static_cast<int64_t>(input.nbytes()),
                    pointers, deadline);
       },
-      c10d::OpType::ALLGATHER, options.timeout);
+      c10d::OpType::ALLGATHER, options.timeout, !options.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> ShmProcessGroup::_allgather_base(
@@ -600,7 +658,7 @@ c10::intrusive_ptr<c10d::Work> ShmProcessGroup::_allgather_base(
           pointers.push_back(static_cast<char*>(out.data_ptr()) + r * bytes);
         all_gather(static_cast<const char*>(in.data_ptr()), bytes, pointers, deadline);
       },
-      c10d::OpType::_ALLGATHER_BASE, options.timeout);
+      c10d::OpType::_ALLGATHER_BASE, options.timeout, !options.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> ShmProcessGroup::_reduce_scatter_base(
@@ -616,7 +674,7 @@ c10::intrusive_ptr<c10d::Work> ShmProcessGroup::_reduce_scatter_base(
   at::Tensor out = output;
   return enqueue(
       {out}, [this, in, out, op](Deadline deadline) { reduce_scatter(out, in, op, deadline); },
-      c10d::OpType::_REDUCE_SCATTER_BASE, options.timeout);
+      c10d::OpType::_REDUCE_SCATTER_BASE, options.timeout, !options.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> ShmProcessGroup::reduce_scatter_keeping_predecessor(
@@ -642,7 +700,7 @@ c10::intrusive_ptr<c10d::Work> ShmProcessGroup::reduce_scatter_keeping_predecess
 c10::intrusive_ptr<c10d::Work> ShmProcessGroup::barrier(const c10d::BarrierOptions& options) {
   return enqueue(
       {}, [this](Deadline deadline) { chunk(nullptr, nullptr, nullptr, deadline); },
-      c10d::OpType::BARRIER, options.timeout);
+      c10d::OpType::BARRIER, options.timeout, !options.asyncOp);
 }
 
 }  // namespace ddpd::shm

@@ -40,6 +40,22 @@
 // against 4.6 % at world 3, 4.2 % against 2.7 % at world 4 (fsdp, 2 cores, one A/B,
 // docs/healing.md).
 //
+// A small all-reduce (at most kOnePhaseMaxBytes, private memory) is one chunk g in one phase:
+// every rank does the whole reduction, redundantly, so that one barrier replaces three (each
+// barrier a round of cross-core cache-line hand-offs and, on an oversubscribed host, yields):
+//   1. write: wait until every rank has finished chunk g-2 (as above), copy this rank's whole
+//      tensor into its own slot g % 2; phase 3g+1.
+//   2. wait for every rank's phase 3g+1, then reduce every rank's slot (this rank's own term
+//      read from its tensor: the same bits) in rank order into the tensor: element by element
+//      the same sums as the three phases' sub-ranges, so the same bits at every size; then
+//      phase 3g+3 at once (one store of +2), which says only "done reading slot g % 2".
+// Phase 3g+2 is skipped, not waited for: every rank takes the same path for chunk g (the choice
+// depends on the byte count and the slot size alone, the same on every rank), so no rank waits
+// for 3g+2 in this chunk, and a wait for a later phase is a >= test a skipped value satisfies.
+// Chunk numbering, buffer g % 2 and the reuse rule are unchanged, so one-phase and three-phase
+// chunks mix in any order: a rank writes slot g % 2 again only at chunk g+2, after every rank's
+// phase 3g+3, which each rank stores only after its last read of that slot.
+//
 // Each rank reads and writes its tensor's bytes once in all, as an in-place pass does; the
 // copy-out design (reduce into its own buffer, then copy the others' sub-ranges from theirs)
 // moved 2.5 bytes per byte at world 2 and ran at 0.55 of the in-place ceiling against 0.88
@@ -66,6 +82,14 @@ namespace ddpd::shm {
 // Slot size: 2 MiB per rank and buffer, 4 MiB per rank (a 100 MB all-reduce is 50 chunks; world 6
 // maps 24 MiB).
 constexpr int64_t kDefaultSlotBytes = int64_t{2048} << 10;
+// Largest private all-reduce that runs as one phase (the protocol above); also bounded by the
+// slot. One phase trades two barriers for N times the reduce work and a whole-tensor copy in
+// (about 7 bytes of traffic per byte at world 4 against 4.5). Measured with this build's blocking
+// calls on the caller's thread against three phases (tests/bench/bench_shm_one_phase.sh, 2
+// cores, load 3-4, medians of passes): at world 2 one phase was faster or even up to 2 MiB; at
+// world 4 faster at 64 and 256 KiB (152 against 283 us, 284 against 388) and slower at 1 and
+// 2 MiB (792 against 674 us, 1327 against 1029). So 256 KiB, at every world size.
+constexpr int64_t kOnePhaseMaxBytes = int64_t{256} << 10;
 
 // Every public collective checks at launch, on the calling thread, that it serves the op, the
 // dtype and the device (shm/served.h), and throws a NotImplementedError naming all three
@@ -75,7 +99,12 @@ constexpr int64_t kDefaultSlotBytes = int64_t{2048} << 10;
 //
 // Thread contract: collectives may be launched from any thread (the Communicator serialises
 // launches); one executor thread runs them in launch order, and a heartbeat thread refreshes
-// this rank's heartbeat. Works complete on the executor thread. The destructor stops both,
+// this rank's heartbeat. Works complete on the executor thread, except a blocking launch's
+// (c10d's asyncOp false: torch.distributed's async_op=False, whose caller waits at once) made
+// while no collective is queued or running: that one runs and completes on the launching thread
+// before the launch returns, and the executor starts nothing meanwhile, so launch order holds.
+// That saves the two thread hand-offs (launch -> executor, completion -> waiter) of a call the
+// caller waits for anyway (figures in docs/torch-backend.md). The destructor stops both threads,
 // failing what is still queued, and marks this rank as having left.
 class ShmProcessGroup final : public c10d::Backend, public detail::SharedMemoryCapability {
  public:
@@ -126,14 +155,20 @@ class ShmProcessGroup final : public c10d::Backend, public detail::SharedMemoryC
  private:
   using Deadline = std::chrono::steady_clock::time_point;
   // Queues `run` for the executor; the returned work completes when it has run. Its deadline is
-  // `timeout` after now, or the group's timeout when that is c10d::kUnsetTimeout.
+  // `timeout` after now, or the group's timeout when that is c10d::kUnsetTimeout. `blocking`
+  // (the options' asyncOp false) with nothing queued or running: runs it on this thread instead
+  // (the thread contract above), and the returned work is complete.
   c10::intrusive_ptr<c10d::Work> enqueue(std::vector<at::Tensor> outputs,
                                          std::function<void(Deadline)> run, c10d::OpType type,
-                                         std::chrono::milliseconds timeout);
+                                         std::chrono::milliseconds timeout, bool blocking = false);
   void execute_loop();
   void heartbeat_loop();
+  struct Task;
+  // Runs `task` and completes its work (the thread that set running_).
+  void run_task(Task& task);
 
-  // Phase bookkeeping (executor thread only).
+  // Phase bookkeeping ("executor thread only" here and below: the thread running a task, the
+  // executor or a blocking launch's, one at a time by running_).
   void finish_phase();
   // Waits until `ranks` (all when empty) have completed `phase`; throws a TransportFailure on
   // timeout or a dead peer, naming it.
@@ -147,7 +182,13 @@ class ShmProcessGroup final : public c10d::Backend, public detail::SharedMemoryC
              const std::function<void(int buffer)>& reduce,
              const std::function<void(int buffer)>& read, Deadline deadline);
 
+  // One chunk g in one phase (the header's small all-reduce; executor thread only).
+  void one_phase_chunk(const std::function<void(int buffer)>& write,
+                       const std::function<void(int buffer)>& reduce, Deadline deadline);
+
   void all_reduce(const at::Tensor& tensor, c10d::ReduceOp op, Deadline deadline);
+  // all_reduce of a private tensor of at most kOnePhaseMaxBytes and one slot, in one phase.
+  void all_reduce_one_phase(const at::Tensor& tensor, c10d::ReduceOp op, Deadline deadline);
   // all_reduce of a tensor in a shared buffer; `by_rank`: each rank's copy of it.
   void all_reduce_shared(const at::Tensor& tensor, c10d::ReduceOp op,
                          const std::vector<char*>& by_rank, Deadline deadline);
@@ -189,6 +230,7 @@ class ShmProcessGroup final : public c10d::Backend, public detail::SharedMemoryC
     std::chrono::milliseconds timeout;  // the deadline's, for the timeout's message
   };
   std::deque<Task> queue_;  // guarded by mutex_
+  bool running_ = false;    // guarded by mutex_: a task runs (on the executor or a launcher)
   bool stopping_ = false;   // guarded by mutex_; read by waits through stop_requested_
   std::atomic<bool> stop_requested_{false};
   std::thread executor_;
