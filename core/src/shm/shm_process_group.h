@@ -84,11 +84,11 @@ namespace ddpd::shm {
 constexpr int64_t kDefaultSlotBytes = int64_t{2048} << 10;
 // Largest private all-reduce that runs as one phase (the protocol above); also bounded by the
 // slot. One phase trades two barriers for N times the reduce work and a whole-tensor copy in
-// (about 7 bytes of traffic per byte at world 4 against 4.5). Measured with this build's blocking
-// calls on the caller's thread against three phases (tests/bench/bench_shm_one_phase.sh, 2
-// cores, load 3-4, medians of passes): at world 2 one phase was faster or even up to 2 MiB; at
-// world 4 faster at 64 and 256 KiB (152 against 283 us, 284 against 388) and slower at 1 and
-// 2 MiB (792 against 674 us, 1327 against 1029). So 256 KiB, at every world size.
+// (about 7 bytes of traffic per byte at world 4 against 4.5). Measured against three phases,
+// both through the executor (tests/bench/bench_shm_one_phase.sh, 2 cores, load 2.3-3.9, medians
+// of passes; docs/torch-backend.md "Figures"): at world 2 one phase was within noise or faster up
+// to 2 MiB; at world 4 faster at 64 and 256 KiB (215 against 283 us, 368 against 388) and slower at
+// 1 and 2 MiB (792 against 674 us, 1327 against 1029). So 256 KiB, at every world size.
 constexpr int64_t kOnePhaseMaxBytes = int64_t{256} << 10;
 
 // Every public collective checks at launch, on the calling thread, that it serves the op, the
