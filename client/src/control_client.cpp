@@ -65,10 +65,6 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void pause_for(double seconds) {
-  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-}
-
 }  // namespace
 
 RpcError::RpcError(const grpc::Status& status, const std::string& address, bool tls)
@@ -109,6 +105,23 @@ void ControlClient::announce_retry(const grpc::Status& status) {
   std::fprintf(stderr,
                "ddpctl: coordinator %s unavailable (%s); retrying for up to %s s (--wait)\n",
                address_.c_str(), RpcError(status).what(), seconds_text(wait_seconds_).c_str());
+}
+
+// Waiting on the channel, not asleep: gRPC reads a connection attempt's replies only while
+// something polls the channel, and asleep nothing did but its backup poller (every 5 s). A TLS
+// handshake, several round trips, then missed its 2 s connect deadline (service/channel.cpp)
+// again and again: a ddpctl started 1.5 s before a TLS coordinator waited out all 40 s of its
+// --wait; waiting on the channel, it connects within a second of the coordinator's start.
+void ControlClient::pause_for(double seconds) {
+  const auto deadline = std::chrono::system_clock::now() +
+                        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                            std::chrono::duration<double>(seconds));
+  const bool was_ready = channel_->GetState(false) == GRPC_CHANNEL_READY;
+  while (std::chrono::system_clock::now() < deadline) {
+    const grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
+    if (state == GRPC_CHANNEL_READY && !was_ready) return;  // connected again: try now
+    channel_->WaitForStateChange(state, deadline);
+  }
 }
 
 grpc::Status ControlClient::with_retry(const Call& call) {

@@ -65,6 +65,8 @@ class ControlClient {
   bool retryable(const grpc::Status& status) const;
   // The one line per outage that says ddpctl is waiting, and why.
   void announce_retry(const grpc::Status& status);
+  // Waits `seconds` before the next try, or less once the channel connects again.
+  void pause_for(double seconds);
   // One WatchJob stream, to its end; `connected` is set once it delivered an event.
   grpc::Status watch_stream(const std::string& job_id, WatchDedup& dedup, v1::JobState& state,
                             bool& connected, const EventHandler& on_event);

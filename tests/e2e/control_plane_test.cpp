@@ -254,13 +254,17 @@ TEST(ControlPlane, TlsWhenCertificatesAreGiven) {
   ASSERT_EQ(made.exit_code, 0) << made.err;
   const std::string address = "127.0.0.1:" + std::to_string(unused_port());
   const std::map<std::string, std::string> env{{"DDPD_TOKEN", kToken}};
+  // The worker starts first and retries while no coordinator answers, as after a restart. Its
+  // TLS handshakes once missed their connect deadline while it waited unpolled between tries,
+  // and it registered 75-91 s after the coordinator's start (0.7 s now): past the loop below.
+  BackgroundProcess worker({bin("ddpd-worker"), "serve", "--coordinator", address, "--tls-ca",
+                            dir + "/tls.crt", "--worker-id", "tls-w0"},
+                           env, "tls-worker");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   BackgroundProcess coordinator(
       {bin("ddpd-coordinator"), "--metrics-port", "0", "--listen", address, "--db", dir + "/tls.db",
        "--tls-cert", dir + "/tls.crt", "--tls-key", dir + "/tls.key"},
       env, "tls-coordinator");
-  BackgroundProcess worker({bin("ddpd-worker"), "serve", "--coordinator", address, "--tls-ca",
-                            dir + "/tls.crt", "--worker-id", "tls-w0"},
-                           env, "tls-worker");
   auto ctl = [&](std::vector<std::string> extra) {
     std::vector<std::string> argv{bin("ddpctl"), "--coordinator", address};
     argv.insert(argv.end(), extra.begin(), extra.end());
