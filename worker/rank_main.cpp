@@ -149,9 +149,12 @@ class RankRun {
   void watch_for_stop() {
     rank_pipe::Control control;
     while (read_frame(0, control)) {
-      if (control.stop_after_checkpoint()) stop_after_checkpoint_ = true;
-      if (!control.has_heal()) continue;
       std::lock_guard<std::mutex> lock(state_mutex_);
+      if (control.stop_after_checkpoint()) {
+        stop_after_checkpoint_ = true;
+        if (trainer_) trainer_->stop_after_next_checkpoint();
+      }
+      if (!control.has_heal()) continue;
       heals_.push_back(control.heal());
       // A rank whose worker was lost may still be in the old group, its collectives holding
       // ours: they end now, and the trainer regroups.
@@ -234,6 +237,7 @@ class RankRun {
     if (comm && cancelled_) comm->abort();  // stopped while it met its peers
     if (comm) comm_ = std::move(comm);
     if (!keep_trainer) trainer_ = trainer;
+    if (trainer && stop_after_checkpoint_) trainer->stop_after_next_checkpoint();  // asked before
   }
 
   RendezvousOptions rendezvous(double timeout_s) const {
@@ -321,13 +325,17 @@ class RankRun {
             rank_pipe::RankEvent e;
             *e.mutable_step() = report_with_spans(m, a_.rank(), a_.attempt());
             write(e);
-            if (stop_after_checkpoint_ && m.checkpoint_seconds > 0) {
-              throw JobCancelled("orphaned: stopped after writing the checkpoint of step " +
-                                 std::to_string(m.step + 1) + " (no coordinator for " +
-                                 "--orphan-timeout)");
-            }
           },
           [&] { return cancelled_.load(); }, regroup);
+    } catch (const StoppedAtCheckpoint& e) {
+      publish(nullptr, nullptr);
+      // Only an orphaned daemon asks (worker_daemon.cpp, stop_orphan); its peers stop with it.
+      const std::string whose =
+          e.asking_rank() == a_.rank()
+              ? "no coordinator"
+              : "rank " + std::to_string(e.asking_rank()) + "'s worker had no coordinator";
+      throw JobCancelled("orphaned: stopped after writing the checkpoint of step " +
+                         std::to_string(e.steps_done()) + " (" + whose + " for --orphan-timeout)");
     } catch (...) {
       publish(nullptr, nullptr);
       throw;
@@ -396,7 +404,8 @@ class RankRun {
   // that reads it.
   v1::Assignment a_;
   std::atomic<bool> cancelled_{false};
-  std::atomic<bool> stop_after_checkpoint_{false};  // the daemon is orphaned (set by the watcher)
+  // The daemon is orphaned (set by the watcher, under state_mutex_ with the trainer's request).
+  std::atomic<bool> stop_after_checkpoint_{false};
   std::mutex events_mutex_;
   std::mutex state_mutex_;
   std::condition_variable progress_cv_;

@@ -61,6 +61,7 @@ struct Trainer::Impl final : detail::HealTarget {
   TrainerHooks hooks;
   std::unique_ptr<detail::FaultInjector> injector;  // --inject, this rank's
   std::function<bool()> cancelled;
+  std::atomic<bool> stop_requested{false};  // stop_after_next_checkpoint's; any thread
   Where where;
 
   // What trains.
@@ -96,6 +97,10 @@ struct Trainer::Impl final : detail::HealTarget {
     return detail::save_checkpoint(training_state(), steps_done,
                                    injector->checkpoint_crash_bytes(steps_done));
   }
+  // Saves the checkpoint after step `step` into its metrics; returns the lowest rank asked to
+  // stop there (every rank's answer is the same), or -1.
+  int checkpoint_after(int64_t step, StepMetrics& metrics);
+  int lowest_rank_asked_to_stop();
   // The cross-rank analysis after a failed collective (train/failure_analysis.h).
   StallFinding analyze_failure_across_ranks(CollectiveFailure cause) const;
   // What run() reports besides the steps and heals: the run's configuration, summary and profile.
@@ -114,6 +119,30 @@ struct Trainer::Impl final : detail::HealTarget {
     batches->set_world(world);
   }
 };
+
+int Trainer::Impl::checkpoint_after(int64_t step, StepMetrics& metrics) {
+  enter(kCheckpoint);
+  const double stall = save_checkpoint(step + 1);
+  metrics.checkpoint_seconds = stall;
+  const double end_s = comm->recorder().now();
+  metrics.spans.push_back({"checkpoint", false, comm->recorder().unix_seconds(end_s - stall),
+                           comm->recorder().unix_seconds(end_s)});
+  return lowest_rank_asked_to_stop();
+}
+
+// Every checkpoint, whether or not this rank was asked: its peers cannot know (the orphaned
+// daemons that ask tell their ranks up to a heartbeat apart; 50 steps of a small model took
+// 0.1 s). One int64 on the collectives' device: a few tens of µs on shm, beside a checkpoint's
+// milliseconds.
+int Trainer::Impl::lowest_rank_asked_to_stop() {
+  const CommunicatorInfo& info = comm->info();
+  const int64_t mine = stop_requested.load() ? info.rank : info.world_size;
+  if (info.world_size == 1) return mine < info.world_size ? static_cast<int>(mine) : -1;
+  at::Tensor lowest = at::full({1}, mine, at::TensorOptions().dtype(at::kLong).device(info.device));
+  comm->all_reduce(lowest, c10d::ReduceOp::MIN, "all_reduce/stop_after_checkpoint");
+  const int64_t agreed = lowest.cpu().item<int64_t>();
+  return agreed < info.world_size ? static_cast<int>(agreed) : -1;
+}
 
 StallFinding Trainer::Impl::analyze_failure_across_ranks(CollectiveFailure cause) const {
   const RankPosition mine =
@@ -374,19 +403,13 @@ TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_st
   if (m.where.start_step >= m.options.steps && m.batches->has_eval()) {
     result.initial_eval_loss = m.evaluate();
   }
+  int asking_rank = -1;  // stop_after_next_checkpoint's, agreed at the last checkpoint
   for (int64_t step = m.where.start_step; step < m.options.steps;) {
     if (cancelled && cancelled()) throw JobCancelled("job cancelled");
     try {
       result.steps.push_back(train_step(step));
       if (every > 0 && (step + 1) % every == 0) {
-        m.enter(kCheckpoint);
-        const double stall = m.save_checkpoint(step + 1);
-        StepMetrics& metrics = result.steps.back();
-        metrics.checkpoint_seconds = stall;
-        const double end_s = m.comm->recorder().now();
-        metrics.spans.push_back({"checkpoint", false,
-                                 m.comm->recorder().unix_seconds(end_s - stall),
-                                 m.comm->recorder().unix_seconds(end_s)});
+        asking_rank = m.checkpoint_after(step, result.steps.back());
       }
     } catch (const CollectiveDesync&) {
       throw;
@@ -414,6 +437,7 @@ TrainingResult Trainer::run(const std::function<void(const StepMetrics&)>& on_st
                                ": an allocation failed");
     }
     if (on_step) on_step(result.steps.back());
+    if (asking_rank >= 0) throw StoppedAtCheckpoint(step + 1, asking_rank);
     ++step;
   }
   if (!m.options.export_hf.empty()) {
@@ -441,6 +465,14 @@ RankPosition Trainer::position() const {
   }
   return position;
 }
+
+void Trainer::stop_after_next_checkpoint() { impl_->stop_requested.store(true); }
+
+StoppedAtCheckpoint::StoppedAtCheckpoint(int64_t steps_done, int asking_rank)
+    : JobCancelled("stopped after writing the checkpoint of step " + std::to_string(steps_done) +
+                   ", as rank " + std::to_string(asking_rank) + " was asked"),
+      steps_done_(steps_done),
+      asking_rank_(asking_rank) {}
 
 TrainerProgress Trainer::progress() const {
   return {kPhaseNames[impl_->where.phase.load(std::memory_order_relaxed)],

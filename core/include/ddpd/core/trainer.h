@@ -67,6 +67,19 @@ class JobCancelled : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// run() ended after writing the checkpoint of `steps_done` steps because a rank was asked to
+// (Trainer::stop_after_next_checkpoint): every rank of the job throws it at that checkpoint.
+class StoppedAtCheckpoint : public JobCancelled {
+ public:
+  StoppedAtCheckpoint(int64_t steps_done, int asking_rank);
+  int64_t steps_done() const { return steps_done_; }
+  int asking_rank() const { return asking_rank_; }  // the lowest rank that was asked
+
+ private:
+  int64_t steps_done_;
+  int asking_rank_;
+};
+
 // Thread contract: one thread drives a Trainer. The observer runs on that thread after each
 // step; a cancellation check can be passed to run() and is polled between steps (and by an
 // injected hang). progress() may be read from any thread.
@@ -112,6 +125,11 @@ class Trainer {
   RankPosition position() const;
   // The synchronisation that runs (see TrainingResult::synchronization).
   std::string synchronization() const;
+  // Thread-safe. Asks run() to end, with StoppedAtCheckpoint, after the next checkpoint it
+  // writes. The ranks agree at every checkpoint (a one-element all-reduce, the lowest asking
+  // rank), so all of them end at the same one, also when only some were asked, or one was asked
+  // just after its peers' checkpoint: none is left in a collective with a rank that has gone.
+  void stop_after_next_checkpoint();
 
  private:
   struct Impl;
