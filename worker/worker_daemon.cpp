@@ -30,17 +30,14 @@
 namespace ddpd {
 namespace {
 
-// The port this worker's TCPStore will use whenever it is rank 0. It stays reserved only by
-// convention between jobs, so it is taken below Linux's default ephemeral range (32768–60999):
-// outgoing connections (gRPC, Gloo) are never given it meanwhile. The start is spread by the
-// worker's id (and pid), so workers started together probe different ports, also in containers
-// that share the host's network but each run as pid 1.
+// The port this worker's TCPStore will use whenever it is rank 0, from the range net.h reserves
+// for it. The start is spread by the worker's id (and pid), so workers started together probe
+// different ports, also in containers that share the host's network but each run as pid 1.
 int pick_rendezvous_port(const std::string& host, const std::string& worker_id) {
-  constexpr int kFirst = 20000, kCount = 12000;
   const size_t spread = std::hash<std::string>{}(worker_id) + getpid() * 7919UL;
-  const int start = static_cast<int>(spread % kCount);
-  for (int i = 0; i < kCount; ++i) {
-    const int port = kFirst + (start + i) % kCount;
+  const int start = static_cast<int>(spread % kRendezvousPortCount);
+  for (int i = 0; i < kRendezvousPortCount; ++i) {
+    const int port = kRendezvousPortFirst + (start + i) % kRendezvousPortCount;
     if (can_bind(host, port)) return port;
   }
   throw std::runtime_error("--rendezvous-port: no free port in 20000-31999 on " + host);

@@ -147,7 +147,9 @@ int unused_port() {
     std::uniform_int_distribution<int> below(first, ephemeral_low - 1);
     for (int attempt = 0; attempt < 200; ++attempt) {
       const int port = below(pick);
-      if (bindable(port)) return port;
+      const bool workers_own =
+          port >= kRendezvousPortFirst && port < kRendezvousPortFirst + kRendezvousPortCount;
+      if (!workers_own && bindable(port)) return port;
     }
   }
   return free_port();  // no room below the range: the kernel's pick

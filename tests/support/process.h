@@ -14,7 +14,9 @@ namespace ddpd::testing {
 // A port no process listens on, for a test's server, from below the kernel's ephemeral range
 // (ip_local_port_range). free_port() lets the kernel pick one from that range, where any
 // process's outgoing connection may take it before the server binds it: a rendezvous failed so
-// (EADDRINUSE) in one clean-clone run of about 680 tests.
+// (EADDRINUSE) in one clean-clone run of about 680 tests. Nor from the worker daemons'
+// rendezvous range (net.h): a worker holds its port only between jobs, by convention, and a
+// test's server bound there meanwhile would fail that worker's next job as rank 0.
 int unused_port();
 
 struct ProcessOutcome {

@@ -21,6 +21,13 @@ std::string listen_address_error(const std::string& address);
 // nature: another process may take it before the caller binds it.
 int free_port(const std::string& host = "127.0.0.1");
 
+// The ports a worker daemon probes for its rendezvous store (--rendezvous-port 0). They lie
+// below Linux's default ephemeral range (32768-60999), so no outgoing connection is given one
+// while it stays reserved, by convention only, between jobs; anything else that picks a port
+// to listen on (the tests) keeps out of them.
+constexpr int kRendezvousPortFirst = 20000;
+constexpr int kRendezvousPortCount = 12000;
+
 // Polls until host:port accepts a TCP connection or `timeout` passes; returns whether it did.
 // `host` may be a name or an IPv4/IPv6 literal. `stop`, when given, is asked at each poll: true
 // ends the wait (the return is then false).
