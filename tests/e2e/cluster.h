@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -129,6 +130,15 @@ class Cluster {
           return shown["state"] != "RUNNING" && shown["state"] != "PENDING";
         },
         timeout);
+    // First in the test's output, so that a CI log cut after a few lines still says why.
+    if (shown["state"] != "SUCCEEDED") {
+      std::cerr << "wait_for_end: " << job << " is " << shown["state"] << ": "
+                << shown.value("error", std::string()).substr(0, 600) << "\nits last events:\n";
+      const auto& events = shown["events"];
+      for (size_t i = events.size() > 4 ? events.size() - 4 : 0; i < events.size(); ++i) {
+        std::cerr << "  " << events[i].dump().substr(0, 600) << "\n";
+      }
+    }
     return shown;
   }
 
