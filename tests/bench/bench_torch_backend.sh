@@ -18,9 +18,15 @@
 #  2. PyTorch DDP's median step on bench_config.sh's model with "ddpd" and with "gloo"
 #     (torch_backend/bench/ddp_step.py: the peer's model, seed and batches), alternating.
 # World 4 on a host with fewer cores oversubscribes every peer alike.
+# Placement is the same for every peer: with BIND=cores (the default) each rank is bound to one
+# core while the cores suffice, which is mpirun's own default (ddpd and Gloo through
+# allreduce_busbw.py --bind-cores and ddp_step.py's "bind", oneCCL through taskset); BIND=none
+# binds none (mpirun --bind-to none). Unbound, two spinning ranks on 2 cores share one core part
+# of the time: ddpd's 64 KiB all-reduce took 20 us bound and 20-60 us unbound, by run.
 # Usage: tests/bench/bench_torch_backend.sh [DDP_STEPS]
 #   env: WORLDS ("2 4"), PARTS ("allreduce ddp"), ROUNDS (5), SIZES (comma-separated bytes),
-#        ROWS_OUT (a file that keeps the raw "ROW world peer bytes seconds" lines)
+#        BIND (cores | none), ROWS_OUT (a file that keeps the raw "ROW world peer bytes seconds"
+#        lines)
 # Needs: .venv with ddpd_torch installed (.venv/bin/pip install --no-build-isolation
 # ./torch_backend), and for the peers mpicxx/mpirun and pip's access to PyPI (oneCCL, once).
 set -euo pipefail
@@ -30,6 +36,11 @@ worlds=${WORLDS:-2 4}
 parts=${PARTS:-allreduce ddp}
 rounds=${ROUNDS:-5}
 sizes=${SIZES:-1024,4096,16384,65536,262144,1048576,4194304,16777216,67108864,268435456}
+bind=${BIND:-cores}
+case $bind in
+  cores | none) ;;
+  *) echo "BIND=$bind: expected cores or none" >&2; exit 2 ;;
+esac
 python=$PWD/.venv/bin/python
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 [ -x "$python" ] || { echo "no $python: run scripts/setup.sh (it creates .venv with PyTorch)" >&2; exit 1; }
@@ -59,9 +70,12 @@ build_ccl() {  # → the oneCCL driver, or the reason it cannot run
 
 tag() { sed -n "s/^ROW /ROW $1 /p" | tee -a "$rows"; }
 
+bound() { [ "$bind" = cores ] && (($1 <= cores)); }  # are world $1's ranks bound to cores?
 run_ddpd_gloo() {
+  local flags=()
+  [ "$bind" = cores ] && flags=(--bind-cores)
   timeout 1200 "$python" torch_backend/bench/allreduce_busbw.py --world "$1" --sizes "$sizes" \
-    --rounds "$rounds" --rows | tag "$1"
+    --rounds "$rounds" --rows "${flags[@]}" | tag "$1"
 }
 run_mpi() {
   # Open MPI's own placement: one rank per core, bound, while the cores suffice. Oversubscribed
@@ -69,6 +83,7 @@ run_mpi() {
   # 1 us, or in 4-8 ms, whole scheduler ticks, when both ranks shared a core).
   local placement=()
   (($1 > cores)) && placement=(--oversubscribe --bind-to none)
+  bound "$1" || placement+=(--bind-to none)
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 1200 mpirun \
     --allow-run-as-root "${placement[@]}" -np "$1" \
     --mca pml ob1 --mca btl self,vader "$work/mpi_allreduce_bench" --sizes "$sizes" \
@@ -77,13 +92,16 @@ run_mpi() {
 run_ccl() {
   local dir=build/bench/oneccl kvs=$work/ccl_kvs.$$ pids=() rc=0
   rm -f "$kvs"
+  local pin=()
   for ((r = 1; r < $1; r++)); do
-    env "${ccl_env[@]}" CCL_LOCAL_RANK=$r RANK=$r CCL_LOCAL_SIZE="$1" WORLD_SIZE="$1" \
+    bound "$1" && pin=(taskset -c "$(core_of "$r")")
+    "${pin[@]}" env "${ccl_env[@]}" CCL_LOCAL_RANK=$r RANK=$r CCL_LOCAL_SIZE="$1" WORLD_SIZE="$1" \
       timeout 1200 "$work/ccl_allreduce_bench" --kvs-file "$kvs" --sizes "$sizes" \
       --rounds "$rounds" >/dev/null 2>>"$work/ccl_run.log" &
     pids+=($!)
   done
-  env "${ccl_env[@]}" CCL_LOCAL_RANK=0 RANK=0 CCL_LOCAL_SIZE="$1" WORLD_SIZE="$1" \
+  bound "$1" && pin=(taskset -c "$(core_of 0)")
+  "${pin[@]}" env "${ccl_env[@]}" CCL_LOCAL_RANK=0 RANK=0 CCL_LOCAL_SIZE="$1" WORLD_SIZE="$1" \
     timeout 1200 "$work/ccl_allreduce_bench" --kvs-file "$kvs" --sizes "$sizes" \
     --rounds "$rounds" 2>>"$work/ccl_run.log" | tag "$1" || rc=1
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
@@ -93,12 +111,15 @@ run_ccl() {
 ccl_env=(LD_LIBRARY_PATH="$PWD/build/bench/oneccl/lib" FI_PROVIDER_PATH="$PWD/build/bench/oneccl/lib/prov"
          CCL_ATL_TRANSPORT=ofi CCL_ATL_SHM=1 CCL_WORKER_OFFLOAD=0 CCL_LOG_LEVEL=error)
 
-cores=$(nproc --all)  # not nproc: it honours OMP_NUM_THREADS=1
+# The cores this run may use, and the r-th of them (what allreduce_busbw.py binds rank r to).
+cores=$("$python" -c 'import os; print(len(os.sched_getaffinity(0)))')
+core_of() { "$python" -c 'import os, sys; print(sorted(os.sched_getaffinity(0))[int(sys.argv[1])])' "$1"; }
 echo "host: $cores cores, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "placement (BIND=$bind): $([ "$bind" = cores ] && echo "every peer's ranks bound one per core up to $cores ranks, unbound past that" || echo "no peer bound")"
 echo "$("$python" -c 'import torch, ddpd_torch; print("torch", torch.__version__, "(Gloo: its bundled one), ddpd_torch", ddpd_torch.__file__)')"
 if [[ " $parts " == *" allreduce "* ]]; then
   mpi_note=$(build_mpi 2>&1) && mpi_ok=1 || mpi_ok=0
-  ((mpi_ok)) && echo "Open MPI: $(mpirun --version | head -n1), pml ob1, btl self,vader, bound to cores up to $cores ranks" \
+  ((mpi_ok)) && echo "Open MPI: $(mpirun --version | head -n1), pml ob1, btl self,vader" \
     "(vader's single copy: $(ompi_info --param btl vader --level 9 | sed -n 's/.*single_copy_mechanism" (current value: "\([a-z]*\)".*/\1/p')), coll tuned" ||
     { notes+=("Open MPI: $mpi_note"); echo "Open MPI: $mpi_note"; }
   ccl_note=$(build_ccl 2>&1) && ccl_ok=1 || ccl_ok=0
@@ -124,7 +145,8 @@ if [[ " $parts " == *" ddp "* ]]; then
     for run in 1 2; do
       for backend in gloo ddpd; do
         ms=$(timeout 900 "$python" torch_backend/bench/ddp_step.py "$peer" "$backend" "$world" \
-          $D $FF $L $H $V $CTX $BATCH "$steps" $BUCKET | sed -n 's/^DDP [a-z]* [0-9]* //p')
+          $D $FF $L $H $V $CTX $BATCH "$steps" $BUCKET ${bind/#cores/bind} |
+          sed -n 's/^DDP [a-z]* [0-9]* //p')
         step[$backend]="${step[$backend]:+${step[$backend]}, }$ms"
       done
     done

@@ -29,7 +29,18 @@ def parse():
     p.add_argument("--sizes", default="", help="comma-separated bytes (instead of min/max)")
     p.add_argument("--rows", action="store_true",
                    help="print 'ROW <peer> <bytes> <seconds>' lines instead of the table")
+    p.add_argument("--bind-cores", action="store_true",
+                   help="bind rank r to the r-th core it may run on, while the cores suffice")
     return p.parse_args()
+
+
+def core_binding(rank, world, bind):
+    """Popen's preexec_fn that binds rank `rank` to one core, as mpirun does by default while
+    the cores suffice (bench_torch_backend.sh binds every peer alike); None to leave it free."""
+    cores = sorted(os.sched_getaffinity(0))
+    if not bind or world > len(cores):
+        return None
+    return lambda: os.sched_setaffinity(0, {cores[rank]})
 
 
 def launch(args):
@@ -41,7 +52,8 @@ def launch(args):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                    WORLD_SIZE=str(args.world), LOCAL_WORLD_SIZE=str(args.world),
                    OMP_NUM_THREADS=str(args.threads))
-        procs.append(subprocess.Popen([sys.executable, __file__, *sys.argv[1:]], env=env))
+        procs.append(subprocess.Popen([sys.executable, __file__, *sys.argv[1:]], env=env,
+                                      preexec_fn=core_binding(rank, args.world, args.bind_cores)))
     return max(p.wait() for p in procs)
 
 

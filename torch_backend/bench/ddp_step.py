@@ -1,7 +1,9 @@
 """PyTorch DDP's median step on the bench model with a given backend: "ddpd" or "gloo".
 
     .venv/bin/python torch_backend/bench/ddp_step.py PEER BACKEND WORLD d dff L h V ctx batch \
-        steps bucket_mb
+        steps bucket_mb [bind]
+
+With "bind", rank r runs on the r-th core it may use, while the cores suffice (as mpirun binds).
 
 The model, data and loop are the PyTorch DDP peer's (../shared/peers/torch_ddp_ref.py, loaded
 from PEER): the same seed, the same batches, DDP with its defaults and bucket_cap_mb, AdamW, one
@@ -26,6 +28,14 @@ def load_peer(path):
     return module
 
 
+def core_binding(rank, world, bind):
+    """Popen's preexec_fn binding rank `rank` to one core while the cores suffice, or None."""
+    cores = sorted(os.sched_getaffinity(0))
+    if not bind or world > len(cores):
+        return None
+    return lambda: os.sched_setaffinity(0, {cores[rank]})
+
+
 def launch(argv):
     world = int(argv[2])
     with socket.socket() as s:
@@ -35,7 +45,8 @@ def launch(argv):
     for rank in range(world):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                    WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world), OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen([sys.executable, __file__, *argv], env=env))
+        procs.append(subprocess.Popen([sys.executable, __file__, *argv], env=env,
+                                      preexec_fn=core_binding(rank, world, argv[12:13] == ["bind"])))
     return max(p.wait() for p in procs)
 
 
@@ -79,7 +90,7 @@ def train(argv):
 
 
 def main():
-    if len(sys.argv) != 13:
+    if len(sys.argv) not in (13, 14):
         sys.exit(__doc__)
     if "RANK" not in os.environ:
         sys.exit(launch(sys.argv[1:]))
