@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 
+from placement import core_binding
+
 
 def parse():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -33,14 +35,6 @@ def parse():
                    help="bind rank r to the r-th core it may run on, while the cores suffice")
     return p.parse_args()
 
-
-def core_binding(rank, world, bind):
-    """Popen's preexec_fn that binds rank `rank` to one core, as mpirun does by default while
-    the cores suffice (bench_torch_backend.sh binds every peer alike); None to leave it free."""
-    cores = sorted(os.sched_getaffinity(0))
-    if not bind or world > len(cores):
-        return None
-    return lambda: os.sched_setaffinity(0, {cores[rank]})
 
 
 def launch(args):

@@ -20,20 +20,14 @@ import subprocess
 import sys
 import time
 
+from placement import core_binding
+
 
 def load_peer(path):
     spec = importlib.util.spec_from_file_location("torch_ddp_ref", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def core_binding(rank, world, bind):
-    """Popen's preexec_fn binding rank `rank` to one core while the cores suffice, or None."""
-    cores = sorted(os.sched_getaffinity(0))
-    if not bind or world > len(cores):
-        return None
-    return lambda: os.sched_setaffinity(0, {cores[rank]})
 
 
 def launch(argv):
